@@ -1,0 +1,290 @@
+//! Real `redis-server` processes for tests and benchmarks: started on free loopback ports,
+//! broken on purpose (pause, kill, restart), and stopped when dropped.
+//!
+//! No mocks: every test of `fenced` talks to a real server started here. When no
+//! `redis-server` binary can be found, [`RedisServer::start`] fails with a message that says
+//! how to install one; it never pretends.
+//!
+//! The binary is `$FENCED_REDIS_SERVER` if set, else `redis-server` on `PATH`, else
+//! `/usr/bin/redis-server` or `/usr/sbin/redis-server`. `scripts/ensure-redis-server` installs
+//! Debian's package when it is missing.
+//!
+//! ```
+//! let server = fenced_testkit::RedisServer::start()?;
+//! assert!(server.url().starts_with("redis://127.0.0.1:"));
+//! # Ok::<(), fenced_testkit::TestkitError>(())
+//! ```
+
+use std::future::Future;
+use std::io::{BufRead, BufReader, Write};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+
+/// What can go wrong while starting or controlling a server.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum TestkitError {
+    /// No `redis-server` binary was found.
+    #[error(
+        "no redis-server binary found (looked at $FENCED_REDIS_SERVER, PATH, /usr/bin, /usr/sbin); install it with scripts/ensure-redis-server (Debian: apt-get install redis-server)"
+    )]
+    NoBinary,
+    /// The server did not come up.
+    #[error("redis-server on port {port} did not start: {reason}\n--- server log ---\n{log}")]
+    StartFailed {
+        /// The port it was started on.
+        port: u16,
+        /// What went wrong.
+        reason: String,
+        /// The server's log file.
+        log: String,
+    },
+    /// An I/O error (temporary directory, spawning, signalling).
+    #[error("testkit I/O error: {0}")]
+    Io(#[from] std::io::Error),
+    /// Sending a signal failed.
+    #[error("could not signal redis-server: {0}")]
+    Signal(#[from] nix::Error),
+}
+
+/// One `redis-server` process on `127.0.0.1`, stopped (SIGKILL) when dropped.
+#[derive(Debug)]
+pub struct RedisServer {
+    child: Option<Child>,
+    port: u16,
+    dir: tempfile::TempDir,
+    binary: PathBuf,
+    extra: Vec<String>,
+    paused: bool,
+}
+
+impl RedisServer {
+    /// Starts a server with no persistence on a free loopback port and waits until it answers.
+    pub fn start() -> Result<Self, TestkitError> {
+        Self::start_with(&[])
+    }
+
+    /// Like [`start`](Self::start), with extra `redis-server` arguments such as
+    /// `["--requirepass", "secret"]`.
+    pub fn start_with(extra: &[&str]) -> Result<Self, TestkitError> {
+        let binary = redis_server_binary().ok_or(TestkitError::NoBinary)?;
+        let mut dir = tempfile::Builder::new().prefix("fenced-redis-").tempdir()?;
+        let mut last_err = None;
+        // A free port can be taken between our probe and the server's bind: try a few.
+        for _ in 0..5 {
+            let port = free_port()?;
+            let mut server = RedisServer {
+                child: None,
+                port,
+                dir,
+                binary: binary.clone(),
+                extra: extra.iter().map(|s| (*s).to_owned()).collect(),
+                paused: false,
+            };
+            match server.spawn() {
+                Ok(()) => return Ok(server),
+                Err(e) => {
+                    last_err = Some(e);
+                    dir = std::mem::replace(&mut server.dir, tempfile::tempdir()?);
+                }
+            }
+        }
+        Err(last_err.unwrap_or(TestkitError::NoBinary))
+    }
+
+    fn spawn(&mut self) -> Result<(), TestkitError> {
+        let log = self.log_path();
+        let mut cmd = Command::new(&self.binary);
+        cmd.arg("--port")
+            .arg(self.port.to_string())
+            .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .args(["--daemonize", "no", "--enable-debug-command", "local"])
+            .arg("--dir")
+            .arg(self.dir.path())
+            .arg("--logfile")
+            .arg(&log)
+            .args(&self.extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        let mut child = cmd.spawn()?;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Some(status) = child.try_wait()? {
+                return Err(self.start_failed(format!("exited with {status}")));
+            }
+            if ping(self.port).is_ok() {
+                break;
+            }
+            if Instant::now() >= deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(self.start_failed("no answer to PING within 10s".into()));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        self.child = Some(child);
+        self.paused = false;
+        Ok(())
+    }
+
+    fn start_failed(&self, reason: String) -> TestkitError {
+        TestkitError::StartFailed {
+            port: self.port,
+            reason,
+            log: self.log(),
+        }
+    }
+
+    /// `redis://127.0.0.1:<port>`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// The port it listens on.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The listening address.
+    pub fn addr(&self) -> SocketAddr {
+        SocketAddr::from((Ipv4Addr::LOCALHOST, self.port))
+    }
+
+    /// The process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// Freezes the process (SIGSTOP): connections stay open, nothing answers, keys do not
+    /// expire. The nearest thing to a long GC pause or a partition.
+    pub fn pause(&mut self) -> Result<(), TestkitError> {
+        self.signal(Signal::SIGSTOP)?;
+        self.paused = true;
+        Ok(())
+    }
+
+    /// Lets a paused process run again (SIGCONT).
+    pub fn resume(&mut self) -> Result<(), TestkitError> {
+        self.signal(Signal::SIGCONT)?;
+        self.paused = false;
+        Ok(())
+    }
+
+    /// True while paused.
+    pub fn is_paused(&self) -> bool {
+        self.paused
+    }
+
+    /// Kills the process (SIGKILL) and reaps it; all data is gone.
+    pub fn kill(&mut self) -> Result<(), TestkitError> {
+        if let Some(mut child) = self.child.take() {
+            child.kill()?;
+            child.wait()?;
+        }
+        self.paused = false;
+        Ok(())
+    }
+
+    /// Kills the process if it runs, and starts a fresh one on the same port with empty data.
+    pub fn restart(&mut self) -> Result<(), TestkitError> {
+        self.kill()?;
+        self.spawn()
+    }
+
+    /// The server's log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.log_path()).unwrap_or_default()
+    }
+
+    fn log_path(&self) -> PathBuf {
+        self.dir.path().join("redis.log")
+    }
+
+    fn signal(&self, sig: Signal) -> Result<(), TestkitError> {
+        let pid = self
+            .child
+            .as_ref()
+            .map(Child::id)
+            .and_then(|id| i32::try_from(id).ok())
+            .ok_or_else(|| std::io::Error::other("redis-server is not running"))?;
+        kill(Pid::from_raw(pid), sig)?;
+        Ok(())
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        // SIGKILL works on a stopped process too; errors here leave nothing we could fix.
+        let _ = self.kill();
+    }
+}
+
+/// The `redis-server` binary this kit would run, if any.
+pub fn redis_server_binary() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("FENCED_REDIS_SERVER") {
+        return Some(PathBuf::from(p));
+    }
+    let on_path = std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|dir| dir.join("redis-server"))
+            .find(|p| p.is_file())
+    });
+    on_path.or_else(|| {
+        ["/usr/bin/redis-server", "/usr/sbin/redis-server"]
+            .iter()
+            .map(Path::new)
+            .find(|p| p.is_file())
+            .map(Path::to_path_buf)
+    })
+}
+
+/// A TCP port on 127.0.0.1 that was free a moment ago.
+pub fn free_port() -> std::io::Result<u16> {
+    Ok(TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?
+        .local_addr()?
+        .port())
+}
+
+/// Sends `PING` over a fresh TCP connection; `Ok` when the server answers at all (an
+/// authentication error counts as an answer).
+pub fn ping(port: u16) -> std::io::Result<()> {
+    let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_millis(200))?;
+    stream.set_read_timeout(Some(Duration::from_millis(500)))?;
+    stream.write_all(b"PING\r\n")?;
+    let mut line = String::new();
+    BufReader::new(stream).read_line(&mut line)?;
+    if line.starts_with("+PONG") || line.starts_with("-NOAUTH") {
+        Ok(())
+    } else {
+        Err(std::io::Error::other(format!("unexpected reply {line:?}")))
+    }
+}
+
+/// Boxed error for examples and doctests.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Runs a doctest body on a fresh tokio runtime against a fresh server, and panics with the
+/// error (and the server log) if the body fails. For documentation examples only.
+#[allow(clippy::expect_used)] // a doctest helper: failing loudly is its whole job
+pub fn doctest<F, Fut>(body: F)
+where
+    F: FnOnce(String) -> Fut,
+    Fut: Future<Output = Result<(), BoxError>>,
+{
+    let server = RedisServer::start().expect("doctest needs redis-server");
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    if let Err(e) = rt.block_on(body(server.url())) {
+        panic!("doctest failed: {e}\n--- server log ---\n{}", server.log());
+    }
+}

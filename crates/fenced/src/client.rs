@@ -1,0 +1,226 @@
+//! [`Client`]: the connection to Redis and the background tasks shared by every lock.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+
+use crate::error::{Error, Result};
+use crate::lock::Lock;
+use crate::notify::{self, LocalWaiters};
+use crate::options::ClientOptions;
+use crate::protocol::Protocol;
+use crate::renew::Renewer;
+use crate::resource::FencedResource;
+use crate::token::hex;
+
+/// A handle on one Redis server: cheap to clone, `Send + Sync`, and meant to be shared by a
+/// whole process.
+///
+/// A client holds:
+/// - one reconnecting multiplexed connection for every command;
+/// - one pub/sub connection, opened when the first waiter needs it, shared by all waiters;
+/// - one renewal task that keeps every held lease alive in one pipelined round trip per tick.
+///
+/// # Examples
+///
+/// ```
+/// # fenced_testkit::doctest(|url| async move {
+/// let client = fenced::Client::connect(&url).await?;
+/// let guard = client.lock("product:10100101:shopping").acquire().await?;
+/// println!("holding with fencing token {}", guard.fencing_token());
+/// guard.release().await?;
+/// # Ok(()) });
+/// ```
+#[derive(Clone)]
+pub struct Client {
+    pub(crate) inner: Arc<Inner>,
+}
+
+pub(crate) struct Inner {
+    pub(crate) protocol: Protocol,
+    pub(crate) options: ClientOptions,
+    pub(crate) waiters: Arc<LocalWaiters>,
+    pub(crate) renewer: Renewer,
+}
+
+impl fmt::Debug for Client {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Client")
+            .field("namespace", &self.inner.options.namespace)
+            .field("timeout", &self.inner.options.timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Client {
+    /// Connects with default settings. `url` is `redis://host:port/db`, `rediss://…` for TLS
+    /// (with the `tls` feature), and may carry `user:password@` for ACL authentication.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for a malformed URL, [`Error::Unavailable`] or
+    /// [`Error::Timeout`] when the server does not answer a `PING` within the timeout.
+    pub async fn connect(url: &str) -> Result<Client> {
+        Client::builder(url).connect().await
+    }
+
+    /// Starts configuring a client for `url`.
+    pub fn builder(url: &str) -> ClientBuilder {
+        ClientBuilder {
+            url: url.to_owned(),
+            options: ClientOptions::default(),
+        }
+    }
+
+    /// A lock named `name` (a handle; nothing is sent to Redis until you acquire it).
+    ///
+    /// Lock one thing, not a whole collection: `product:10100101:shopping` rather than
+    /// `products`. Names are up to [`MAX_NAME_LEN`](crate::MAX_NAME_LEN) bytes and may not
+    /// contain `{` or `}`.
+    pub fn lock(&self, name: impl Into<String>) -> Lock {
+        Lock::new(self.clone(), name.into())
+    }
+
+    /// A resource that accepts writes only with a current fencing token.
+    pub fn resource(&self, name: impl Into<String>) -> FencedResource {
+        FencedResource::new(self.clone(), name.into())
+    }
+
+    /// The key prefix of this client.
+    pub fn namespace(&self) -> &str {
+        &self.inner.options.namespace
+    }
+
+    /// The bound on every Redis call.
+    pub fn timeout(&self) -> Duration {
+        self.inner.options.timeout
+    }
+}
+
+/// Settings for a [`Client`], applied by [`ClientBuilder::connect`].
+#[derive(Clone, Debug)]
+pub struct ClientBuilder {
+    url: String,
+    options: ClientOptions,
+}
+
+impl ClientBuilder {
+    /// Prefix of every key and channel (default `"fenced:"`). Two clients with different
+    /// namespaces never see each other's locks. May not contain `{` or `}`.
+    pub fn namespace(mut self, namespace: impl Into<String>) -> Self {
+        self.options.namespace = namespace.into();
+        self
+    }
+
+    /// Bound on every Redis call, connecting included (default 2s, at most 1h).
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.options.timeout = timeout;
+        self
+    }
+
+    /// Lease length of locks that do not set their own (default 30s). Renewal keeps a held
+    /// lease alive, so this is how long a crashed holder blocks others.
+    pub fn default_ttl(mut self, ttl: Duration) -> Self {
+        self.options.default_ttl = ttl;
+        self
+    }
+
+    /// How long a lock's fencing counter outlives its last grant (default 24h). Fencing tokens
+    /// keep increasing after that too, as long as the server clock has not stepped back by
+    /// more than this period; see the crate documentation.
+    pub fn fence_retention(mut self, retention: Duration) -> Self {
+        self.options.fence_retention = retention;
+        self
+    }
+
+    /// Bounds of the fallback poll of a waiter that hears no release notification (default
+    /// 25ms growing to 1s). Only the first waiter of a name in a process polls.
+    pub fn poll_interval(mut self, min: Duration, max: Duration) -> Self {
+        self.options.poll_min = min;
+        self.options.poll_max = max;
+        self
+    }
+
+    /// Validates the settings, connects and checks the server answers.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for a bad URL or setting (nothing is sent then);
+    /// [`Error::Unavailable`] or [`Error::Timeout`] when the server cannot be reached.
+    pub async fn connect(self) -> Result<Client> {
+        let options = self.options;
+        options.validate()?;
+        let redis_client = redis::Client::open(self.url.as_str()).map_err(|e| {
+            Error::invalid(format!(
+                "Redis URL {:?} is not usable: {e}",
+                redact(&self.url)
+            ))
+        })?;
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(options.timeout))
+            .set_response_timeout(Some(options.timeout))
+            .set_number_of_retries(2)
+            .set_max_delay(options.timeout);
+        let conn = ConnectionManager::new_lazy_with_config(redis_client.clone(), config)
+            .map_err(|e| Error::from_redis("connect", options.timeout, e))?;
+
+        let mut id = [0u8; 8];
+        getrandom::fill(&mut id)
+            .map_err(|e| Error::invalid(format!("the OS random source failed: {e}")))?;
+        let client_id: Arc<str> = hex(&id).into();
+
+        let protocol = Protocol::new(
+            conn,
+            options.timeout,
+            options.fence_retention,
+            client_id.clone(),
+        );
+        protocol.ping().await?;
+        let waiters = notify::start(redis_client, client_id, options.timeout);
+        let renewer = Renewer::start(protocol.clone(), waiters.clone());
+        Ok(Client {
+            inner: Arc::new(Inner {
+                protocol,
+                options,
+                waiters,
+                renewer,
+            }),
+        })
+    }
+}
+
+/// The URL without its password, for error messages.
+fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let userinfo = &url[scheme + 3..at];
+            match userinfo.find(':') {
+                Some(colon) => format!(
+                    "{}{}:***{}",
+                    &url[..scheme + 3],
+                    &userinfo[..colon],
+                    &url[at..]
+                ),
+                None => url.to_owned(),
+            }
+        }
+        _ => url.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redact;
+
+    #[test]
+    fn passwords_are_not_echoed() {
+        assert_eq!(
+            redact("redis://app:s3cret@127.0.0.1:6379"),
+            "redis://app:***@127.0.0.1:6379"
+        );
+        assert_eq!(redact("redis://127.0.0.1:6379"), "redis://127.0.0.1:6379");
+        assert_eq!(redact("redis://:pw@h/0"), "redis://:***@h/0");
+    }
+}

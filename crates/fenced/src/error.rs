@@ -1,0 +1,113 @@
+//! The one error type of the crate, and how Redis errors map onto it.
+
+use std::time::Duration;
+
+use crate::token::FencingToken;
+
+/// Everything that can go wrong in `fenced`.
+///
+/// Match on the variant to decide what to do: [`Error::NotAcquired`] is contention (try later),
+/// [`Error::LeaseLost`] and [`Error::NotHeld`] mean your exclusive access ended (stop writing),
+/// [`Error::Unavailable`] and [`Error::Timeout`] mean Redis could not be reached in time (the
+/// outcome of a write may be unknown), and [`Error::InvalidArgument`] is a bug in the caller.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// [`Lock::acquire`](crate::Lock::acquire) gave up: its wait deadline or its attempt limit
+    /// was used up while somebody else held the lock.
+    #[error(
+        "lock {name:?} was not acquired: still held after waiting {waited:?} ({attempts} attempts)"
+    )]
+    NotAcquired {
+        /// The lock's name.
+        name: String,
+        /// How long the call waited, on the monotonic clock.
+        waited: Duration,
+        /// How many acquire attempts were sent to Redis.
+        attempts: u32,
+    },
+    /// A release or extend found that this lease is no longer held: it expired, or the lock was
+    /// broken by force, or somebody else holds it now. Nothing was changed in Redis.
+    #[error(
+        "the lease on lock {name:?} is no longer held by this owner (it expired or was taken over)"
+    )]
+    NotHeld {
+        /// The lock's name.
+        name: String,
+    },
+    /// The lease ended while the protected work was running: a renewal was refused, or its
+    /// validity deadline passed without a successful renewal. Returned by
+    /// [`Lock::with_lock`](crate::Lock::with_lock) and [`Lease::check`](crate::Lease::check).
+    #[error(
+        "the lease on lock {name:?} (fencing token {fencing_token}) was lost before the work finished"
+    )]
+    LeaseLost {
+        /// The lock's name.
+        name: String,
+        /// The fencing token of the lease that was lost.
+        fencing_token: FencingToken,
+    },
+    /// Redis could not be reached: the connection was refused, reset or closed.
+    #[error("Redis is unavailable: {source}")]
+    Unavailable {
+        /// The underlying client error.
+        #[source]
+        source: redis::RedisError,
+    },
+    /// A Redis call did not answer within the client's per-call timeout. For a write (acquire,
+    /// release, fenced write) the outcome is unknown: it may or may not have taken effect.
+    #[error("{operation} timed out after {after:?}")]
+    Timeout {
+        /// The operation that timed out, such as `"acquire"`.
+        operation: &'static str,
+        /// The timeout that was exceeded.
+        after: Duration,
+    },
+    /// An argument was rejected before anything was sent to Redis.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+    /// Redis answered with an error (for example `NOPERM` from an ACL, or `READONLY` from a replica).
+    #[error("Redis returned an error: {0}")]
+    Redis(#[source] redis::RedisError),
+    /// A script answered in a shape this version of `fenced` does not understand.
+    #[error("unexpected reply from the {script} script: {detail}")]
+    UnexpectedReply {
+        /// Which script answered.
+        script: &'static str,
+        /// What was wrong with the reply.
+        detail: String,
+    },
+}
+
+/// Shorthand for results of this crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    /// True for errors where Redis could not be reached or did not answer in time, so retrying
+    /// later may succeed.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, Error::Unavailable { .. } | Error::Timeout { .. })
+    }
+
+    /// Maps a client error of an `operation` onto our variants.
+    pub(crate) fn from_redis(
+        operation: &'static str,
+        timeout: Duration,
+        err: redis::RedisError,
+    ) -> Self {
+        if err.is_timeout() {
+            Error::Timeout {
+                operation,
+                after: timeout,
+            }
+        } else if err.is_io_error() || err.is_connection_refusal() || err.is_connection_dropped() {
+            Error::Unavailable { source: err }
+        } else {
+            Error::Redis(err)
+        }
+    }
+
+    pub(crate) fn invalid(msg: impl Into<String>) -> Self {
+        Error::InvalidArgument(msg.into())
+    }
+}

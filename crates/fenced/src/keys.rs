@@ -1,0 +1,126 @@
+//! Names, their limits, and the Redis keys a primitive uses.
+//!
+//! Every key of one lock carries the hash tag `{name}`, so on Redis Cluster all of them live in
+//! one slot and one script can touch them atomically:
+//!
+//! | key | type | what it holds |
+//! |---|---|---|
+//! | `<ns>{<name>}` | string | the owner token of the current holder, with `PX` = the lease |
+//! | `<ns>{<name>}:fence` | hash | `last`: the last fencing token handed out; `released`: the owner token of the last release |
+//! | `<ns>{<name>}:released` | pub/sub channel | one message per release, payload = the releasing client's id |
+//! | `<ns>res:{<name>}` | hash | a [`FencedResource`](crate::FencedResource)'s fields |
+//! | `<ns>res:{<name>}:fence` | string | the highest fencing token that resource has accepted |
+
+use crate::error::{Error, Result};
+
+/// The longest lock or resource name accepted, in bytes.
+pub const MAX_NAME_LEN: usize = 1024;
+
+/// The longest namespace prefix accepted, in bytes.
+pub const MAX_NAMESPACE_LEN: usize = 256;
+
+/// Checks a lock or resource name before anything is sent to Redis.
+pub(crate) fn validate_name(kind: &str, name: &str) -> Result<()> {
+    if name.is_empty() {
+        return Err(Error::invalid(format!("{kind} name is empty")));
+    }
+    if name.len() > MAX_NAME_LEN {
+        return Err(Error::invalid(format!(
+            "{kind} name is {} bytes long; the limit is {MAX_NAME_LEN}",
+            name.len()
+        )));
+    }
+    if name.contains(['{', '}']) {
+        return Err(Error::invalid(format!(
+            "{kind} name {name:?} contains '{{' or '}}'; fenced wraps names in a {{hash tag}} so that all keys of one lock share a Redis Cluster slot, and braces inside the name would break it"
+        )));
+    }
+    Ok(())
+}
+
+/// Checks a namespace prefix given to the client builder.
+pub(crate) fn validate_namespace(ns: &str) -> Result<()> {
+    if ns.len() > MAX_NAMESPACE_LEN {
+        return Err(Error::invalid(format!(
+            "namespace is {} bytes long; the limit is {MAX_NAMESPACE_LEN}",
+            ns.len()
+        )));
+    }
+    if ns.contains(['{', '}']) {
+        return Err(Error::invalid(format!(
+            "namespace {ns:?} contains '{{' or '}}', which would move the hash tag of every key"
+        )));
+    }
+    Ok(())
+}
+
+/// The keys and channel of one lock.
+#[derive(Clone, Debug)]
+pub(crate) struct LockKeys {
+    pub(crate) lock: String,
+    pub(crate) fence: String,
+    pub(crate) channel: String,
+}
+
+impl LockKeys {
+    pub(crate) fn new(namespace: &str, name: &str) -> Self {
+        let lock = format!("{namespace}{{{name}}}");
+        LockKeys {
+            fence: format!("{lock}:fence"),
+            channel: format!("{lock}:released"),
+            lock,
+        }
+    }
+}
+
+/// The keys of one fenced resource.
+#[derive(Clone, Debug)]
+pub(crate) struct ResourceKeys {
+    pub(crate) data: String,
+    pub(crate) fence: String,
+}
+
+impl ResourceKeys {
+    pub(crate) fn new(namespace: &str, name: &str) -> Self {
+        let data = format!("{namespace}res:{{{name}}}");
+        ResourceKeys {
+            fence: format!("{data}:fence"),
+            data,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_share_the_name_as_hash_tag() {
+        let k = LockKeys::new("fenced:", "product:10100101:shopping");
+        assert_eq!(k.lock, "fenced:{product:10100101:shopping}");
+        assert_eq!(k.fence, "fenced:{product:10100101:shopping}:fence");
+        assert_eq!(k.channel, "fenced:{product:10100101:shopping}:released");
+        let r = ResourceKeys::new("app:", "stock");
+        assert_eq!(r.data, "app:res:{stock}");
+        assert_eq!(r.fence, "app:res:{stock}:fence");
+    }
+
+    #[test]
+    fn bad_names_are_rejected_with_a_reason() {
+        for (name, needle) in [("", "empty"), ("a}b", "hash tag"), ("{x", "hash tag")] {
+            match validate_name("lock", name) {
+                Err(Error::InvalidArgument(msg)) => assert!(msg.contains(needle), "{msg}"),
+                other => panic!("{name:?} gave {other:?}"),
+            }
+        }
+        let long = "x".repeat(MAX_NAME_LEN + 1);
+        assert!(matches!(
+            validate_name("lock", &long),
+            Err(Error::InvalidArgument(_))
+        ));
+        assert!(validate_name("lock", &"x".repeat(MAX_NAME_LEN)).is_ok());
+        assert!(validate_name("lock", "naïve name with spaces\nand newline").is_ok());
+        assert!(validate_namespace("a{").is_err());
+        assert!(validate_namespace("").is_ok());
+    }
+}

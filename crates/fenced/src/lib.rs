@@ -1,0 +1,126 @@
+//! Distributed locks on Redis that tell you when you lost them, and fencing tokens that make a
+//! lost lock harmless.
+//!
+//! ```
+//! # fenced_testkit::doctest(|url| async move {
+//! use std::time::Duration;
+//! use fenced::{Client, FencedWrite};
+//!
+//! let client = Client::connect(&url).await?;
+//! let lock = client.lock("product:10100101:shopping").with_ttl(Duration::from_secs(10));
+//! let stock = client.resource("stock:10100101");
+//!
+//! let guard = lock.acquire().await?;            // waits for a release notification, not a sleep loop
+//! let token = guard.fencing_token();           // strictly greater than every earlier grant
+//! tokio::select! {
+//!     _ = guard.lost() => println!("lease lost: stop writing"),
+//!     written = stock.set(token, "count", "19") => assert_eq!(written?, FencedWrite::Applied),
+//! }
+//! guard.release().await?;                      // compare-and-delete, wakes the next waiter
+//! # Ok(()) });
+//! ```
+//!
+//! # What you get
+//!
+//! - [`Lock`]: an exclusive lease (`SET key owner NX PX ttl`) with a random 128-bit owner
+//!   token, a [`FencingToken`] per grant, release by compare-and-delete, renewal in the
+//!   background while the [`LockGuard`] lives, a lost-lease signal ([`LockGuard::lost`]),
+//!   and waiters woken by the release itself instead of polling.
+//! - [`FencedResource`]: data in Redis that refuses writes with an older fencing token.
+//! - [`Lock::with_lock`]: run a piece of work under the lock; it is cancelled if the lease is
+//!   lost.
+//!
+//! # What a lease guarantees, and what needs fencing
+//!
+//! A Redis lock is a **lease**: it is yours until its ttl runs out, and renewal keeps
+//! extending it while your process is healthy. On its own it gives mutual exclusion only as
+//! long as your process keeps running on time. A holder that is paused (a GC pause, swapping,
+//! `SIGSTOP`, a VM migration) or whose messages are delayed for longer than the lease can wake
+//! up still believing it holds the lock while somebody else does (Kleppmann, 2016). No client
+//! library can prevent that by itself, because the paused process cannot run any check.
+//!
+//! What this crate does about it:
+//! - the guard knows a **validity deadline**, measured on the monotonic clock from *before*
+//!   the acquire request was sent, minus a drift allowance, and fires its lost signal when the
+//!   deadline passes without a successful renewal, even if Redis cannot be reached;
+//! - every grant carries a **fencing token**, and the resource can refuse a write whose token
+//!   is older than one it has already accepted ([`FencedResource`], or the SQL pattern shown
+//!   there). With that check in place, a late writer is rejected instead of corrupting data;
+//!   that is the guarantee to rely on for correctness.
+//!
+//! Without fencing, use the lock for **efficiency** (avoiding duplicate work), not for
+//! correctness. When the work is a short read-modify-write of Redis data, optimistic
+//! concurrency (a `WATCH`/`MULTI`/`EXEC` transaction or an atomic script) avoids locking
+//! altogether.
+//!
+//! ## Fencing tokens, precisely
+//!
+//! A token is `max(last + 1, server time in µs)`, computed by the acquire script on the Redis
+//! server. It is strictly greater than every token handed out before for the same name on
+//! that server, including after leases expired. The counter key expires after
+//! [`fence_retention`](ClientBuilder::fence_retention) (24h by default) without a grant, so
+//! keys do not pile up; from then on the server clock, which has moved on by at least that
+//! period, keeps tokens increasing. They stop increasing only if the server's clock steps
+//! back by more than the retention period, or if a replica that missed recent grants is
+//! promoted (asynchronous replication loses writes on failover; a single-master lock cannot
+//! promise anything across failover).
+//!
+//! # Redis keys
+//!
+//! All keys of one lock share the hash tag `{name}`, so they stay in one Redis Cluster slot.
+//! The lock key holds the owner token as a plain string with a `PX` expiry, the same layout
+//! redis-py's `Lock`, redsync and node-redlock use, so holders using those libraries on the
+//! same key and `fenced` exclude each other (they do not publish on release, so a `fenced`
+//! waiter sees their releases by polling).
+//!
+//! | key | holds |
+//! |---|---|
+//! | `fenced:{name}` | owner token of the holder, `PX` = lease |
+//! | `fenced:{name}:fence` | hash: `last` fencing token, owner of the last release |
+//! | `fenced:{name}:released` | pub/sub channel: one message per release |
+//!
+//! # Timeouts
+//!
+//! Every Redis call is bounded by the client's timeout (2s by default). Nothing hangs when
+//! Redis is down, slow or paused: calls fail with [`Error::Timeout`] or
+//! [`Error::Unavailable`].
+
+mod client;
+mod error;
+mod guard;
+mod keys;
+mod lock;
+mod notify;
+mod options;
+mod protocol;
+mod renew;
+mod resource;
+mod token;
+mod wait;
+
+pub use client::{Client, ClientBuilder};
+pub use error::{Error, Result};
+pub use guard::{Lease, LockGuard};
+pub use keys::{MAX_NAME_LEN, MAX_NAMESPACE_LEN};
+pub use lock::Lock;
+pub use options::{MAX_TTL, MIN_TTL};
+pub use protocol::FencedWrite;
+pub use resource::{FencedResource, MAX_FIELDS_PER_WRITE};
+pub use token::FencingToken;
+pub use wait::WaitPolicy;
+
+#[cfg(test)]
+mod bounds {
+    //! Compile-time checks that the public handles can cross tasks and threads.
+    fn send_sync_static<T: Send + Sync + 'static>() {}
+
+    #[test]
+    fn public_types_are_send_sync_static() {
+        send_sync_static::<crate::Client>();
+        send_sync_static::<crate::Lock>();
+        send_sync_static::<crate::LockGuard>();
+        send_sync_static::<crate::Lease>();
+        send_sync_static::<crate::FencedResource>();
+        send_sync_static::<crate::Error>();
+    }
+}

@@ -1,0 +1,135 @@
+//! Settings of a [`Client`](crate::Client), their defaults, and the checks on durations.
+
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+
+/// The shortest lease accepted. Shorter leases cannot be renewed in time (renewal runs at a
+/// third of the lease and must leave room for the drift allowance).
+pub const MIN_TTL: Duration = Duration::from_millis(20);
+
+/// The longest lease accepted (one year); longer values are almost always a unit mistake.
+pub const MAX_TTL: Duration = Duration::from_secs(365 * 24 * 3600);
+
+/// Settings shared by everything made from one [`Client`](crate::Client).
+///
+/// Build them with [`ClientBuilder`](crate::ClientBuilder); the defaults are listed on each field's
+/// setter there.
+#[derive(Clone, Debug)]
+pub(crate) struct ClientOptions {
+    pub(crate) namespace: String,
+    pub(crate) timeout: Duration,
+    pub(crate) default_ttl: Duration,
+    pub(crate) fence_retention: Duration,
+    pub(crate) poll_min: Duration,
+    pub(crate) poll_max: Duration,
+}
+
+impl Default for ClientOptions {
+    fn default() -> Self {
+        ClientOptions {
+            namespace: "fenced:".to_owned(),
+            timeout: Duration::from_secs(2),
+            default_ttl: Duration::from_secs(30),
+            fence_retention: Duration::from_secs(24 * 3600),
+            poll_min: Duration::from_millis(25),
+            poll_max: Duration::from_secs(1),
+        }
+    }
+}
+
+impl ClientOptions {
+    pub(crate) fn validate(&self) -> Result<()> {
+        crate::keys::validate_namespace(&self.namespace)?;
+        check_range(
+            "timeout",
+            self.timeout,
+            Duration::from_millis(1),
+            Duration::from_secs(3600),
+        )?;
+        validate_ttl(self.default_ttl)?;
+        check_range(
+            "fence retention",
+            self.fence_retention,
+            Duration::from_secs(1),
+            MAX_TTL,
+        )?;
+        check_range(
+            "poll interval",
+            self.poll_min,
+            Duration::from_millis(1),
+            Duration::from_secs(3600),
+        )?;
+        check_range(
+            "poll interval",
+            self.poll_max,
+            self.poll_min,
+            Duration::from_secs(3600),
+        )?;
+        Ok(())
+    }
+}
+
+/// Checks a lease length.
+pub(crate) fn validate_ttl(ttl: Duration) -> Result<()> {
+    if ttl.is_zero() {
+        return Err(Error::invalid(
+            "ttl is zero; a lease must last at least 20ms",
+        ));
+    }
+    check_range("ttl", ttl, MIN_TTL, MAX_TTL)
+}
+
+fn check_range(what: &str, value: Duration, min: Duration, max: Duration) -> Result<()> {
+    if value < min {
+        return Err(Error::invalid(format!(
+            "{what} {value:?} is below the minimum of {min:?}"
+        )));
+    }
+    if value > max {
+        return Err(Error::invalid(format!(
+            "{what} {value:?} is above the maximum of {max:?}"
+        )));
+    }
+    Ok(())
+}
+
+/// How much of a lease the client does not count on: clocks of client and server may run at
+/// slightly different rates (the Redlock rule: 1% of the ttl plus 2ms).
+pub(crate) fn drift_allowance(ttl: Duration) -> Duration {
+    ttl / 100 + Duration::from_millis(2)
+}
+
+/// The lease in whole milliseconds, as sent in `PX`. `validate_ttl` keeps it far from overflow.
+pub(crate) fn ttl_millis(ttl: Duration) -> u64 {
+    u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ttl_bounds() {
+        assert!(validate_ttl(Duration::ZERO).is_err());
+        assert!(validate_ttl(Duration::from_millis(19)).is_err());
+        assert!(validate_ttl(MIN_TTL).is_ok());
+        assert!(validate_ttl(MAX_TTL).is_ok());
+        assert!(validate_ttl(MAX_TTL + Duration::from_millis(1)).is_err());
+        assert!(validate_ttl(Duration::MAX).is_err());
+    }
+
+    #[test]
+    fn drift_leaves_most_of_the_lease() {
+        assert_eq!(
+            drift_allowance(Duration::from_secs(30)),
+            Duration::from_millis(302)
+        );
+        assert!(drift_allowance(MIN_TTL) < MIN_TTL / 3);
+    }
+
+    #[test]
+    fn defaults_are_valid() {
+        assert!(ClientOptions::default().validate().is_ok());
+    }
+}

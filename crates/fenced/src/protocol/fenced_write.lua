@@ -1,0 +1,26 @@
+-- Write to a resource only if the writer's fencing token is at least the highest one the
+-- resource has accepted; remember the token when accepted.
+--
+-- KEYS[1]  resource data (hash)
+-- KEYS[2]  resource fence (string: highest accepted token, decimal)
+-- ARGV[1]  the writer's fencing token (decimal, no leading zeros)
+-- ARGV[2..] field, value, field, value, ...
+--
+-- Returns {1, token}   accepted and written
+--         {0, highest} refused: a newer holder has written already; nothing changed.
+--
+-- Tokens are compared as decimal strings (length first, then bytes), which is exact for every
+-- u64, where Lua's doubles are exact only up to 2^53.
+local function older(a, b)
+  if #a ~= #b then return #a < #b end
+  return a < b
+end
+local highest = redis.call('GET', KEYS[2])
+if highest and older(ARGV[1], highest) then
+  return {0, highest}
+end
+redis.call('SET', KEYS[2], ARGV[1])
+if #ARGV > 1 then
+  redis.call('HSET', KEYS[1], unpack(ARGV, 2))
+end
+return {1, ARGV[1]}

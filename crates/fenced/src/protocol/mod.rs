@@ -1,0 +1,299 @@
+//! The lock protocol: the only code that sends Lua to Redis.
+//!
+//! Everything above this module (waiting, renewal, guards) speaks in typed replies
+//! ([`AcquireReply`], [`ReleaseReply`], …) and never builds a Redis command itself, so another
+//! backend (Redlock over several masters, Cluster) can slot in here without touching it.
+//!
+//! Invariants:
+//! 1. Every call is bounded by the client's per-call timeout; a timed-out write has an unknown
+//!    outcome and is reported as [`Error::Timeout`].
+//! 2. User data (names, tokens, values) travels only in KEYS and ARGV; script bodies are static
+//!    files compiled into the binary.
+//! 3. Scripts run by `EVALSHA`; a `NOSCRIPT` reply (after a restart, a failover or a
+//!    `SCRIPT FLUSH`) loads the script and retries once. Pipelines get the same fallback.
+
+use std::sync::{Arc, LazyLock};
+use std::time::Duration;
+
+use redis::aio::ConnectionManager;
+use redis::{RedisError, Script, Value};
+
+use crate::error::{Error, Result};
+use crate::keys::{LockKeys, ResourceKeys};
+use crate::token::{FencingToken, OwnerToken};
+
+static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("acquire.lua")));
+static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("release.lua")));
+static EXTEND: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("extend.lua")));
+static FENCED_WRITE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("fenced_write.lua")));
+
+/// What an acquire attempt found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AcquireReply {
+    /// The lease is ours, with this fencing token.
+    Acquired(FencingToken),
+    /// Somebody holds it; their lease has this much left (`None`: the key has no expiry).
+    Held { remaining: Option<Duration> },
+}
+
+/// What a release found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ReleaseReply {
+    /// Deleted now; waiters were notified.
+    Released,
+    /// An earlier attempt of this same release already deleted it (its reply was lost).
+    AlreadyReleased,
+    /// Not ours any more; nothing changed.
+    NotHeld,
+}
+
+/// What a fenced write did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FencedWrite {
+    /// The token was at least the highest seen; the fields were written.
+    Applied,
+    /// A write with a higher token was accepted before; nothing was written.
+    Stale {
+        /// The highest token the resource has accepted.
+        highest: FencingToken,
+    },
+}
+
+/// One lease to renew in a batch.
+pub(crate) struct RenewItem<'a> {
+    pub(crate) lock_key: &'a str,
+    pub(crate) owner: &'a OwnerToken,
+    pub(crate) ttl_ms: u64,
+}
+
+/// The connection and settings every protocol call needs. Cheap to clone.
+#[derive(Clone)]
+pub(crate) struct Protocol {
+    conn: ConnectionManager,
+    timeout: Duration,
+    fence_retention_ms: u64,
+    client_id: Arc<str>,
+}
+
+impl Protocol {
+    pub(crate) fn new(
+        conn: ConnectionManager,
+        timeout: Duration,
+        fence_retention: Duration,
+        client_id: Arc<str>,
+    ) -> Self {
+        Protocol {
+            conn,
+            timeout,
+            fence_retention_ms: crate::options::ttl_millis(fence_retention),
+            client_id,
+        }
+    }
+
+    /// Bounds `fut` by the per-call timeout and maps its error.
+    async fn bounded<T>(
+        &self,
+        operation: &'static str,
+        fut: impl Future<Output = Result<T, RedisError>>,
+    ) -> Result<T> {
+        match tokio::time::timeout(self.timeout, fut).await {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(e)) => Err(Error::from_redis(operation, self.timeout, e)),
+            Err(_) => Err(Error::Timeout {
+                operation,
+                after: self.timeout,
+            }),
+        }
+    }
+
+    /// Sends `PING`; used to check a new client can reach its server.
+    pub(crate) async fn ping(&self) -> Result<()> {
+        let mut conn = self.conn.clone();
+        self.bounded("ping", async move {
+            redis::cmd("PING").query_async::<String>(&mut conn).await
+        })
+        .await
+        .map(|_| ())
+    }
+
+    /// One acquire attempt: `SET NX PX` plus a fencing token, in one round trip.
+    pub(crate) async fn try_acquire(
+        &self,
+        keys: &LockKeys,
+        owner: &OwnerToken,
+        ttl_ms: u64,
+    ) -> Result<AcquireReply> {
+        let mut conn = self.conn.clone();
+        let mut inv = ACQUIRE.prepare_invoke();
+        inv.key(&keys.lock)
+            .key(&keys.fence)
+            .arg(owner.as_str())
+            .arg(ttl_ms)
+            .arg(self.fence_retention_ms);
+        let (granted, value): (i64, Value) =
+            self.bounded("acquire", inv.invoke_async(&mut conn)).await?;
+        match (granted, value) {
+            (1, Value::BulkString(bytes)) => {
+                parse_token("acquire", &bytes).map(AcquireReply::Acquired)
+            }
+            (0, Value::Int(pttl)) => Ok(AcquireReply::Held {
+                remaining: u64::try_from(pttl).ok().map(Duration::from_millis),
+            }),
+            (g, v) => Err(unexpected("acquire", format!("{g}, {v:?}"))),
+        }
+    }
+
+    /// Compare-and-delete, then notify waiters.
+    pub(crate) async fn release(
+        &self,
+        keys: &LockKeys,
+        owner: &OwnerToken,
+    ) -> Result<ReleaseReply> {
+        let mut conn = self.conn.clone();
+        let mut inv = RELEASE.prepare_invoke();
+        inv.key(&keys.lock)
+            .key(&keys.fence)
+            .arg(owner.as_str())
+            .arg(&keys.channel)
+            .arg(&*self.client_id)
+            .arg(self.fence_retention_ms);
+        let code: i64 = self.bounded("release", inv.invoke_async(&mut conn)).await?;
+        match code {
+            1 => Ok(ReleaseReply::Released),
+            2 => Ok(ReleaseReply::AlreadyReleased),
+            0 => Ok(ReleaseReply::NotHeld),
+            other => Err(unexpected("release", other.to_string())),
+        }
+    }
+
+    /// Compare-and-pexpire: true when the lease was ours and now lasts `ttl_ms` from now.
+    pub(crate) async fn extend(
+        &self,
+        lock_key: &str,
+        owner: &OwnerToken,
+        ttl_ms: u64,
+    ) -> Result<bool> {
+        let mut conn = self.conn.clone();
+        let mut inv = EXTEND.prepare_invoke();
+        inv.key(lock_key).arg(owner.as_str()).arg(ttl_ms);
+        let code: i64 = self.bounded("extend", inv.invoke_async(&mut conn)).await?;
+        Ok(code == 1)
+    }
+
+    /// Renews many leases in ONE pipelined round trip. The outer error means the round trip
+    /// failed as a whole (nothing is known); the inner results are per lease.
+    pub(crate) async fn extend_many(&self, items: &[RenewItem<'_>]) -> Result<Vec<Result<bool>>> {
+        let mut pipe = redis::pipe();
+        pipe.ignore_errors();
+        for item in items {
+            pipe.cmd("EVALSHA")
+                .arg(EXTEND.get_hash())
+                .arg(1)
+                .arg(item.lock_key)
+                .arg(item.owner.as_str())
+                .arg(item.ttl_ms);
+        }
+        let mut conn = self.conn.clone();
+        let timeout = self.timeout;
+        let replies: Vec<Result<i64, RedisError>> = self
+            .bounded("renew", async {
+                let first: Vec<Result<i64, RedisError>> = pipe.query_async(&mut conn).await?;
+                if first.iter().any(is_noscript) {
+                    // The script cache was emptied (restart, failover, SCRIPT FLUSH): a pipeline
+                    // cannot fall back by itself, so load the script and send the batch again.
+                    EXTEND.prepare_invoke().load_async(&mut conn).await?;
+                    return pipe.query_async(&mut conn).await;
+                }
+                Ok(first)
+            })
+            .await?;
+        Ok(replies
+            .into_iter()
+            .map(|r| {
+                r.map(|code| code == 1)
+                    .map_err(|e| Error::from_redis("renew", timeout, e))
+            })
+            .collect())
+    }
+
+    /// Writes `fields` to a resource if `token` is not older than the newest accepted one.
+    pub(crate) async fn fenced_write(
+        &self,
+        keys: &ResourceKeys,
+        token: FencingToken,
+        fields: &[(&str, &[u8])],
+    ) -> Result<FencedWrite> {
+        let mut conn = self.conn.clone();
+        let mut inv = FENCED_WRITE.prepare_invoke();
+        inv.key(&keys.data).key(&keys.fence).arg(token.get());
+        for (field, value) in fields {
+            inv.arg(*field).arg(*value);
+        }
+        let (applied, value): (i64, Value) = self
+            .bounded("fenced write", inv.invoke_async(&mut conn))
+            .await?;
+        match (applied, value) {
+            (1, _) => Ok(FencedWrite::Applied),
+            (0, Value::BulkString(bytes)) => Ok(FencedWrite::Stale {
+                highest: parse_token("fenced write", &bytes)?,
+            }),
+            (a, v) => Err(unexpected("fenced write", format!("{a}, {v:?}"))),
+        }
+    }
+
+    /// Reads one field of a resource.
+    pub(crate) async fn resource_get(
+        &self,
+        keys: &ResourceKeys,
+        field: &str,
+    ) -> Result<Option<Vec<u8>>> {
+        let mut conn = self.conn.clone();
+        self.bounded("resource read", async move {
+            redis::cmd("HGET")
+                .arg(&keys.data)
+                .arg(field)
+                .query_async(&mut conn)
+                .await
+        })
+        .await
+    }
+
+    /// Reads the highest token a resource has accepted.
+    pub(crate) async fn resource_fence(&self, keys: &ResourceKeys) -> Result<Option<FencingToken>> {
+        let mut conn = self.conn.clone();
+        let raw: Option<Vec<u8>> = self
+            .bounded("resource read", async move {
+                redis::cmd("GET")
+                    .arg(&keys.fence)
+                    .query_async(&mut conn)
+                    .await
+            })
+            .await?;
+        raw.map(|b| parse_token("resource read", &b)).transpose()
+    }
+}
+
+fn is_noscript(r: &Result<i64, RedisError>) -> bool {
+    matches!(r, Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript))
+}
+
+fn parse_token(script: &'static str, bytes: &[u8]) -> Result<FencingToken> {
+    std::str::from_utf8(bytes)
+        .ok()
+        .and_then(|s| s.parse::<u64>().ok())
+        .map(FencingToken::new)
+        .ok_or_else(|| {
+            unexpected(
+                script,
+                format!(
+                    "fencing token {:?} is not a u64",
+                    String::from_utf8_lossy(bytes)
+                ),
+            )
+        })
+}
+
+fn unexpected(script: &'static str, detail: String) -> Error {
+    Error::UnexpectedReply { script, detail }
+}

@@ -1,0 +1,366 @@
+//! The renewal loop: ONE task per client keeps every held lease alive, and tells a holder the
+//! moment its lease is gone.
+//!
+//! Invariants:
+//! 1. All leases due for renewal are renewed together, in one pipelined round trip per tick
+//!    (one `extend` script per lease), at about a third of each lease's ttl.
+//! 2. A lease's validity deadline is measured on the monotonic clock from BEFORE the request
+//!    that granted or renewed it was sent, minus the drift allowance; the server's own expiry
+//!    can only come later.
+//! 3. A lease is declared lost (its `CancellationToken` cancelled) when a renewal is refused
+//!    (the key is gone or belongs to somebody else), or when its validity deadline passes
+//!    without a successful renewal, even while Redis does not answer at all. Transport errors
+//!    alone do not declare it lost: the loop retries until the deadline.
+//! 4. At most one renewal round trip is in flight; the deadline timer keeps running meanwhile.
+//! 5. Guards dropped without `release` hand their lease to this task, which releases it in the
+//!    background, so `Drop` never blocks.
+//! 6. The task ends when the client and every guard are gone and pending releases are done.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use futures_util::FutureExt;
+use futures_util::future::BoxFuture;
+use futures_util::stream::{FuturesUnordered, StreamExt};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::error::Result;
+use crate::keys::LockKeys;
+use crate::notify::LocalWaiters;
+use crate::options::{drift_allowance, ttl_millis};
+use crate::protocol::{Protocol, ReleaseReply, RenewItem};
+use crate::token::{FencingToken, OwnerToken};
+
+/// What a guard and the renewal loop share about one lease.
+#[derive(Debug)]
+pub(crate) struct LeaseState {
+    pub(crate) lost: CancellationToken,
+    timing: Mutex<Timing>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Timing {
+    valid_until: Instant,
+    ttl: Duration,
+}
+
+impl LeaseState {
+    pub(crate) fn new(requested_at: Instant, ttl: Duration) -> Self {
+        LeaseState {
+            lost: CancellationToken::new(),
+            timing: Mutex::new(Timing {
+                valid_until: requested_at + ttl - drift_allowance(ttl),
+                ttl,
+            }),
+        }
+    }
+
+    fn timing(&self) -> MutexGuard<'_, Timing> {
+        // Timing is two plain values written together; a poisoned lock still holds a valid pair.
+        self.timing.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn valid_until(&self) -> Instant {
+        self.timing().valid_until
+    }
+
+    pub(crate) fn ttl(&self) -> Duration {
+        self.timing().ttl
+    }
+
+    /// Records a successful renewal (or extend) sent at `requested_at` for `ttl`.
+    pub(crate) fn renewed(&self, requested_at: Instant, ttl: Duration) {
+        let mut t = self.timing();
+        let until = requested_at + ttl - drift_allowance(ttl);
+        if until > t.valid_until {
+            t.valid_until = until;
+        }
+        t.ttl = ttl;
+    }
+
+    /// True when the lease is known lost or its deadline has passed.
+    pub(crate) fn is_lost(&self) -> bool {
+        self.lost.is_cancelled() || Instant::now() >= self.valid_until()
+    }
+}
+
+/// A lease handed to the loop.
+pub(crate) struct Tracked {
+    pub(crate) name: Arc<str>,
+    pub(crate) keys: Arc<LockKeys>,
+    pub(crate) owner: OwnerToken,
+    pub(crate) fencing_token: FencingToken,
+    pub(crate) renew: bool,
+    pub(crate) state: Arc<LeaseState>,
+}
+
+enum Command {
+    Track(u64, Tracked),
+    Untrack(u64),
+    ReleaseInBackground {
+        id: Option<u64>,
+        keys: Arc<LockKeys>,
+        owner: OwnerToken,
+    },
+}
+
+/// The client's handle on its renewal task.
+pub(crate) struct Renewer {
+    commands: mpsc::UnboundedSender<Command>,
+    next_id: AtomicU64,
+}
+
+impl Renewer {
+    pub(crate) fn start(protocol: Protocol, local: Arc<LocalWaiters>) -> Self {
+        let (commands, rx) = mpsc::unbounded_channel();
+        tokio::spawn(run(protocol, local, rx));
+        Renewer {
+            commands,
+            next_id: AtomicU64::new(1),
+        }
+    }
+
+    /// Starts watching (and, if asked, renewing) a lease; returns its id.
+    pub(crate) fn track(&self, lease: Tracked) -> u64 {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        if let Err(mpsc::error::SendError(Command::Track(_, lease))) =
+            self.commands.send(Command::Track(id, lease))
+        {
+            // Only possible while the runtime shuts down: nobody will renew, so say so now.
+            lease.state.lost.cancel();
+        }
+        id
+    }
+
+    /// Stops watching a lease (it is being released by its guard).
+    pub(crate) fn untrack(&self, id: u64) {
+        let _ = self.commands.send(Command::Untrack(id));
+    }
+
+    /// Releases a lease without waiting: for guards dropped without `release`, and for
+    /// acquire attempts whose outcome is unknown (cancelled or timed out mid-flight).
+    pub(crate) fn release_in_background(
+        &self,
+        id: Option<u64>,
+        keys: Arc<LockKeys>,
+        owner: OwnerToken,
+    ) {
+        // If the task is gone the runtime is shutting down; the lease then simply expires.
+        let _ = self
+            .commands
+            .send(Command::ReleaseInBackground { id, keys, owner });
+    }
+}
+
+struct Entry {
+    lease: Tracked,
+    renew_at: Instant,
+    in_flight: bool,
+}
+
+type RenewOutcome = (Instant, Vec<u64>, Result<Vec<Result<bool>>>);
+
+async fn run(
+    protocol: Protocol,
+    local: Arc<LocalWaiters>,
+    mut commands: mpsc::UnboundedReceiver<Command>,
+) {
+    let mut entries: HashMap<u64, Entry> = HashMap::new();
+    let mut in_flight: Option<BoxFuture<'static, RenewOutcome>> = None;
+    let mut releases = FuturesUnordered::new();
+    let mut closed = false;
+
+    loop {
+        let wake = next_wake(&entries);
+        tokio::select! {
+            biased;
+            command = commands.recv(), if !closed => match command {
+                Some(Command::Track(id, lease)) => {
+                    let renew_at = Instant::now() + lease.state.ttl() / 3;
+                    entries.insert(id, Entry { lease, renew_at, in_flight: false });
+                }
+                Some(Command::Untrack(id)) => {
+                    entries.remove(&id);
+                }
+                Some(Command::ReleaseInBackground { id, keys, owner }) => {
+                    if let Some(id) = id {
+                        entries.remove(&id);
+                    }
+                    releases.push(release_quietly(protocol.clone(), local.clone(), keys, owner));
+                }
+                None => closed = true,
+            },
+            outcome = poll_opt(&mut in_flight) => {
+                in_flight = None;
+                apply(&mut entries, outcome);
+            }
+            _ = releases.next(), if !releases.is_empty() => {}
+            _ = sleep_until_opt(wake), if wake.is_some() => {
+                expire(&mut entries);
+                if in_flight.is_none() {
+                    in_flight = start_batch(&protocol, &mut entries);
+                }
+            }
+        }
+        if closed && entries.is_empty() && releases.is_empty() && in_flight.is_none() {
+            break;
+        }
+    }
+}
+
+/// The next moment the loop has work: a renewal falls due or a deadline passes.
+fn next_wake(entries: &HashMap<u64, Entry>) -> Option<Instant> {
+    entries
+        .values()
+        .map(|e| {
+            let deadline = e.lease.state.valid_until();
+            if e.lease.renew && !e.in_flight {
+                deadline.min(e.renew_at)
+            } else {
+                deadline
+            }
+        })
+        .min()
+}
+
+/// Declares lost every lease whose validity deadline has passed.
+fn expire(entries: &mut HashMap<u64, Entry>) {
+    let now = Instant::now();
+    entries.retain(|_, e| {
+        if now < e.lease.state.valid_until() {
+            return true;
+        }
+        tracing::warn!(lock = %e.lease.name, fencing_token = %e.lease.fencing_token,
+            "fenced: lease lost: its validity deadline passed without a successful renewal");
+        e.lease.state.lost.cancel();
+        false
+    });
+}
+
+/// Sends one pipelined renewal for every lease that is due (or nearly due).
+fn start_batch(
+    protocol: &Protocol,
+    entries: &mut HashMap<u64, Entry>,
+) -> Option<BoxFuture<'static, RenewOutcome>> {
+    let now = Instant::now();
+    let mut ids = Vec::new();
+    let mut batch = Vec::new();
+    for (id, e) in entries.iter_mut() {
+        // Renewing a little early lets leases that fall due close together share a round trip.
+        let ttl = e.lease.state.ttl();
+        if e.lease.renew && !e.in_flight && e.renew_at <= now + ttl / 6 {
+            e.in_flight = true;
+            ids.push(*id);
+            batch.push((e.lease.keys.clone(), e.lease.owner.clone(), ttl));
+        }
+    }
+    if ids.is_empty() {
+        return None;
+    }
+    let protocol = protocol.clone();
+    Some(
+        async move {
+            let items: Vec<RenewItem<'_>> = batch
+                .iter()
+                .map(|(keys, owner, ttl)| RenewItem {
+                    lock_key: &keys.lock,
+                    owner,
+                    ttl_ms: ttl_millis(*ttl),
+                })
+                .collect();
+            let sent_at = Instant::now();
+            tracing::trace!(leases = items.len(), "fenced: renewing");
+            let result = protocol.extend_many(&items).await;
+            (sent_at, ids, result)
+        }
+        .boxed(),
+    )
+}
+
+/// Applies the replies of one renewal round trip.
+fn apply(entries: &mut HashMap<u64, Entry>, (sent_at, ids, result): RenewOutcome) {
+    let now = Instant::now();
+    let per_lease: Vec<Option<Result<bool>>> = match result {
+        Ok(replies) => replies.into_iter().map(Some).collect(),
+        Err(e) => {
+            tracing::warn!(error = %e, leases = ids.len(), "fenced: renewal round trip failed; retrying until the leases' deadlines");
+            ids.iter().map(|_| None).collect()
+        }
+    };
+    for (id, reply) in ids.into_iter().zip(per_lease) {
+        let Some(e) = entries.get_mut(&id) else {
+            continue;
+        }; // released meanwhile
+        e.in_flight = false;
+        let ttl = e.lease.state.ttl();
+        match reply {
+            Some(Ok(true)) => {
+                e.lease.state.renewed(sent_at, ttl);
+                e.renew_at = sent_at + ttl / 3;
+            }
+            Some(Ok(false)) => {
+                tracing::warn!(lock = %e.lease.name, fencing_token = %e.lease.fencing_token,
+                    "fenced: lease lost: renewal refused (the key expired, was deleted, or belongs to another holder)");
+                e.lease.state.lost.cancel();
+                entries.remove(&id);
+            }
+            Some(Err(_)) | None => {
+                // Try again soon; the deadline in `expire` decides when to give up.
+                e.renew_at = now + (ttl / 10).max(Duration::from_millis(5));
+            }
+        }
+    }
+}
+
+async fn release_quietly(
+    protocol: Protocol,
+    local: Arc<LocalWaiters>,
+    keys: Arc<LockKeys>,
+    owner: OwnerToken,
+) {
+    match release_with_retry(&protocol, &keys, &owner).await {
+        Ok(ReleaseReply::Released) => local.released(&keys.channel),
+        Ok(_) => {}
+        Err(e) => {
+            tracing::debug!(error = %e, "fenced: background release failed; the lease will expire by its ttl")
+        }
+    }
+}
+
+/// Releases, retrying transient failures a few times. A retry whose first attempt did take
+/// effect is answered `AlreadyReleased` by the script, never a false "not held".
+pub(crate) async fn release_with_retry(
+    protocol: &Protocol,
+    keys: &LockKeys,
+    owner: &OwnerToken,
+) -> Result<ReleaseReply> {
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        match protocol.release(keys, owner).await {
+            Err(e) if e.is_transient() && attempt < 3 => {
+                tracing::debug!(error = %e, attempt, "fenced: release failed; retrying");
+                tokio::time::sleep(Duration::from_millis(10 * attempt)).await;
+            }
+            other => return other,
+        }
+    }
+}
+
+async fn poll_opt<T>(fut: &mut Option<BoxFuture<'static, T>>) -> T {
+    match fut {
+        Some(f) => f.await,
+        None => std::future::pending().await,
+    }
+}
+
+async fn sleep_until_opt(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
