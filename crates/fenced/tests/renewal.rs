@@ -1,0 +1,138 @@
+//! Automatic renewal keeps a long section's lease; the lost-lease signal fires when the lease
+//! is taken away, or when Redis stops answering.
+
+use std::time::Duration;
+
+use fenced::Error;
+use tokio::time::Instant;
+
+use crate::support::{client, lock_key, raw, server};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_section_longer_than_five_ttls_keeps_its_lock() {
+    let server = server();
+    let a = client(&server).await;
+    let b = client(&server).await;
+    let ttl = Duration::from_millis(150);
+    let guard = a.lock("long").with_ttl(ttl).acquire().await.unwrap();
+    let until = Instant::now() + ttl * 6;
+    while Instant::now() < until {
+        assert!(
+            b.lock("long").try_acquire().await.unwrap().is_none(),
+            "lock was free during the section"
+        );
+        assert!(!guard.is_lost());
+        tokio::time::sleep(ttl / 4).await;
+    }
+    guard.release().await.expect("still ours after 6 ttls");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_the_key_fires_the_lost_signal_within_one_renewal_period() {
+    let server = server();
+    let a = client(&server).await;
+    let mut conn = raw(&server).await;
+    let ttl = Duration::from_millis(600);
+    let guard = a.lock("taken").with_ttl(ttl).acquire().await.unwrap();
+    let _: i64 = redis::cmd("DEL")
+        .arg(lock_key("taken"))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let deleted_at = Instant::now();
+    tokio::time::timeout(ttl, guard.lost())
+        .await
+        .expect("lost signal");
+    let after = deleted_at.elapsed();
+    assert!(
+        after <= ttl / 3 + Duration::from_millis(150),
+        "signal came {after:?} after the delete"
+    );
+    assert!(matches!(guard.release().await, Err(Error::NotHeld { .. })));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_server_makes_the_lease_lost_at_its_deadline() {
+    let mut server = server();
+    let a = client(&server).await;
+    let ttl = Duration::from_millis(600);
+    let guard = a.lock("frozen").with_ttl(ttl).acquire().await.unwrap();
+    server.pause().unwrap();
+    let paused_at = Instant::now();
+    let fired = tokio::time::timeout(ttl * 3, guard.lost()).await;
+    let after = paused_at.elapsed();
+    server.resume().unwrap();
+    fired.expect("the lost signal fires even though Redis never answers");
+    // Renewed at most one period before the pause, so valid at most one ttl after it.
+    assert!(
+        after <= ttl + ttl / 3 + Duration::from_millis(100),
+        "signal came {after:?} after the pause"
+    );
+    assert!(guard.lease().check().is_err());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_lock_cancels_the_work_when_the_lease_is_lost() {
+    let server = server();
+    let a = client(&server).await;
+    let mut conn = raw(&server).await;
+    let ttl = Duration::from_millis(300);
+    let lock = a.lock("work").with_ttl(ttl);
+    let result = lock
+        .with_lock(|lease| async move {
+            let _: i64 = redis::cmd("DEL")
+                .arg(lock_key(lease.name()))
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            // Work that would run far longer than the lease; the lost signal must stop it.
+            tokio::time::sleep(Duration::from_secs(30)).await;
+            "finished"
+        })
+        .await;
+    assert!(matches!(result, Err(Error::LeaseLost { .. })), "{result:?}");
+    // And a normal run returns the work's own result.
+    let out = lock
+        .with_lock(|lease| async move { lease.fencing_token().get() > 0 })
+        .await
+        .unwrap();
+    assert!(out);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn manual_extend_lengthens_the_lease_and_never_resurrects_it() {
+    let server = server();
+    let a = client(&server).await;
+    let mut conn = raw(&server).await;
+    let guard = a
+        .lock("ext")
+        .with_ttl(Duration::from_millis(500))
+        .with_auto_renew(false)
+        .acquire()
+        .await
+        .unwrap();
+    guard.extend(Duration::from_secs(20)).await.unwrap();
+    let pttl: i64 = redis::cmd("PTTL")
+        .arg(lock_key("ext"))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert!(pttl > 10_000, "pttl {pttl}");
+    assert!(guard.lease().remaining() > Duration::from_secs(10));
+    let _: i64 = redis::cmd("DEL")
+        .arg(lock_key("ext"))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert!(matches!(
+        guard.extend(Duration::from_secs(20)).await,
+        Err(Error::NotHeld { .. })
+    ));
+    let exists: i64 = redis::cmd("EXISTS")
+        .arg(lock_key("ext"))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(exists, 0, "extend must not re-create a lost lease");
+    assert!(guard.is_lost());
+}

@@ -1,0 +1,64 @@
+//! Shared helpers: servers, clients with short timeouts, raw connections, waiting on events.
+
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::Duration;
+
+use fenced::Client;
+use fenced_testkit::RedisServer;
+use tokio::time::Instant;
+
+/// A fresh server; panics loudly (with the reason) if none can be started.
+pub fn server() -> RedisServer {
+    match RedisServer::start() {
+        Ok(s) => s,
+        Err(e) => panic!("this test needs a real redis-server: {e}"),
+    }
+}
+
+/// A client with a short per-call timeout, so failure tests finish quickly.
+pub async fn client(server: &RedisServer) -> Client {
+    Client::builder(&server.url())
+        .timeout(Duration::from_millis(500))
+        .connect()
+        .await
+        .expect("connect")
+}
+
+/// A plain redis-rs connection for looking behind the library's back.
+pub async fn raw(server: &RedisServer) -> redis::aio::MultiplexedConnection {
+    redis::Client::open(server.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap()
+}
+
+/// Polls `check` every few milliseconds until it returns true or `limit` passes; returns
+/// whether it became true. For state that has no event to wait on (keys in Redis).
+pub async fn eventually<F, Fut>(limit: Duration, mut check: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = Instant::now() + limit;
+    loop {
+        if check().await {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// Number of keys in the server's database.
+pub async fn dbsize(conn: &mut redis::aio::MultiplexedConnection) -> i64 {
+    redis::cmd("DBSIZE").query_async(conn).await.unwrap()
+}
+
+/// The lock key of `name` in the default namespace.
+pub fn lock_key(name: &str) -> String {
+    format!("fenced:{{{name}}}")
+}

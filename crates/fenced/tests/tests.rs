@@ -1,0 +1,15 @@
+//! Integration tests of `fenced` against real `redis-server` processes (no mocks).
+//!
+//! Each topic module says what belongs in it. Every test starts its own server on a free
+//! loopback port through `fenced-testkit`; a missing `redis-server` fails the test loudly.
+
+mod support;
+
+mod bad_input;
+mod exclusion;
+mod expiry;
+mod fencing;
+mod outages;
+mod release;
+mod renewal;
+mod wakeup;
