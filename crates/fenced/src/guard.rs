@@ -141,7 +141,19 @@ impl LockGuard {
         let inner = &self.client.inner;
         // Stop renewing first, so the renewal of a lease being released is not mistaken for loss.
         inner.renewer.untrack(self.id);
-        let reply = release_with_retry(&inner.protocol, &self.keys, &owner).await?;
+        let reply = match release_with_retry(&inner.protocol, &self.keys, &owner).await {
+            Ok(reply) => reply,
+            Err(e) => {
+                if e.is_transient() {
+                    // Keep trying in the background, so the lock is freed once Redis answers.
+                    let ttl = self.lease.state.ttl();
+                    inner
+                        .renewer
+                        .release_in_background(self.id, self.keys.clone(), owner, ttl);
+                }
+                return Err(e);
+            }
+        };
         tracing::debug!(lock = %self.lease.name, ?reply, "fenced: released");
         match reply {
             ReleaseReply::Released => {
@@ -167,9 +179,10 @@ impl Drop for LockGuard {
     fn drop(&mut self) {
         if let Some(owner) = self.owner.take() {
             self.client.inner.renewer.release_in_background(
-                Some(self.id),
+                self.id,
                 self.keys.clone(),
                 owner,
+                self.lease.state.ttl(),
             );
         }
     }

@@ -257,6 +257,9 @@ impl Lock {
             client: &self.client,
             keys: &self.keys,
             owner: Some(owner.clone()),
+            // Long enough to outlast a typical outage; should the attempt run later still,
+            // it holds the lock for one ttl at most, like a crashed holder.
+            patience: ttl.max(inner.options.timeout * 10),
         };
         let requested_at = Instant::now();
         let reply = inner
@@ -293,6 +296,9 @@ impl Lock {
                 )))
             }
             AcquireReply::Held { remaining } => Ok(Err(remaining)),
+            // Only an attempt this client gave up on is answered so, and its reply is never
+            // awaited; should one arrive anyway, nothing was taken.
+            AcquireReply::Abandoned => Ok(Err(None)),
         }
     }
 
@@ -361,15 +367,17 @@ struct PendingAcquire<'a> {
     client: &'a Client,
     keys: &'a Arc<LockKeys>,
     owner: Option<OwnerToken>,
+    patience: Duration,
 }
 
 impl Drop for PendingAcquire<'_> {
     fn drop(&mut self) {
         if let Some(owner) = self.owner.take() {
-            self.client
-                .inner
-                .renewer
-                .release_in_background(None, self.keys.clone(), owner);
+            self.client.inner.renewer.abandon_in_background(
+                self.keys.clone(),
+                owner,
+                self.patience,
+            );
         }
     }
 }

@@ -13,7 +13,9 @@
 //!    alone do not declare it lost: the loop retries until the deadline.
 //! 4. At most one renewal round trip is in flight; the deadline timer keeps running meanwhile.
 //! 5. Guards dropped without `release` hand their lease to this task, which releases it in the
-//!    background, so `Drop` never blocks.
+//!    background, so `Drop` never blocks. Acquire attempts of unknown outcome (timed out or
+//!    cancelled mid-flight) are abandoned here too: released if they took the lease, voided
+//!    by a tombstone if they are still on their way.
 //! 6. The task ends when the client and every guard are gone and pending releases are done.
 
 use std::collections::HashMap;
@@ -101,11 +103,22 @@ pub(crate) struct Tracked {
 enum Command {
     Track(u64, Tracked),
     Untrack(u64),
-    ReleaseInBackground {
+    CleanUp {
         id: Option<u64>,
         keys: Arc<LockKeys>,
         owner: OwnerToken,
+        how: CleanUp,
+        patience: Duration,
     },
+}
+
+/// What to do with a lease nobody waits for any more.
+#[derive(Clone, Copy)]
+enum CleanUp {
+    /// A guard was dropped: release its lease.
+    Release,
+    /// An acquire attempt of unknown outcome: release it if it took the lease, void it if not.
+    Abandon,
 }
 
 /// The client's handle on its renewal task.
@@ -141,18 +154,47 @@ impl Renewer {
         let _ = self.commands.send(Command::Untrack(id));
     }
 
-    /// Releases a lease without waiting: for guards dropped without `release`, and for
-    /// acquire attempts whose outcome is unknown (cancelled or timed out mid-flight).
+    /// Releases a lease without waiting: for a guard dropped without `release`, or whose
+    /// `release` could not reach Redis. Keeps trying through an outage for up to `ttl`, after
+    /// which the lease has expired anyway.
     pub(crate) fn release_in_background(
+        &self,
+        id: u64,
+        keys: Arc<LockKeys>,
+        owner: OwnerToken,
+        ttl: Duration,
+    ) {
+        self.clean_up(Some(id), keys, owner, CleanUp::Release, ttl);
+    }
+
+    /// Abandons, without waiting, an acquire attempt whose outcome is unknown (it timed out,
+    /// or its future was dropped mid-flight). The attempt may still reach Redis after an
+    /// outage, so this keeps trying for `patience`.
+    pub(crate) fn abandon_in_background(
+        &self,
+        keys: Arc<LockKeys>,
+        owner: OwnerToken,
+        patience: Duration,
+    ) {
+        self.clean_up(None, keys, owner, CleanUp::Abandon, patience);
+    }
+
+    fn clean_up(
         &self,
         id: Option<u64>,
         keys: Arc<LockKeys>,
         owner: OwnerToken,
+        how: CleanUp,
+        patience: Duration,
     ) {
         // If the task is gone the runtime is shutting down; the lease then simply expires.
-        let _ = self
-            .commands
-            .send(Command::ReleaseInBackground { id, keys, owner });
+        let _ = self.commands.send(Command::CleanUp {
+            id,
+            keys,
+            owner,
+            how,
+            patience,
+        });
     }
 }
 
@@ -186,11 +228,11 @@ async fn run(
                 Some(Command::Untrack(id)) => {
                     entries.remove(&id);
                 }
-                Some(Command::ReleaseInBackground { id, keys, owner }) => {
+                Some(Command::CleanUp { id, keys, owner, how, patience }) => {
                     if let Some(id) = id {
                         entries.remove(&id);
                     }
-                    releases.push(release_quietly(protocol.clone(), local.clone(), keys, owner));
+                    releases.push(clean_up(protocol.clone(), local.clone(), keys, owner, how, patience));
                 }
                 None => closed = true,
             },
@@ -316,17 +358,26 @@ fn apply(entries: &mut HashMap<u64, Entry>, (sent_at, ids, result): RenewOutcome
     }
 }
 
-async fn release_quietly(
+async fn clean_up(
     protocol: Protocol,
     local: Arc<LocalWaiters>,
     keys: Arc<LockKeys>,
     owner: OwnerToken,
+    how: CleanUp,
+    patience: Duration,
 ) {
-    match release_with_retry(&protocol, &keys, &owner).await {
-        Ok(ReleaseReply::Released) => local.released(&keys.channel),
-        Ok(_) => {}
+    let give_up_at = Instant::now() + patience;
+    let freed = match how {
+        CleanUp::Release => retry_transient(give_up_at, || protocol.release(&keys, &owner))
+            .await
+            .map(|reply| reply == ReleaseReply::Released),
+        CleanUp::Abandon => retry_transient(give_up_at, || protocol.abandon(&keys, &owner)).await,
+    };
+    match freed {
+        Ok(true) => local.released(&keys.channel),
+        Ok(false) => {}
         Err(e) => {
-            tracing::debug!(error = %e, "fenced: background release failed; the lease will expire by its ttl")
+            tracing::debug!(error = %e, "fenced: background clean-up failed; the lease will expire by its ttl")
         }
     }
 }
@@ -338,13 +389,25 @@ pub(crate) async fn release_with_retry(
     keys: &LockKeys,
     owner: &OwnerToken,
 ) -> Result<ReleaseReply> {
-    let mut attempt = 0;
+    // A short burst: the caller is waiting. What is left after it goes to the background.
+    let give_up_at = Instant::now() + protocol.timeout() * 2;
+    retry_transient(give_up_at, || protocol.release(keys, owner)).await
+}
+
+/// Runs an idempotent call again, with backoff, while it fails with a transient error and
+/// `give_up_at` has not passed.
+async fn retry_transient<T, F, Fut>(give_up_at: Instant, mut call: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T>>,
+{
+    let mut pause = Duration::from_millis(10);
     loop {
-        attempt += 1;
-        match protocol.release(keys, owner).await {
-            Err(e) if e.is_transient() && attempt < 3 => {
-                tracing::debug!(error = %e, attempt, "fenced: release failed; retrying");
-                tokio::time::sleep(Duration::from_millis(10 * attempt)).await;
+        match call().await {
+            Err(e) if e.is_transient() && Instant::now() + pause < give_up_at => {
+                tracing::debug!(error = %e, "fenced: call failed; retrying");
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_secs(1));
             }
             other => return other,
         }

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use fenced::{Client, Error};
+use fenced::{Client, Error, WaitPolicy};
 use fenced_testkit::RedisServer;
 use tokio::time::Instant;
 
@@ -61,9 +61,13 @@ async fn a_paused_server_times_out_acquire_and_release() {
         started.elapsed()
     );
     server.resume().unwrap();
-    // And the client works again afterwards.
-    let g = c.lock("q").acquire().await.unwrap();
-    g.release().await.unwrap();
+    // The timed-out attempts may run late, once Redis wakes up, and the failed release never
+    // reached it: background clean-up must free both locks long before their 30s ttl.
+    let prompt = WaitPolicy::up_to(Duration::from_secs(5));
+    let q = c.lock("q").with_wait(prompt).acquire().await.expect("an abandoned attempt kept the lock");
+    let p = c.lock("p").with_wait(prompt).acquire().await.expect("a failed release kept the lock");
+    q.release().await.unwrap();
+    p.release().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -7,7 +7,8 @@
 -- ARGV[3]  how long the fence key outlives the last grant, in ms
 --
 -- Returns {1, token} when granted (token as a decimal string, so no precision is lost),
---         {0, pttl}  when somebody holds the lock (pttl = -1 for a key without expiry).
+--         {0, pttl}  when somebody holds the lock (pttl = -1 for a key without expiry),
+--         {0, -3}    when the client already abandoned this attempt (see abandon.lua).
 --
 -- The token is max(last + 1, server time in microseconds). While the fence key exists the
 -- counter alone keeps tokens increasing; once it has expired (no grant for the retention
@@ -15,6 +16,10 @@
 -- above every earlier one. So fence keys need not live forever, and tokens keep increasing
 -- even after a restart that lost the data, unless the server clock stepped back by more than
 -- the retention period.
+local void = 'void:' .. ARGV[1]
+if redis.call('HDEL', KEYS[2], void) == 1 then
+  return {0, -3}
+end
 if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   return {0, redis.call('PTTL', KEYS[1])}
 end

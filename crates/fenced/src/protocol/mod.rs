@@ -24,6 +24,7 @@ use crate::token::{FencingToken, OwnerToken};
 
 static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("acquire.lua")));
 static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("release.lua")));
+static ABANDON: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("abandon.lua")));
 static EXTEND: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("extend.lua")));
 static FENCED_WRITE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("fenced_write.lua")));
@@ -35,6 +36,8 @@ pub(crate) enum AcquireReply {
     Acquired(FencingToken),
     /// Somebody holds it; their lease has this much left (`None`: the key has no expiry).
     Held { remaining: Option<Duration> },
+    /// This attempt had been abandoned by the client before it reached Redis; nothing changed.
+    Abandoned,
 }
 
 /// What a release found.
@@ -91,6 +94,10 @@ impl Protocol {
         }
     }
 
+    pub(crate) fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
     /// Bounds `fut` by the per-call timeout and maps its error.
     async fn bounded<T>(
         &self,
@@ -137,6 +144,7 @@ impl Protocol {
             (1, Value::BulkString(bytes)) => {
                 parse_token("acquire", &bytes).map(AcquireReply::Acquired)
             }
+            (0, Value::Int(-3)) => Ok(AcquireReply::Abandoned),
             (0, Value::Int(pttl)) => Ok(AcquireReply::Held {
                 remaining: u64::try_from(pttl).ok().map(Duration::from_millis),
             }),
@@ -165,6 +173,21 @@ impl Protocol {
             0 => Ok(ReleaseReply::NotHeld),
             other => Err(unexpected("release", other.to_string())),
         }
+    }
+
+    /// Voids an acquire attempt of unknown outcome: releases the lease if the attempt took it,
+    /// or makes the attempt refuse itself should it still arrive. True if it had taken it.
+    pub(crate) async fn abandon(&self, keys: &LockKeys, owner: &OwnerToken) -> Result<bool> {
+        let mut conn = self.conn.clone();
+        let mut inv = ABANDON.prepare_invoke();
+        inv.key(&keys.lock)
+            .key(&keys.fence)
+            .arg(owner.as_str())
+            .arg(&keys.channel)
+            .arg(&*self.client_id)
+            .arg(self.fence_retention_ms);
+        let code: i64 = self.bounded("abandon", inv.invoke_async(&mut conn)).await?;
+        Ok(code == 1)
     }
 
     /// Compare-and-pexpire: true when the lease was ours and now lasts `ttl_ms` from now.
