@@ -215,11 +215,11 @@ async fn run(
                     }
                     Command::Unsubscribe(channel) => {
                         wanted.remove(&channel);
-                        if let Some(s) = sink.as_mut() {
-                            if !matches!(tokio::time::timeout(timeout, s.unsubscribe(&channel)).await, Ok(Ok(()))) {
-                                sink = None;
-                                stream = None;
-                            }
+                        if let Some(s) = sink.as_mut()
+                            && !matches!(tokio::time::timeout(timeout, s.unsubscribe(&channel)).await, Ok(Ok(())))
+                        {
+                            sink = None;
+                            stream = None;
                         }
                     }
                 }

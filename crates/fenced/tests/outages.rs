@@ -64,8 +64,18 @@ async fn a_paused_server_times_out_acquire_and_release() {
     // The timed-out attempts may run late, once Redis wakes up, and the failed release never
     // reached it: background clean-up must free both locks long before their 30s ttl.
     let prompt = WaitPolicy::up_to(Duration::from_secs(5));
-    let q = c.lock("q").with_wait(prompt).acquire().await.expect("an abandoned attempt kept the lock");
-    let p = c.lock("p").with_wait(prompt).acquire().await.expect("a failed release kept the lock");
+    let q = c
+        .lock("q")
+        .with_wait(prompt)
+        .acquire()
+        .await
+        .expect("an abandoned attempt kept the lock");
+    let p = c
+        .lock("p")
+        .with_wait(prompt)
+        .acquire()
+        .await
+        .expect("a failed release kept the lock");
     q.release().await.unwrap();
     p.release().await.unwrap();
 }

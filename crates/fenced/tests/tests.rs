@@ -3,6 +3,8 @@
 //! Each topic module says what belongs in it. Every test starts its own server on a free
 //! loopback port through `fenced-testkit`; a missing `redis-server` fails the test loudly.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a failed step should fail the test loudly
+
 mod support;
 
 mod bad_input;

@@ -1,6 +1,6 @@
 //! Shared helpers: servers, clients with short timeouts, raw connections, waiting on events.
 
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+#![allow(dead_code)]
 
 use std::time::Duration;
 
