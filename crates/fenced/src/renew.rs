@@ -12,6 +12,8 @@
 //!    without a successful renewal, even while Redis does not answer at all. Transport errors
 //!    alone do not declare it lost: the loop retries until the deadline.
 //! 4. At most one renewal round trip is in flight; the deadline timer keeps running meanwhile.
+//!    Guards add and remove leases in a shared registry; the loop is woken only when a new
+//!    lease falls due before its current alarm, not on every acquire and release.
 //! 5. Guards dropped without `release` hand their lease to this task, which releases it in the
 //!    background, so `Drop` never blocks. Acquire attempts of unknown outcome (timed out or
 //!    cancelled mid-flight) are abandoned here too: released if they took the lease, voided
@@ -26,7 +28,7 @@ use std::time::Duration;
 use futures_util::FutureExt;
 use futures_util::future::BoxFuture;
 use futures_util::stream::{FuturesUnordered, StreamExt};
-use tokio::sync::mpsc;
+use tokio::sync::{Notify, mpsc};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -101,10 +103,7 @@ pub(crate) struct Tracked {
 }
 
 enum Command {
-    Track(u64, Tracked),
-    Untrack(u64),
     CleanUp {
-        id: Option<u64>,
         keys: Arc<LockKeys>,
         owner: OwnerToken,
         how: CleanUp,
@@ -121,8 +120,32 @@ enum CleanUp {
     Abandon,
 }
 
+/// The leases the loop watches, shared with the guards. Adding or removing a lease is a map
+/// operation under a short lock; the loop is woken only when a new lease needs attention
+/// before the loop's current alarm, so a busy acquire/release cycle costs no task wake-up.
+struct Shared {
+    registry: Mutex<Registry>,
+    changed: Notify,
+}
+
+#[derive(Default)]
+struct Registry {
+    entries: HashMap<u64, Entry>,
+    /// When the loop will next wake by itself (`None`: it sleeps until told).
+    alarm: Option<Instant>,
+}
+
+impl Shared {
+    fn registry(&self) -> MutexGuard<'_, Registry> {
+        // Every change is a single insert, remove or field update: a poisoned lock still
+        // guards a consistent map.
+        self.registry.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
 /// The client's handle on its renewal task.
 pub(crate) struct Renewer {
+    shared: Arc<Shared>,
     commands: mpsc::UnboundedSender<Command>,
     next_id: AtomicU64,
 }
@@ -130,8 +153,13 @@ pub(crate) struct Renewer {
 impl Renewer {
     pub(crate) fn start(protocol: Protocol, local: Arc<LocalWaiters>) -> Self {
         let (commands, rx) = mpsc::unbounded_channel();
-        tokio::spawn(run(protocol, local, rx));
+        let shared = Arc::new(Shared {
+            registry: Mutex::new(Registry::default()),
+            changed: Notify::new(),
+        });
+        tokio::spawn(run(protocol, local, shared.clone(), rx));
         Renewer {
+            shared,
             commands,
             next_id: AtomicU64::new(1),
         }
@@ -140,18 +168,39 @@ impl Renewer {
     /// Starts watching (and, if asked, renewing) a lease; returns its id.
     pub(crate) fn track(&self, lease: Tracked) -> u64 {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        if let Err(mpsc::error::SendError(Command::Track(_, lease))) =
-            self.commands.send(Command::Track(id, lease))
-        {
+        if self.commands.is_closed() {
             // Only possible while the runtime shuts down: nobody will renew, so say so now.
             lease.state.lost.cancel();
+            return id;
+        }
+        let renew_at = Instant::now() + lease.state.ttl() / 3;
+        let deadline = lease.state.valid_until();
+        let due = if lease.renew {
+            renew_at.min(deadline)
+        } else {
+            deadline
+        };
+        let wake = {
+            let mut registry = self.shared.registry();
+            registry.entries.insert(
+                id,
+                Entry {
+                    lease,
+                    renew_at,
+                    in_flight: false,
+                },
+            );
+            registry.alarm.is_none_or(|alarm| due < alarm)
+        };
+        if wake {
+            self.shared.changed.notify_one();
         }
         id
     }
 
     /// Stops watching a lease (it is being released by its guard).
     pub(crate) fn untrack(&self, id: u64) {
-        let _ = self.commands.send(Command::Untrack(id));
+        self.shared.registry().entries.remove(&id);
     }
 
     /// Releases a lease without waiting: for a guard dropped without `release`, or whose
@@ -164,7 +213,8 @@ impl Renewer {
         owner: OwnerToken,
         ttl: Duration,
     ) {
-        self.clean_up(Some(id), keys, owner, CleanUp::Release, ttl);
+        self.untrack(id);
+        self.clean_up(keys, owner, CleanUp::Release, ttl);
     }
 
     /// Abandons, without waiting, an acquire attempt whose outcome is unknown (it timed out,
@@ -176,20 +226,12 @@ impl Renewer {
         owner: OwnerToken,
         patience: Duration,
     ) {
-        self.clean_up(None, keys, owner, CleanUp::Abandon, patience);
+        self.clean_up(keys, owner, CleanUp::Abandon, patience);
     }
 
-    fn clean_up(
-        &self,
-        id: Option<u64>,
-        keys: Arc<LockKeys>,
-        owner: OwnerToken,
-        how: CleanUp,
-        patience: Duration,
-    ) {
+    fn clean_up(&self, keys: Arc<LockKeys>, owner: OwnerToken, how: CleanUp, patience: Duration) {
         // If the task is gone the runtime is shutting down; the lease then simply expires.
         let _ = self.commands.send(Command::CleanUp {
-            id,
             keys,
             owner,
             how,
@@ -209,46 +251,46 @@ type RenewOutcome = (Instant, Vec<u64>, Result<Vec<Result<bool>>>);
 async fn run(
     protocol: Protocol,
     local: Arc<LocalWaiters>,
+    shared: Arc<Shared>,
     mut commands: mpsc::UnboundedReceiver<Command>,
 ) {
-    let mut entries: HashMap<u64, Entry> = HashMap::new();
     let mut in_flight: Option<BoxFuture<'static, RenewOutcome>> = None;
     let mut releases = FuturesUnordered::new();
     let mut closed = false;
 
     loop {
-        let wake = next_wake(&entries);
+        let wake = {
+            let mut registry = shared.registry();
+            registry.alarm = next_wake(&registry.entries);
+            registry.alarm
+        };
         tokio::select! {
             biased;
             command = commands.recv(), if !closed => match command {
-                Some(Command::Track(id, lease)) => {
-                    let renew_at = Instant::now() + lease.state.ttl() / 3;
-                    entries.insert(id, Entry { lease, renew_at, in_flight: false });
-                }
-                Some(Command::Untrack(id)) => {
-                    entries.remove(&id);
-                }
-                Some(Command::CleanUp { id, keys, owner, how, patience }) => {
-                    if let Some(id) = id {
-                        entries.remove(&id);
-                    }
+                Some(Command::CleanUp { keys, owner, how, patience }) => {
                     releases.push(clean_up(protocol.clone(), local.clone(), keys, owner, how, patience));
                 }
                 None => closed = true,
             },
             outcome = poll_opt(&mut in_flight) => {
                 in_flight = None;
-                apply(&mut entries, outcome);
+                apply(&mut shared.registry().entries, outcome);
             }
             _ = releases.next(), if !releases.is_empty() => {}
+            _ = shared.changed.notified() => {}
             _ = sleep_until_opt(wake), if wake.is_some() => {
-                expire(&mut entries);
+                let mut registry = shared.registry();
+                expire(&mut registry.entries);
                 if in_flight.is_none() {
-                    in_flight = start_batch(&protocol, &mut entries);
+                    in_flight = start_batch(&protocol, &mut registry.entries);
                 }
             }
         }
-        if closed && entries.is_empty() && releases.is_empty() && in_flight.is_none() {
+        if closed
+            && shared.registry().entries.is_empty()
+            && releases.is_empty()
+            && in_flight.is_none()
+        {
             break;
         }
     }

@@ -1,0 +1,46 @@
+//! The benchmark harness still runs end to end (a short run, not a measurement): every pair
+//! produces a row, the JSON has the documented fields, and no run breaks mutual exclusion.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::Duration;
+
+use fenced_bench::{Config, Library, Scenario};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_scenario_and_library_produces_a_sane_row() {
+    let server =
+        fenced_testkit::RedisServer::start().unwrap_or_else(|e| panic!("needs redis-server: {e}"));
+    let config = Config {
+        duration: Duration::from_millis(300),
+        warmup: Duration::from_millis(50),
+        scenarios: Scenario::ALL.to_vec(),
+        libraries: Library::ALL.to_vec(),
+    };
+    let report = fenced_bench::run(&config, &server.url()).await.unwrap();
+    assert_eq!(report.scenarios.len(), 6);
+    for row in &report.scenarios {
+        assert!(row.ops_per_sec > 0.0, "{row:?}");
+        assert_eq!(row.violations, 0, "{row:?}");
+        assert!(row.redis_cmds_per_op > 0.0, "{row:?}");
+    }
+    let json: serde_json::Value = serde_json::to_value(&report).unwrap();
+    let contended = json["scenarios"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["scenario"] == "contended-8" && r["library"] == "fenced")
+        .unwrap();
+    for field in [
+        "ops_per_sec",
+        "p50_us",
+        "p99_us",
+        "violations",
+        "handoff_p50_us",
+        "handoff_p99_us",
+        "max_wait_ms",
+    ] {
+        assert!(contended.get(field).is_some(), "missing {field}");
+    }
+    assert!(report.table().contains("contended-8"));
+}
