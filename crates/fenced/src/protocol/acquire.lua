@@ -17,7 +17,9 @@
 -- even after a restart that lost the data, unless the server clock stepped back by more than
 -- the retention period.
 local void = 'void:' .. ARGV[1]
-if redis.call('HDEL', KEYS[2], void) == 1 then
+local fence = redis.call('HMGET', KEYS[2], 'last', void)
+if fence[2] then
+  redis.call('HDEL', KEYS[2], void)
   return {0, -3}
 end
 if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
@@ -25,7 +27,7 @@ if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
 end
 local now = redis.call('TIME')
 local now_us = tonumber(now[1]) * 1000000 + tonumber(now[2])
-local last = tonumber(redis.call('HGET', KEYS[2], 'last') or '0') or 0
+local last = tonumber(fence[1]) or 0
 local token = string.format('%.0f', math.max(last + 1, now_us))
 redis.call('HSET', KEYS[2], 'last', token)
 redis.call('PEXPIRE', KEYS[2], ARGV[3])
