@@ -16,9 +16,12 @@ use fenced_bench::{Config, Library, Scenario};
 #[derive(Parser, Debug)]
 #[command(version)]
 struct Args {
-    /// About 2s per scenario and library instead of 5s.
+    /// One 2s run per scenario and library, instead of three 5s runs.
     #[arg(long)]
     quick: bool,
+    /// Runs per scenario and library (default: 1 with --quick, else 3); medians are reported.
+    #[arg(long)]
+    repeat: Option<usize>,
     /// Write the results as JSON to this file.
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
@@ -63,6 +66,7 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         } else {
             args.libraries
         },
+        repeat: args.repeat.unwrap_or(if args.quick { 1 } else { 3 }),
     };
     let server = match &args.redis {
         Some(_) => None,

@@ -9,8 +9,14 @@ pub struct Row {
     pub scenario: String,
     /// Library name, e.g. `fenced`.
     pub library: String,
-    /// Completed acquire + release cycles per second.
+    /// Completed acquire + release cycles per second (median of the runs).
     pub ops_per_sec: f64,
+    /// Slowest run's ops/s.
+    pub ops_per_sec_min: f64,
+    /// Fastest run's ops/s.
+    pub ops_per_sec_max: f64,
+    /// How many runs the median is taken from.
+    pub runs: usize,
     /// Median latency of one cycle (uncontended) or of one acquire (contended), µs.
     pub p50_us: f64,
     /// 99th percentile of the same, µs.
@@ -77,10 +83,11 @@ impl Report {
                     .unwrap_or_else(|| "-".into())
             };
             out.push_str(&format!(
-                "{:<15} {:<7} {:>10.0} {:>7} {:>9.0} {:>9.0} {:>8.1} {:>10} {:>10} {:>9} {:>8} {:>5}\n",
+                "{:<15} {:<7} {:>10.0} {:>15} {:>7} {:>9.0} {:>9.0} {:>8.1} {:>10} {:>10} {:>9} {:>8} {:>5}\n",
                 r.scenario,
                 r.library,
                 r.ops_per_sec,
+                format!("{:.0}-{:.0}", r.ops_per_sec_min, r.ops_per_sec_max),
                 ratio,
                 r.p50_us,
                 r.p99_us,

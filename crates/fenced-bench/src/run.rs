@@ -98,6 +98,9 @@ pub struct Config {
     pub scenarios: Vec<Scenario>,
     /// Libraries to run.
     pub libraries: Vec<Library>,
+    /// Runs of each pair; the libraries take turns, in alternating order, so drift of the
+    /// machine's speed hits all of them alike. The report holds each pair's median run.
+    pub repeat: usize,
 }
 
 /// Runs every configured pair against the server at `url`.
@@ -108,32 +111,61 @@ pub async fn run(config: &Config, url: &str) -> Result<Report, BoxError> {
     let raw_conn = redis_client.get_multiplexed_async_connection().await?;
     let mut stats_conn = redis_client.get_multiplexed_async_connection().await?;
     for &scenario in &config.scenarios {
-        for &library in &config.libraries {
-            let window = Window::new(config.warmup, config.duration);
-            let counter = tokio::spawn(count_commands(stats_conn.clone(), window));
-            let mut row = match scenario {
-                Scenario::Uncontended1 | Scenario::Uncontended32 => {
-                    let tasks = if scenario == Scenario::Uncontended1 {
-                        1
-                    } else {
-                        32
-                    };
-                    uncontended(scenario, library, tasks, window, &fenced, &raw_conn).await?
-                }
-                Scenario::Contended8 => contended(library, 8, window, &fenced, &raw_conn).await?,
-            };
-            let commands = counter.await??;
-            let measured_ops = row.ops_per_sec * window.duration.as_secs_f64();
-            row.redis_cmds_per_op = if measured_ops > 0.0 {
-                commands as f64 / measured_ops
-            } else {
-                0.0
-            };
-            report.scenarios.push(row);
+        let mut runs: Vec<Vec<Row>> = vec![Vec::new(); config.libraries.len()];
+        for round in 0..config.repeat.max(1) {
+            let mut order: Vec<usize> = (0..config.libraries.len()).collect();
+            if round % 2 == 1 {
+                order.reverse();
+            }
+            for i in order {
+                let library = config.libraries[i];
+                let window = Window::new(config.warmup, config.duration);
+                let counter = tokio::spawn(count_commands(stats_conn.clone(), window));
+                let mut row = match scenario {
+                    Scenario::Uncontended1 | Scenario::Uncontended32 => {
+                        let tasks = if scenario == Scenario::Uncontended1 {
+                            1
+                        } else {
+                            32
+                        };
+                        uncontended(scenario, library, tasks, window, &fenced, &raw_conn).await?
+                    }
+                    Scenario::Contended8 => {
+                        contended(library, 8, window, &fenced, &raw_conn).await?
+                    }
+                };
+                let commands = counter.await??;
+                let measured_ops = row.ops_per_sec * window.duration.as_secs_f64();
+                row.redis_cmds_per_op = if measured_ops > 0.0 {
+                    commands as f64 / measured_ops
+                } else {
+                    0.0
+                };
+                runs[i].push(row);
+            }
+        }
+        for rows in runs {
+            report.scenarios.push(median(rows));
         }
     }
     let _: () = redis::cmd("FLUSHALL").query_async(&mut stats_conn).await?;
     Ok(report)
+}
+
+/// The run with the median ops/s, carrying the spread of all runs; violations are summed, so
+/// one bad run shows.
+fn median(mut rows: Vec<Row>) -> Row {
+    rows.sort_by(|a, b| a.ops_per_sec.total_cmp(&b.ops_per_sec));
+    let min = rows.first().map_or(0.0, |r| r.ops_per_sec);
+    let max = rows.last().map_or(0.0, |r| r.ops_per_sec);
+    let violations = rows.iter().map(|r| r.violations).sum();
+    let runs = rows.len();
+    let mut mid = rows.swap_remove(runs / 2);
+    mid.ops_per_sec_min = min;
+    mid.ops_per_sec_max = max;
+    mid.runs = runs;
+    mid.violations = violations;
+    mid
 }
 
 /// The warm-up and measured phases of one pair.
@@ -229,6 +261,9 @@ async fn uncontended(
         p99_us: total.value_at_quantile(0.99) as f64,
         violations: 0,
         redis_cmds_per_op: 0.0,
+        ops_per_sec_min: 0.0,
+        ops_per_sec_max: 0.0,
+        runs: 1,
         handoff_p50_us: None,
         handoff_p99_us: None,
         max_wait_ms: None,
@@ -329,6 +364,9 @@ async fn contended(
         p99_us: waits.value_at_quantile(0.99) as f64,
         violations: shared.violations.load(Ordering::Relaxed),
         redis_cmds_per_op: 0.0,
+        ops_per_sec_min: 0.0,
+        ops_per_sec_max: 0.0,
+        runs: 1,
         handoff_p50_us: Some(handoffs.value_at_quantile(0.5) as f64),
         handoff_p99_us: Some(handoffs.value_at_quantile(0.99) as f64),
         max_wait_ms: Some(waits.max() as f64 / 1000.0),

@@ -16,6 +16,7 @@ async fn every_scenario_and_library_produces_a_sane_row() {
         warmup: Duration::from_millis(50),
         scenarios: Scenario::ALL.to_vec(),
         libraries: Library::ALL.to_vec(),
+        repeat: 2,
     };
     let report = fenced_bench::run(&config, &server.url()).await.unwrap();
     assert_eq!(report.scenarios.len(), 6);
@@ -23,6 +24,11 @@ async fn every_scenario_and_library_produces_a_sane_row() {
         assert!(row.ops_per_sec > 0.0, "{row:?}");
         assert_eq!(row.violations, 0, "{row:?}");
         assert!(row.redis_cmds_per_op > 0.0, "{row:?}");
+        assert_eq!(row.runs, 2);
+        assert!(
+            row.ops_per_sec_min <= row.ops_per_sec && row.ops_per_sec <= row.ops_per_sec_max,
+            "{row:?}"
+        );
     }
     let json: serde_json::Value = serde_json::to_value(&report).unwrap();
     let contended = json["scenarios"]
