@@ -58,10 +58,11 @@ impl Report {
     /// The table, with each library's ops/s as a ratio of `raw` in the same scenario.
     pub fn table(&self) -> String {
         let mut out = format!(
-            "{:<15} {:<7} {:>10} {:>7} {:>9} {:>9} {:>8} {:>10} {:>10} {:>9} {:>8} {:>5}\n",
+            "{:<15} {:<7} {:>10} {:>15} {:>7} {:>9} {:>9} {:>8} {:>10} {:>10} {:>9} {:>8} {:>5}\n",
             "scenario",
             "library",
             "ops/s",
+            "min-max",
             "x raw",
             "p50 µs",
             "p99 µs",
