@@ -34,6 +34,7 @@ async fn deleting_the_key_fires_the_lost_signal_within_one_renewal_period() {
     let mut conn = raw(&server).await;
     let ttl = Duration::from_millis(600);
     let guard = a.lock("taken").with_ttl(ttl).acquire().await.unwrap();
+    let token = guard.lease().cancellation_token();
     let _: i64 = redis::cmd("DEL")
         .arg(lock_key("taken"))
         .query_async(&mut conn)

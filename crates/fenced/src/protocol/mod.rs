@@ -320,3 +320,125 @@ fn parse_token(script: &'static str, bytes: &[u8]) -> Result<FencingToken> {
 fn unexpected(script: &'static str, detail: String) -> Error {
     Error::UnexpectedReply { script, detail }
 }
+
+#[cfg(test)]
+mod tests {
+    //! The scripts' answers in the cases the client cannot easily produce on purpose: a
+    //! release whose reply was lost, an acquire that arrives after it was abandoned.
+
+    use super::*;
+
+    async fn protocol(server: &fenced_testkit::RedisServer) -> Protocol {
+        let client = redis::Client::open(server.url()).unwrap();
+        let conn = ConnectionManager::new(client).await.unwrap();
+        Protocol::new(
+            conn,
+            Duration::from_secs(2),
+            Duration::from_secs(60),
+            Arc::from("test-client"),
+        )
+    }
+
+    fn owner() -> OwnerToken {
+        OwnerToken::generate().unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_repeated_release_reports_already_released_not_not_held() {
+        let server = fenced_testkit::RedisServer::start().unwrap();
+        let p = protocol(&server).await;
+        let keys = LockKeys::new("t:", "job");
+        let me = owner();
+        assert!(matches!(
+            p.try_acquire(&keys, &me, 10_000).await.unwrap(),
+            AcquireReply::Acquired(_)
+        ));
+        assert_eq!(p.release(&keys, &me).await.unwrap(), ReleaseReply::Released);
+        // The same release again, as after a lost reply:
+        assert_eq!(
+            p.release(&keys, &me).await.unwrap(),
+            ReleaseReply::AlreadyReleased
+        );
+        // Somebody else's release attempt with a token that never held the lock:
+        assert_eq!(
+            p.release(&keys, &owner()).await.unwrap(),
+            ReleaseReply::NotHeld
+        );
+    }
+
+    #[tokio::test]
+    async fn an_abandoned_attempt_that_arrives_late_refuses_itself() {
+        let server = fenced_testkit::RedisServer::start().unwrap();
+        let p = protocol(&server).await;
+        let keys = LockKeys::new("t:", "late");
+        let late = owner();
+        // The client gave up on the attempt before Redis saw it:
+        assert!(!p.abandon(&keys, &late).await.unwrap());
+        // The attempt arrives after all, and takes nothing:
+        assert_eq!(
+            p.try_acquire(&keys, &late, 10_000).await.unwrap(),
+            AcquireReply::Abandoned
+        );
+        // The tombstone was used up, and the lock is free for others:
+        let other = owner();
+        assert!(matches!(
+            p.try_acquire(&keys, &other, 10_000).await.unwrap(),
+            AcquireReply::Acquired(_)
+        ));
+        // An abandoned attempt that DID take the lease is released by the abandon:
+        assert_eq!(
+            p.release(&keys, &other).await.unwrap(),
+            ReleaseReply::Released
+        );
+        let taken = owner();
+        assert!(matches!(
+            p.try_acquire(&keys, &taken, 10_000).await.unwrap(),
+            AcquireReply::Acquired(_)
+        ));
+        assert!(p.abandon(&keys, &taken).await.unwrap());
+        assert!(matches!(
+            p.try_acquire(&keys, &owner(), 10_000).await.unwrap(),
+            AcquireReply::Acquired(_)
+        ));
+    }
+
+    #[tokio::test]
+    async fn a_batch_renews_held_leases_and_refuses_lost_ones() {
+        let server = fenced_testkit::RedisServer::start().unwrap();
+        let p = protocol(&server).await;
+        let held = LockKeys::new("t:", "held");
+        let gone = LockKeys::new("t:", "gone");
+        let (a, b) = (owner(), owner());
+        p.try_acquire(&held, &a, 10_000).await.unwrap();
+        p.try_acquire(&gone, &b, 10_000).await.unwrap();
+        p.release(&gone, &b).await.unwrap();
+        // An emptied script cache must not break the pipelined renewal.
+        let mut conn = p.conn.clone();
+        let _: () = redis::cmd("SCRIPT")
+            .arg("FLUSH")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        let items = [
+            RenewItem {
+                lock_key: &held.lock,
+                owner: &a,
+                ttl_ms: 20_000,
+            },
+            RenewItem {
+                lock_key: &gone.lock,
+                owner: &b,
+                ttl_ms: 20_000,
+            },
+        ];
+        let replies = p.extend_many(&items).await.unwrap();
+        assert!(matches!(replies[0], Ok(true)));
+        assert!(matches!(replies[1], Ok(false)));
+        let pttl: i64 = redis::cmd("PTTL")
+            .arg(&held.lock)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert!(pttl > 15_000);
+    }
+}
