@@ -88,6 +88,22 @@ impl Client {
         FencedResource::new(self.clone(), name.into())
     }
 
+    /// Waits until the background clean-ups handed over so far are done: releases of guards
+    /// dropped without `release`, and acquire attempts cancelled or timed out mid-flight.
+    /// Call it before a short-lived process exits, so it does not leave a lock behind to
+    /// expire by its ttl. Bounded by twice the client's timeout.
+    pub async fn flush(&self) {
+        let bound = self.inner.options.timeout * 2;
+        if tokio::time::timeout(bound, self.inner.renewer.flush())
+            .await
+            .is_err()
+        {
+            tracing::debug!(
+                "fenced: flush gave up waiting; leases left behind expire by their ttl"
+            );
+        }
+    }
+
     /// The key prefix of this client.
     pub fn namespace(&self) -> &str {
         &self.inner.options.namespace

@@ -88,6 +88,7 @@
 mod client;
 mod error;
 mod guard;
+mod inspect;
 mod keys;
 mod lock;
 mod notify;
@@ -101,6 +102,7 @@ mod wait;
 pub use client::{Client, ClientBuilder};
 pub use error::{Error, Result};
 pub use guard::{Lease, LockGuard};
+pub use inspect::{Holder, LockStatus, OWNER_PREFIX_LEN};
 pub use keys::{MAX_NAME_LEN, MAX_NAMESPACE_LEN};
 pub use lock::Lock;
 pub use options::{MAX_TTL, MIN_TTL};

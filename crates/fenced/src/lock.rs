@@ -100,6 +100,14 @@ impl Lock {
         &self.name
     }
 
+    pub(crate) fn client(&self) -> &Client {
+        &self.client
+    }
+
+    pub(crate) fn keys(&self) -> &LockKeys {
+        &self.keys
+    }
+
     /// The lease length this lock asks for.
     pub fn ttl(&self) -> Duration {
         self.ttl.unwrap_or(self.client.inner.options.default_ttl)

@@ -28,7 +28,7 @@ use std::time::Duration;
 use futures_util::FutureExt;
 use futures_util::future::BoxFuture;
 use futures_util::stream::{FuturesUnordered, StreamExt};
-use tokio::sync::{Notify, mpsc};
+use tokio::sync::{Notify, mpsc, oneshot};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -103,6 +103,8 @@ pub(crate) struct Tracked {
 }
 
 enum Command {
+    /// Answer once no clean-up is pending.
+    Flush(oneshot::Sender<()>),
     CleanUp {
         keys: Arc<LockKeys>,
         owner: OwnerToken,
@@ -229,6 +231,15 @@ impl Renewer {
         self.clean_up(keys, owner, CleanUp::Abandon, patience);
     }
 
+    /// Completes once every background clean-up handed over so far has finished (or given
+    /// up): for short-lived processes that must not exit with a lock still held.
+    pub(crate) async fn flush(&self) {
+        let (done, wait) = oneshot::channel();
+        if self.commands.send(Command::Flush(done)).is_ok() {
+            let _ = wait.await;
+        }
+    }
+
     fn clean_up(&self, keys: Arc<LockKeys>, owner: OwnerToken, how: CleanUp, patience: Duration) {
         // If the task is gone the runtime is shutting down; the lease then simply expires.
         let _ = self.commands.send(Command::CleanUp {
@@ -256,6 +267,7 @@ async fn run(
 ) {
     let mut in_flight: Option<BoxFuture<'static, RenewOutcome>> = None;
     let mut releases = FuturesUnordered::new();
+    let mut flushes: Vec<oneshot::Sender<()>> = Vec::new();
     let mut closed = false;
 
     loop {
@@ -270,6 +282,7 @@ async fn run(
                 Some(Command::CleanUp { keys, owner, how, patience }) => {
                     releases.push(clean_up(protocol.clone(), local.clone(), keys, owner, how, patience));
                 }
+                Some(Command::Flush(done)) => flushes.push(done),
                 None => closed = true,
             },
             outcome = poll_opt(&mut in_flight) => {

@@ -11,6 +11,7 @@ mod bad_input;
 mod exclusion;
 mod expiry;
 mod fencing;
+mod inspect;
 mod outages;
 mod release;
 mod renewal;

@@ -26,6 +26,8 @@ static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("ac
 static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("release.lua")));
 static ABANDON: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("abandon.lua")));
 static EXTEND: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("extend.lua")));
+static FORCE_RELEASE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("force_release.lua")));
 static FENCED_WRITE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("fenced_write.lua")));
 
@@ -61,6 +63,14 @@ pub enum FencedWrite {
         /// The highest token the resource has accepted.
         highest: FencingToken,
     },
+}
+
+/// A lock's state as read by [`Protocol::inspect`].
+pub(crate) struct Inspection {
+    pub(crate) owner: Option<String>,
+    pub(crate) pttl: i64,
+    pub(crate) last_token: Option<FencingToken>,
+    pub(crate) subscribers: u64,
 }
 
 /// One lease to renew in a batch.
@@ -238,6 +248,61 @@ impl Protocol {
                     .map_err(|e| Error::from_redis("renew", timeout, e))
             })
             .collect())
+    }
+
+    /// Deletes a lock whoever holds it; returns the owner value it had.
+    pub(crate) async fn force_release(&self, keys: &LockKeys) -> Result<Option<String>> {
+        let mut conn = self.conn.clone();
+        let mut inv = FORCE_RELEASE.prepare_invoke();
+        inv.key(&keys.lock).arg(&keys.channel).arg(&*self.client_id);
+        self.bounded("force release", inv.invoke_async(&mut conn))
+            .await
+    }
+
+    /// Reads a lock's state in one round trip (not atomically: for display only).
+    pub(crate) async fn inspect(&self, keys: &LockKeys) -> Result<Inspection> {
+        let mut conn = self.conn.clone();
+        let mut pipe = redis::pipe();
+        pipe.cmd("GET")
+            .arg(&keys.lock)
+            .cmd("PTTL")
+            .arg(&keys.lock)
+            .cmd("HGET")
+            .arg(&keys.fence)
+            .arg("last")
+            .cmd("PUBSUB")
+            .arg("NUMSUB")
+            .arg(&keys.channel);
+        let (owner, pttl, last, numsub): (Option<String>, i64, Option<Vec<u8>>, (String, u64)) =
+            self.bounded("inspect", pipe.query_async(&mut conn)).await?;
+        Ok(Inspection {
+            owner,
+            pttl,
+            last_token: last.map(|b| parse_token("inspect", &b)).transpose()?,
+            subscribers: numsub.1,
+        })
+    }
+
+    /// One `SCAN` step over string keys matching `pattern`; returns the next cursor.
+    pub(crate) async fn scan_strings(
+        &self,
+        cursor: u64,
+        pattern: &str,
+    ) -> Result<(u64, Vec<String>)> {
+        let mut conn = self.conn.clone();
+        self.bounded("scan", async move {
+            redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(pattern)
+                .arg("COUNT")
+                .arg(1000)
+                .arg("TYPE")
+                .arg("string")
+                .query_async(&mut conn)
+                .await
+        })
+        .await
     }
 
     /// Writes `fields` to a resource if `token` is not older than the newest accepted one.

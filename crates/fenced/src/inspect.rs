@@ -1,0 +1,162 @@
+//! Looking at locks from the outside: who holds one, which are held, and breaking one by
+//! force. For operators and tools (the `fenced` command uses these); a program that wants a
+//! lock should simply acquire it.
+
+use std::time::Duration;
+
+use crate::client::Client;
+use crate::error::Result;
+use crate::keys::{LockKeys, validate_name};
+use crate::lock::Lock;
+use crate::protocol::Inspection;
+use crate::token::FencingToken;
+
+/// How many characters of a holder's owner token are shown. Enough to tell holders apart;
+/// far too few to release or extend somebody else's lease with.
+pub const OWNER_PREFIX_LEN: usize = 8;
+
+/// A snapshot of one lock, read in one round trip (not atomically).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LockStatus {
+    /// The lock's name.
+    pub name: String,
+    /// Who holds it, or `None` when it is free.
+    pub holder: Option<Holder>,
+    /// The last fencing token handed out for this name, if the counter still exists.
+    pub last_fencing_token: Option<FencingToken>,
+    /// How many clients (processes, usually) are subscribed to this lock's releases, that is,
+    /// have a waiter for it.
+    pub waiting_clients: u64,
+}
+
+/// The current holder of a lock.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Holder {
+    /// The first [`OWNER_PREFIX_LEN`] characters of the holder's owner token.
+    pub owner_prefix: String,
+    /// What is left of its lease; `None` for a key without expiry (set by some other tool).
+    pub ttl_left: Option<Duration>,
+}
+
+fn status(name: String, seen: Inspection) -> LockStatus {
+    let holder = seen.owner.map(|owner| Holder {
+        owner_prefix: owner.chars().take(OWNER_PREFIX_LEN).collect(),
+        ttl_left: u64::try_from(seen.pttl).ok().map(Duration::from_millis),
+    });
+    LockStatus {
+        name,
+        holder,
+        last_fencing_token: seen.last_token,
+        waiting_clients: seen.subscribers,
+    }
+}
+
+impl Lock {
+    /// Who holds this lock, for how much longer, and the last fencing token handed out.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a bad name; transport
+    /// errors.
+    pub async fn status(&self) -> Result<LockStatus> {
+        validate_name("lock", self.name())?;
+        let seen = self.client().inner.protocol.inspect(self.keys()).await?;
+        Ok(status(self.name().to_owned(), seen))
+    }
+
+    /// Deletes the lock whoever holds it and wakes its waiters: break-glass for operators,
+    /// when a holder is known to be dead and its lease too long to wait out. Returns the
+    /// prefix of the owner token it had, or `None` if it was free.
+    ///
+    /// The holder, if alive, learns of it at its next renewal (its lost signal fires), but
+    /// may already have written: only fencing protects the resource from it.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a bad name; transport
+    /// errors.
+    pub async fn force_release(&self) -> Result<Option<String>> {
+        validate_name("lock", self.name())?;
+        let owner = self
+            .client()
+            .inner
+            .protocol
+            .force_release(self.keys())
+            .await?;
+        if owner.is_some() {
+            tracing::warn!(lock = %self.name(), "fenced: lock broken by force");
+            self.client().inner.waiters.released(&self.keys().channel);
+        }
+        Ok(owner.map(|o| o.chars().take(OWNER_PREFIX_LEN).collect()))
+    }
+}
+
+impl Client {
+    /// Every held lock of this client's namespace whose name matches the glob `pattern`
+    /// (`*` for all), found with `SCAN` (never `KEYS`), sorted by name.
+    ///
+    /// # Errors
+    ///
+    /// Transport errors. Each `SCAN` step is bounded by the timeout; a namespace with millions
+    /// of keys takes many steps.
+    pub async fn locks(&self, pattern: &str) -> Result<Vec<LockStatus>> {
+        let ns = &self.inner.options.namespace;
+        let prefix = format!("{}{{", escape_glob(ns));
+        let match_pattern = format!("{prefix}{pattern}}}");
+        let protocol = &self.inner.protocol;
+        let mut cursor = 0;
+        let mut names = Vec::new();
+        loop {
+            let (next, keys) = protocol.scan_strings(cursor, &match_pattern).await?;
+            for key in keys {
+                // `<ns>{name}` exactly: names never contain braces, so this is unambiguous.
+                if let Some(name) = key
+                    .strip_prefix(ns.as_str())
+                    .and_then(|k| k.strip_prefix('{'))
+                    .and_then(|k| k.strip_suffix('}'))
+                    && !name.contains(['{', '}'])
+                {
+                    names.push(name.to_owned());
+                }
+            }
+            if next == 0 {
+                break;
+            }
+            cursor = next;
+        }
+        names.sort();
+        names.dedup();
+        let mut out = Vec::with_capacity(names.len());
+        for name in names {
+            let seen = protocol.inspect(&LockKeys::new(ns, &name)).await?;
+            // Released between the scan and now: not held any more.
+            if seen.owner.is_some() {
+                out.push(status(name, seen));
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// Escapes the glob characters of a literal (the namespace) for `SCAN MATCH`.
+fn escape_glob(literal: &str) -> String {
+    let mut out = String::with_capacity(literal.len());
+    for c in literal.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn glob_characters_of_the_namespace_are_escaped() {
+        assert_eq!(super::escape_glob("app:*[x]?\\"), "app:\\*\\[x\\]\\?\\\\");
+        assert_eq!(super::escape_glob("fenced:"), "fenced:");
+    }
+}

@@ -1,0 +1,14 @@
+-- Break a lock whoever holds it (operators' break-glass), and wake the waiters.
+--
+-- KEYS[1]  lock key
+-- ARGV[1]  channel to publish the release on
+-- ARGV[2]  message: the client's id
+--
+-- Returns the owner token that held it, or false when the lock was free.
+local owner = redis.call('GET', KEYS[1])
+if not owner then
+  return false
+end
+redis.call('DEL', KEYS[1])
+redis.call('PUBLISH', ARGV[1], ARGV[2])
+return owner

@@ -1,0 +1,102 @@
+//! Looking at locks from outside: status, listing, breaking a lock by force, and flushing
+//! background clean-ups.
+
+use std::time::Duration;
+
+use fenced::{Error, WaitPolicy};
+
+use crate::support::{client, server};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_shows_the_holder_its_ttl_and_the_last_token() {
+    let server = server();
+    let c = client(&server).await;
+    let lock = c.lock("deploy").with_ttl(Duration::from_secs(20));
+    let free = lock.status().await.unwrap();
+    assert!(free.holder.is_none());
+    assert_eq!(free.last_fencing_token, None);
+    let guard = lock.acquire().await.unwrap();
+    let held = lock.status().await.unwrap();
+    let holder = held.holder.expect("held");
+    assert_eq!(holder.owner_prefix.len(), fenced::OWNER_PREFIX_LEN);
+    assert!(holder.ttl_left.is_some_and(|t| t > Duration::from_secs(10)));
+    assert_eq!(held.last_fencing_token, Some(guard.fencing_token()));
+    guard.release().await.unwrap();
+    assert!(lock.status().await.unwrap().holder.is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn locks_lists_only_held_locks_matching_the_pattern() {
+    let server = server();
+    let c = client(&server).await;
+    let other_ns = fenced::Client::builder(&server.url())
+        .namespace("other:")
+        .connect()
+        .await
+        .unwrap();
+    let _a = c.lock("job:a").acquire().await.unwrap();
+    let _b = c.lock("job:b").acquire().await.unwrap();
+    let _x = c.lock("x").acquire().await.unwrap();
+    c.lock("job:released")
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    let _elsewhere = other_ns.lock("job:c").acquire().await.unwrap();
+    c.resource("job:res")
+        .set(fenced::FencingToken::new(1), "f", "v")
+        .await
+        .unwrap();
+    let names: Vec<String> = c
+        .locks("job:*")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|s| s.name)
+        .collect();
+    assert_eq!(names, ["job:a", "job:b"]);
+    assert_eq!(c.locks("*").await.unwrap().len(), 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn force_release_breaks_the_lock_wakes_waiters_and_the_holder_learns() {
+    let server = server();
+    let holder = client(&server).await;
+    let operator = client(&server).await;
+    let waiter = client(&server).await;
+    let guard = holder
+        .lock("stuck")
+        .with_ttl(Duration::from_secs(3))
+        .acquire()
+        .await
+        .unwrap();
+    let lock = waiter
+        .lock("stuck")
+        .with_wait(WaitPolicy::up_to(Duration::from_secs(5)));
+    let waiting = tokio::spawn(async move { lock.acquire().await });
+    let was = operator.lock("stuck").force_release().await.unwrap();
+    assert_eq!(was.map(|p| p.len()), Some(fenced::OWNER_PREFIX_LEN));
+    let next = waiting.await.unwrap().unwrap();
+    tokio::time::timeout(Duration::from_secs(3), guard.lost())
+        .await
+        .expect("holder learns at its next renewal");
+    assert!(matches!(guard.release().await, Err(Error::NotHeld { .. })));
+    next.release().await.unwrap();
+    assert_eq!(operator.lock("stuck").force_release().await.unwrap(), None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn flush_waits_for_the_release_of_dropped_guards() {
+    let server = server();
+    let c = client(&server).await;
+    for i in 0..20 {
+        drop(c.lock(format!("d{i}")).acquire().await.unwrap());
+    }
+    c.flush().await;
+    assert!(
+        c.locks("*").await.unwrap().is_empty(),
+        "flush returned before the releases were done"
+    );
+}
