@@ -95,12 +95,26 @@ impl Error {
         timeout: Duration,
         err: redis::RedisError,
     ) -> Self {
+        use redis::ServerErrorKind as S;
         if err.is_timeout() {
-            Error::Timeout {
+            return Error::Timeout {
                 operation,
                 after: timeout,
-            }
-        } else if err.is_io_error() || err.is_connection_refusal() || err.is_connection_dropped() {
+            };
+        }
+        let passing = matches!(
+            err.kind(),
+            redis::ErrorKind::Server(
+                S::BusyLoading | S::TryAgain | S::MasterDown | S::ReadOnly | S::ClusterDown
+            )
+        ) || err.code() == Some("BUSY");
+        if passing
+            || err.is_io_error()
+            || err.is_connection_refusal()
+            || err.is_connection_dropped()
+        {
+            // Loading after a restart, a busy script, a failover in progress: Redis cannot
+            // serve us now, but may soon.
             Error::Unavailable { source: err }
         } else {
             Error::Redis(err)

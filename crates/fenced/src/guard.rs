@@ -91,17 +91,26 @@ impl LockGuard {
         self.lease.valid_until()
     }
 
-    /// Extends the lease to `ttl` from now, and uses `ttl` for later renewals too.
+    /// Sets the lease to `ttl` from now (longer or shorter), and uses `ttl` for later renewals.
     ///
     /// # Errors
     ///
     /// [`Error::NotHeld`] if the lease is already gone (it is not re-created);
+    /// [`Error::LeaseLost`] if it was declared lost before;
     /// [`Error::InvalidArgument`] for a bad ttl; transport errors as usual.
     pub async fn extend(&self, ttl: Duration) -> Result<()> {
         validate_ttl(ttl)?;
         let Some(owner) = &self.owner else {
             return Err(self.not_held());
         };
+        if self.lease.state.lost.is_cancelled() {
+            // Declared lost already (and no longer renewed): extending now would make a
+            // lease nobody watches. Acquire again instead.
+            return Err(Error::LeaseLost {
+                name: self.lease.name.to_string(),
+                fencing_token: self.lease.fencing_token,
+            });
+        }
         let requested_at = Instant::now();
         let extended = self
             .client
@@ -111,6 +120,11 @@ impl LockGuard {
             .await?;
         if extended {
             self.lease.state.renewed(requested_at, ttl);
+            self.lease.state.set_ttl(ttl);
+            self.client
+                .inner
+                .renewer
+                .extended(self.id, requested_at, ttl);
             Ok(())
         } else {
             self.lease.state.lost.cancel();
@@ -156,11 +170,10 @@ impl LockGuard {
         };
         tracing::debug!(lock = %self.lease.name, ?reply, "fenced: released");
         match reply {
-            ReleaseReply::Released => {
+            ReleaseReply::Released | ReleaseReply::AlreadyReleased => {
                 inner.waiters.released(&self.keys.channel);
                 Ok(())
             }
-            ReleaseReply::AlreadyReleased => Ok(()),
             ReleaseReply::NotHeld => {
                 self.lease.state.lost.cancel();
                 Err(self.not_held())

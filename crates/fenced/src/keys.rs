@@ -6,8 +6,10 @@
 //! | key | type | what it holds |
 //! |---|---|---|
 //! | `<ns>{<name>}` | string | the owner token of the current holder, with `PX` = the lease |
-//! | `<ns>{<name>}:fence` | hash | `last`: the last fencing token handed out; `released`: the owner token of the last release |
+//! | `<ns>{<name>}:fence` | hash | `last`: the last fencing token handed out |
 //! | `<ns>{<name>}:released` | pub/sub channel | one message per release, payload = the releasing client's id |
+//! | `<ns>{<name>}:rel:<owner>` | string | a release's record, for a few seconds: lets a retried release recognise its own effect |
+//! | `<ns>{<name>}:void:<owner>` | string | tombstone of an abandoned acquire attempt, until the attempt can no longer arrive |
 //! | `<ns>res:{<name>}` | hash | a [`FencedResource`](crate::FencedResource)'s fields |
 //! | `<ns>res:{<name>}:fence` | string | the highest fencing token that resource has accepted |
 
@@ -70,6 +72,18 @@ impl LockKeys {
             channel: format!("{lock}:released"),
             lock,
         }
+    }
+}
+
+impl LockKeys {
+    /// The record a release leaves for its own retries.
+    pub(crate) fn release_record(&self, owner: &crate::token::OwnerToken) -> String {
+        format!("{}:rel:{}", self.lock, owner.as_str())
+    }
+
+    /// The tombstone that voids an abandoned acquire attempt.
+    pub(crate) fn tombstone(&self, owner: &crate::token::OwnerToken) -> String {
+        format!("{}:void:{}", self.lock, owner.as_str())
     }
 }
 

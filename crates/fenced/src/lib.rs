@@ -111,6 +111,26 @@ pub use resource::{FencedResource, MAX_FIELDS_PER_WRITE};
 pub use token::FencingToken;
 pub use wait::WaitPolicy;
 
+/// Checks a lock or resource name as every operation does before it sends anything: not
+/// empty, at most [`MAX_NAME_LEN`] bytes, no `{` or `}`. For tools that want to reject bad
+/// input before connecting.
+///
+/// # Errors
+///
+/// [`Error::InvalidArgument`] saying what is wrong.
+pub fn check_name(name: &str) -> Result<()> {
+    keys::validate_name("lock", name)
+}
+
+/// Checks a lease length as [`Lock::acquire`] does: from [`MIN_TTL`] to [`MAX_TTL`].
+///
+/// # Errors
+///
+/// [`Error::InvalidArgument`] saying what is wrong.
+pub fn check_ttl(ttl: std::time::Duration) -> Result<()> {
+    options::validate_ttl(ttl)
+}
+
 #[cfg(test)]
 mod bounds {
     //! Compile-time checks that the public handles can cross tasks and threads.

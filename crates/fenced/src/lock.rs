@@ -197,7 +197,7 @@ impl Lock {
 
         // Fast path: nobody in this process is queued, so try straight away.
         if !inner.waiters.has_waiters(channel) {
-            attempts += 1;
+            attempts = attempts.saturating_add(1);
             if let Ok(guard) = self.attempt(ttl).await? {
                 return Ok(guard);
             }
@@ -226,7 +226,7 @@ impl Lock {
             let notified = ticket.wake().notified();
             tokio::pin!(notified);
             notified.as_mut().enable(); // register before the attempt: no release is missed
-            attempts += 1;
+            attempts = attempts.saturating_add(1);
             let remaining = match self.attempt(ttl).await? {
                 Ok(guard) => {
                     tracing::debug!(attempts, waited = ?started.elapsed(), "fenced: acquired after waiting");

@@ -220,6 +220,8 @@ async fn run(
                         {
                             sink = None;
                             stream = None;
+                            // Other channels still need their subscriptions: reconnect.
+                            reconnect_at = Some(Instant::now());
                         }
                     }
                 }

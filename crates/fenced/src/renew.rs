@@ -50,6 +50,9 @@ pub(crate) struct LeaseState {
 struct Timing {
     valid_until: Instant,
     ttl: Duration,
+    /// When the request behind `valid_until` was sent. A reply to an older request (a
+    /// renewal overtaken by an `extend`) must not overwrite a newer one's effect.
+    sent_at: Instant,
 }
 
 impl LeaseState {
@@ -59,6 +62,7 @@ impl LeaseState {
             timing: Mutex::new(Timing {
                 valid_until: requested_at + ttl - drift_allowance(ttl),
                 ttl,
+                sent_at: requested_at,
             }),
         }
     }
@@ -76,14 +80,20 @@ impl LeaseState {
         self.timing().ttl
     }
 
-    /// Records a successful renewal (or extend) sent at `requested_at` for `ttl`.
+    /// Records a successful renewal (or extend) sent at `requested_at` for `ttl`. Requests on
+    /// one connection run in the order sent, so the latest-sent one decides the server's
+    /// expiry, whether it lengthened or shortened the lease.
     pub(crate) fn renewed(&self, requested_at: Instant, ttl: Duration) {
         let mut t = self.timing();
-        let until = requested_at + ttl - drift_allowance(ttl);
-        if until > t.valid_until {
-            t.valid_until = until;
+        if requested_at >= t.sent_at {
+            t.valid_until = requested_at + ttl - drift_allowance(ttl);
+            t.sent_at = requested_at;
         }
-        t.ttl = ttl;
+    }
+
+    /// Uses `ttl` for the renewals to come (after an `extend`).
+    pub(crate) fn set_ttl(&self, ttl: Duration) {
+        self.timing().ttl = ttl;
     }
 
     /// True when the lease is known lost or its deadline has passed.
@@ -200,6 +210,22 @@ impl Renewer {
         id
     }
 
+    /// Reschedules a lease's next renewal after an `extend` changed its ttl.
+    pub(crate) fn extended(&self, id: u64, sent_at: Instant, ttl: Duration) {
+        let renew_at = sent_at + ttl / 3;
+        let wake = {
+            let mut registry = self.shared.registry();
+            let Some(entry) = registry.entries.get_mut(&id) else {
+                return;
+            };
+            entry.renew_at = renew_at;
+            registry.alarm.is_none_or(|alarm| renew_at < alarm)
+        };
+        if wake {
+            self.shared.changed.notify_one();
+        }
+    }
+
     /// Stops watching a lease (it is being released by its guard).
     pub(crate) fn untrack(&self, id: u64) {
         self.shared.registry().entries.remove(&id);
@@ -257,7 +283,8 @@ struct Entry {
     in_flight: bool,
 }
 
-type RenewOutcome = (Instant, Vec<u64>, Result<Vec<Result<bool>>>);
+/// When a batch was sent, which leases it renewed for which ttl, and the replies.
+type RenewOutcome = (Instant, Vec<(u64, Duration)>, Result<Vec<Result<bool>>>);
 
 async fn run(
     protocol: Protocol,
@@ -273,7 +300,7 @@ async fn run(
     loop {
         let wake = {
             let mut registry = shared.registry();
-            registry.alarm = next_wake(&registry.entries);
+            registry.alarm = next_wake(&registry.entries, in_flight.is_some());
             registry.alarm
         };
         tokio::select! {
@@ -299,6 +326,11 @@ async fn run(
                 }
             }
         }
+        if releases.is_empty() {
+            for done in flushes.drain(..) {
+                let _ = done.send(());
+            }
+        }
         if closed
             && shared.registry().entries.is_empty()
             && releases.is_empty()
@@ -309,13 +341,14 @@ async fn run(
     }
 }
 
-/// The next moment the loop has work: a renewal falls due or a deadline passes.
-fn next_wake(entries: &HashMap<u64, Entry>) -> Option<Instant> {
+/// The next moment the loop has work: a renewal falls due or a deadline passes. While a batch
+/// is in flight no other can start, so only deadlines count then (its reply wakes the loop).
+fn next_wake(entries: &HashMap<u64, Entry>, batch_in_flight: bool) -> Option<Instant> {
     entries
         .values()
         .map(|e| {
             let deadline = e.lease.state.valid_until();
-            if e.lease.renew && !e.in_flight {
+            if e.lease.renew && !e.in_flight && !batch_in_flight {
                 deadline.min(e.renew_at)
             } else {
                 deadline
@@ -351,7 +384,7 @@ fn start_batch(
         let ttl = e.lease.state.ttl();
         if e.lease.renew && !e.in_flight && e.renew_at <= now + ttl / 6 {
             e.in_flight = true;
-            ids.push(*id);
+            ids.push((*id, ttl));
             batch.push((e.lease.keys.clone(), e.lease.owner.clone(), ttl));
         }
     }
@@ -388,12 +421,12 @@ fn apply(entries: &mut HashMap<u64, Entry>, (sent_at, ids, result): RenewOutcome
             ids.iter().map(|_| None).collect()
         }
     };
-    for (id, reply) in ids.into_iter().zip(per_lease) {
+    for ((id, ttl), reply) in ids.into_iter().zip(per_lease) {
+        // Released meanwhile: nothing to update.
         let Some(e) = entries.get_mut(&id) else {
             continue;
-        }; // released meanwhile
+        };
         e.in_flight = false;
-        let ttl = e.lease.state.ttl();
         match reply {
             Some(Ok(true)) => {
                 e.lease.state.renewed(sent_at, ttl);
@@ -425,8 +458,10 @@ async fn clean_up(
     let freed = match how {
         CleanUp::Release => retry_transient(give_up_at, || protocol.release(&keys, &owner))
             .await
-            .map(|reply| reply == ReleaseReply::Released),
-        CleanUp::Abandon => retry_transient(give_up_at, || protocol.abandon(&keys, &owner)).await,
+            .map(|reply| reply != ReleaseReply::NotHeld),
+        CleanUp::Abandon => {
+            retry_transient(give_up_at, || protocol.abandon(&keys, &owner, patience)).await
+        }
     };
     match freed {
         Ok(true) => local.released(&keys.channel),

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use fenced::{Error, WaitPolicy};
 
-use crate::support::{client, dbsize, lock_key, raw, server};
+use crate::support::{all_keys, client, lock_key, raw, server};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn release_after_expiry_does_not_touch_the_new_holders_lock() {
@@ -82,7 +82,7 @@ async fn release_of_a_deleted_lease_is_not_held_and_a_second_guard_release_canno
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn release_leaves_only_the_fence_counter_behind() {
+async fn released_locks_leave_only_keys_that_expire() {
     let server = server();
     let a = client(&server).await;
     let mut conn = raw(&server).await;
@@ -95,14 +95,22 @@ async fn release_leaves_only_the_fence_counter_behind() {
             .await
             .unwrap();
     }
-    // One fence hash per name, each with a ttl (the retention period): nothing leaks forever.
-    assert_eq!(dbsize(&mut conn).await, 10);
-    let pttl: i64 = redis::cmd("PTTL")
-        .arg("fenced:{k3}:fence")
-        .query_async(&mut conn)
-        .await
-        .unwrap();
-    assert!(pttl > 0, "fence key must expire, pttl {pttl}");
+    // Per name: the fence counter (expires after the retention period) and the release's
+    // record (expires within a few timeouts). No lock key, nothing without a ttl.
+    let keys = all_keys(&mut conn).await;
+    assert_eq!(keys.len(), 20, "{keys:?}");
+    for key in keys {
+        let pttl: i64 = redis::cmd("PTTL")
+            .arg(&key)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        if key.contains(":rel:") {
+            assert!(pttl > 0 && pttl <= 3 * 500, "{key}: pttl {pttl}");
+        } else {
+            assert!(key.ends_with(":fence") && pttl > 0, "{key}: pttl {pttl}");
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

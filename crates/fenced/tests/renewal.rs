@@ -49,7 +49,10 @@ async fn deleting_the_key_fires_the_lost_signal_within_one_renewal_period() {
         after <= ttl / 3 + Duration::from_millis(150),
         "signal came {after:?} after the delete"
     );
-    assert!(token.is_cancelled(), "the CancellationToken handed to the work fires too");
+    assert!(
+        token.is_cancelled(),
+        "the CancellationToken handed to the work fires too"
+    );
     assert!(matches!(guard.release().await, Err(Error::NotHeld { .. })));
 }
 

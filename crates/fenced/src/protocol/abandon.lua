@@ -5,14 +5,15 @@
 -- reconnects, so the attempt can sit in a dead connection's buffer on a paused server and
 -- run AFTER this script, which arrives on the new connection. So: delete the lease if the
 -- attempt took it; otherwise leave a tombstone that makes the late attempt refuse itself
--- (acquire.lua checks it first).
+-- (acquire.lua checks it first). The tombstone expires by itself, so attempts that never
+-- arrive leave nothing behind.
 --
 -- KEYS[1]  lock key
--- KEYS[2]  fence key
+-- KEYS[2]  the attempt's tombstone: <lock>:void:<owner>
 -- ARGV[1]  owner token of the abandoned attempt
 -- ARGV[2]  channel to publish a release on
 -- ARGV[3]  message: the client's id
--- ARGV[4]  fence key retention in ms (bounds how long an unused tombstone stays)
+-- ARGV[4]  how long the tombstone lives, in ms
 --
 -- Returns 1 the attempt had taken the lease, which is now released,
 --         0 it had not: a tombstone now voids it.
@@ -21,6 +22,5 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('PUBLISH', ARGV[2], ARGV[3])
   return 1
 end
-redis.call('HSET', KEYS[2], 'void:' .. ARGV[1], 1)
-redis.call('PEXPIRE', KEYS[2], ARGV[4])
+redis.call('SET', KEYS[2], 1, 'PX', ARGV[4])
 return 0

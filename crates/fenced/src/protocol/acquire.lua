@@ -2,6 +2,7 @@
 --
 -- KEYS[1]  lock key         (string: owner token, PX = lease)
 -- KEYS[2]  fence key        (hash: last = last fencing token handed out)
+-- KEYS[3]  this attempt's tombstone, <lock>:void:<owner> (exists only if abandoned)
 -- ARGV[1]  owner token      (128 random bits, hex)
 -- ARGV[2]  lease in ms
 -- ARGV[3]  how long the fence key outlives the last grant, in ms
@@ -16,10 +17,7 @@
 -- above every earlier one. So fence keys need not live forever, and tokens keep increasing
 -- even after a restart that lost the data, unless the server clock stepped back by more than
 -- the retention period.
-local void = 'void:' .. ARGV[1]
-local fence = redis.call('HMGET', KEYS[2], 'last', void)
-if fence[2] then
-  redis.call('HDEL', KEYS[2], void)
+if redis.call('DEL', KEYS[3]) == 1 then
   return {0, -3}
 end
 if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
@@ -27,7 +25,7 @@ if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
 end
 local now = redis.call('TIME')
 local now_us = tonumber(now[1]) * 1000000 + tonumber(now[2])
-local last = tonumber(fence[1]) or 0
+local last = tonumber(redis.call('HGET', KEYS[2], 'last') or '0') or 0
 local token = string.format('%.0f', math.max(last + 1, now_us))
 redis.call('HSET', KEYS[2], 'last', token)
 redis.call('PEXPIRE', KEYS[2], ARGV[3])

@@ -19,8 +19,9 @@ local highest = redis.call('GET', KEYS[2])
 if highest and older(ARGV[1], highest) then
   return {0, highest}
 end
-redis.call('SET', KEYS[2], ARGV[1])
+-- Data first: if the write fails (say, the key holds another type), the fence must not move.
 if #ARGV > 1 then
   redis.call('HSET', KEYS[1], unpack(ARGV, 2))
 end
+redis.call('SET', KEYS[2], ARGV[1])
 return {1, ARGV[1]}

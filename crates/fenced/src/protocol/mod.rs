@@ -86,6 +86,8 @@ pub(crate) struct Protocol {
     conn: ConnectionManager,
     timeout: Duration,
     fence_retention_ms: u64,
+    /// How long a release's record lives: longer than a release is retried in the foreground.
+    release_record_ms: u64,
     client_id: Arc<str>,
 }
 
@@ -100,6 +102,7 @@ impl Protocol {
             conn,
             timeout,
             fence_retention_ms: crate::options::ttl_millis(fence_retention),
+            release_record_ms: crate::options::ttl_millis(timeout * 3),
             client_id,
         }
     }
@@ -145,6 +148,7 @@ impl Protocol {
         let mut inv = ACQUIRE.prepare_invoke();
         inv.key(&keys.lock)
             .key(&keys.fence)
+            .key(keys.tombstone(owner))
             .arg(owner.as_str())
             .arg(ttl_ms)
             .arg(self.fence_retention_ms);
@@ -171,11 +175,11 @@ impl Protocol {
         let mut conn = self.conn.clone();
         let mut inv = RELEASE.prepare_invoke();
         inv.key(&keys.lock)
-            .key(&keys.fence)
+            .key(keys.release_record(owner))
             .arg(owner.as_str())
             .arg(&keys.channel)
             .arg(&*self.client_id)
-            .arg(self.fence_retention_ms);
+            .arg(self.release_record_ms);
         let code: i64 = self.bounded("release", inv.invoke_async(&mut conn)).await?;
         match code {
             1 => Ok(ReleaseReply::Released),
@@ -186,16 +190,22 @@ impl Protocol {
     }
 
     /// Voids an acquire attempt of unknown outcome: releases the lease if the attempt took it,
-    /// or makes the attempt refuse itself should it still arrive. True if it had taken it.
-    pub(crate) async fn abandon(&self, keys: &LockKeys, owner: &OwnerToken) -> Result<bool> {
+    /// or makes the attempt refuse itself should it arrive within `patience`. True if it had
+    /// taken it.
+    pub(crate) async fn abandon(
+        &self,
+        keys: &LockKeys,
+        owner: &OwnerToken,
+        patience: Duration,
+    ) -> Result<bool> {
         let mut conn = self.conn.clone();
         let mut inv = ABANDON.prepare_invoke();
         inv.key(&keys.lock)
-            .key(&keys.fence)
+            .key(keys.tombstone(owner))
             .arg(owner.as_str())
             .arg(&keys.channel)
             .arg(&*self.client_id)
-            .arg(self.fence_retention_ms);
+            .arg(crate::options::ttl_millis(patience).max(1));
         let code: i64 = self.bounded("abandon", inv.invoke_async(&mut conn)).await?;
         Ok(code == 1)
     }
@@ -438,7 +448,11 @@ mod tests {
         let keys = LockKeys::new("t:", "late");
         let late = owner();
         // The client gave up on the attempt before Redis saw it:
-        assert!(!p.abandon(&keys, &late).await.unwrap());
+        assert!(
+            !p.abandon(&keys, &late, Duration::from_secs(5))
+                .await
+                .unwrap()
+        );
         // The attempt arrives after all, and takes nothing:
         assert_eq!(
             p.try_acquire(&keys, &late, 10_000).await.unwrap(),
@@ -460,7 +474,11 @@ mod tests {
             p.try_acquire(&keys, &taken, 10_000).await.unwrap(),
             AcquireReply::Acquired(_)
         ));
-        assert!(p.abandon(&keys, &taken).await.unwrap());
+        assert!(
+            p.abandon(&keys, &taken, Duration::from_secs(5))
+                .await
+                .unwrap()
+        );
         assert!(matches!(
             p.try_acquire(&keys, &owner(), 10_000).await.unwrap(),
             AcquireReply::Acquired(_)

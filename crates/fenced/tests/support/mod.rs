@@ -62,3 +62,10 @@ pub async fn dbsize(conn: &mut redis::aio::MultiplexedConnection) -> i64 {
 pub fn lock_key(name: &str) -> String {
     format!("fenced:{{{name}}}")
 }
+
+/// Every key in the server's database, sorted (test servers hold a handful).
+pub async fn all_keys(conn: &mut redis::aio::MultiplexedConnection) -> Vec<String> {
+    let mut keys: Vec<String> = redis::cmd("KEYS").arg("*").query_async(conn).await.unwrap();
+    keys.sort();
+    keys
+}

@@ -1,0 +1,142 @@
+//! The command line, parsed and checked without any I/O.
+
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+
+/// Run programs under a distributed lock on Redis, and inspect or break locks.
+///
+/// Exit codes: the command's own code when it ran (128+N when killed by signal N); 75 the lock
+/// was not acquired within --wait (or was held, with --no-wait); 76 the lease was lost while
+/// the command ran (it was sent SIGTERM, then SIGKILL after --kill-after); 69 Redis could not
+/// be reached; 64 bad arguments.
+#[derive(Parser, Debug)]
+#[command(name = "fenced", version, about, long_about = None, after_help = EXIT_CODES)]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: Global,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+pub const EXIT_CODES: &str = "\
+Exit codes:
+  N    the command's own exit code (128+N when it was killed by signal N)
+  64   bad arguments
+  69   Redis could not be reached within --timeout
+  75   the lock was not acquired within --wait (or was held, with --no-wait)
+  76   the lease was lost while the command ran";
+
+/// Options every subcommand takes.
+#[derive(Args, Debug, Clone)]
+pub struct Global {
+    /// Redis URL: redis://host:port/db, rediss:// for TLS, redis://user:pass@host for ACL.
+    #[arg(long, global = true, env = "FENCED_REDIS_URL", value_name = "URL")]
+    pub redis: Option<String>,
+    /// Prefix of every key fenced uses.
+    #[arg(long, global = true, default_value = "fenced:", value_name = "PREFIX")]
+    pub namespace: String,
+    /// Bound on each Redis call (e.g. 500ms, 2s).
+    #[arg(long, global = true, default_value = "2s", value_parser = duration, value_name = "DUR")]
+    pub timeout: Duration,
+    /// Say what is happening on stderr.
+    #[arg(short, long, global = true)]
+    pub verbose: bool,
+    /// Print data as JSON (status, list, demo).
+    #[arg(long, global = true)]
+    pub json: bool,
+}
+
+/// The default when neither --redis nor FENCED_REDIS_URL is given.
+pub const DEFAULT_REDIS: &str = "redis://127.0.0.1:6379";
+
+impl Global {
+    pub fn redis_url(&self) -> &str {
+        self.redis.as_deref().unwrap_or(DEFAULT_REDIS)
+    }
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Run CMD while holding the lock NAME; renew it while CMD runs; release it when CMD exits.
+    ///
+    /// CMD gets FENCED_TOKEN (the fencing token: pass it along with every write) and
+    /// FENCED_NAME in its environment. If the lease is lost, CMD is sent SIGTERM, then SIGKILL
+    /// after --kill-after, and fenced exits 76. SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to
+    /// fenced are forwarded to CMD.
+    #[command(after_help = EXIT_CODES)]
+    Run(RunArgs),
+    /// Show whether NAME is held, by whom (first 8 characters of its owner token), for how
+    /// much longer, the last fencing token, and how many clients wait for it.
+    Status {
+        /// The lock's name.
+        name: String,
+    },
+    /// List the held locks of the namespace (found with SCAN, never KEYS).
+    List {
+        /// Only names matching this glob.
+        #[arg(default_value = "*")]
+        pattern: String,
+    },
+    /// Break a lock whoever holds it (needs --force), and wake its waiters.
+    Release {
+        /// The lock's name.
+        name: String,
+        /// Really delete somebody else's lock.
+        #[arg(long)]
+        force: bool,
+    },
+    /// The seed scenarios end to end: a contended product lock, a seckill sale, a stale holder.
+    ///
+    /// Uses --redis if given; otherwise the server at the default address if one answers, or
+    /// else a throwaway redis-server started on a free loopback port and stopped at the end.
+    Demo,
+}
+
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    /// The lock's name.
+    pub name: String,
+    /// Lease length; renewed every third of it while CMD runs.
+    #[arg(long, default_value = "30s", value_parser = duration, value_name = "DUR")]
+    pub ttl: Duration,
+    /// Wait at most this long for the lock (default: wait forever).
+    #[arg(long, value_parser = duration, value_name = "DUR", conflicts_with = "no_wait")]
+    pub wait: Option<Duration>,
+    /// Try once; exit 75 if the lock is held.
+    #[arg(long)]
+    pub no_wait: bool,
+    /// After the lease is lost: time between SIGTERM and SIGKILL to CMD.
+    #[arg(long, default_value = "10s", value_parser = duration, value_name = "DUR")]
+    pub kill_after: Duration,
+    /// The program to run, and its arguments, after `--`.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub command: Vec<String>,
+}
+
+/// Parses `500ms`, `30s`, `5m`, `1h30m`.
+pub fn duration(text: &str) -> Result<Duration, String> {
+    humantime::parse_duration(text.trim())
+        .map_err(|e| format!("{text:?} is not a duration like 500ms, 30s or 5m ({e})"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(duration("30s"), Ok(Duration::from_secs(30)));
+        assert_eq!(duration("5m"), Ok(Duration::from_secs(300)));
+        assert!(duration("5").is_err());
+        assert!(duration("soon").is_err());
+        assert!(duration("-1s").is_err());
+    }
+
+    #[test]
+    fn the_command_line_is_well_formed() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
+}

@@ -1,0 +1,56 @@
+//! One module per subcommand; shared helpers here.
+
+pub mod demo;
+pub mod inspect;
+pub mod run;
+
+use fenced::Client;
+
+use crate::args::Global;
+use crate::exit::Failure;
+
+/// Connects to the server of `--redis`, mapping failures to exit codes.
+pub async fn connect(global: &Global) -> Result<Client, Failure> {
+    connect_to(global, global.redis_url()).await
+}
+
+pub async fn connect_to(global: &Global, url: &str) -> Result<Client, Failure> {
+    Client::builder(url)
+        .namespace(global.namespace.clone())
+        .timeout(global.timeout)
+        .connect()
+        .await
+        .map_err(|e| Failure::from_lib(e, &address(url)))
+}
+
+/// `host:port` of a Redis URL, without credentials, for messages.
+pub fn address(url: &str) -> String {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let rest = rest.rsplit_once('@').map_or(rest, |(_, r)| r);
+    rest.split(['/', '?']).next().unwrap_or(rest).to_owned()
+}
+
+/// Checks a name before connecting, so bad input exits 64 even when Redis is down.
+pub fn check_name(name: &str) -> Result<(), Failure> {
+    fenced::check_name(name).map_err(|e| Failure::from_lib(e, ""))
+}
+
+/// Checks a URL before connecting.
+pub fn check_url(url: &str) -> Result<(), Failure> {
+    redis::Client::open(url)
+        .map(|_| ())
+        .map_err(|e| Failure::usage(format!("{:?} is not a usable Redis URL: {e}", address(url))))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn addresses_hide_credentials() {
+        assert_eq!(
+            super::address("redis://app:pw@10.0.0.1:6380/2"),
+            "10.0.0.1:6380"
+        );
+        assert_eq!(super::address("redis://127.0.0.1:6379"), "127.0.0.1:6379");
+        assert_eq!(super::address("rediss://h:1?x=y"), "h:1");
+    }
+}

@@ -1,0 +1,267 @@
+//! `fenced run NAME -- CMD`: hold a lock while a program runs.
+//!
+//! Order of events: check arguments (64) → connect (69) → acquire, waiting by `--wait`
+//! (75; a signal here aborts the wait) → spawn CMD with FENCED_TOKEN and FENCED_NAME → while
+//! it runs, forward signals to it and watch the lease → if the lease is lost: SIGTERM, then
+//! SIGKILL after `--kill-after`, exit 76 → when CMD exits: release, exit with its code.
+//! Every exit path after the acquire releases the lock (or hands the release to the client's
+//! background clean-up, which `flush` waits for).
+
+use std::io::IsTerminal;
+use std::os::unix::process::ExitStatusExt;
+use std::process::ExitStatus;
+use std::time::Duration;
+
+use fenced::{Client, Lock, LockGuard, WaitPolicy};
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use tokio::process::Command;
+use tokio::signal::unix::{SignalKind, signal};
+use tokio::time::Instant;
+
+use crate::args::{Global, RunArgs};
+use crate::cmd::{address, check_name, check_url, connect};
+use crate::exit::{self, Failure, show};
+
+pub async fn run(global: &Global, args: &RunArgs) -> Result<u8, Failure> {
+    check_name(&args.name)?;
+    check_url(global.redis_url())?;
+    fenced::check_ttl(args.ttl).map_err(|e| Failure::from_lib(e, ""))?;
+    let Some((program, program_args)) = args.command.split_first() else {
+        return Err(Failure::usage("no command given after `--`"));
+    };
+    let mut signals = Signals::new()?;
+    let client = connect(global).await?;
+    let policy = if args.no_wait {
+        WaitPolicy::forever().with_max_attempts(1)
+    } else {
+        args.wait.map_or(WaitPolicy::forever(), WaitPolicy::up_to)
+    };
+    let lock = client
+        .lock(args.name.clone())
+        .with_ttl(args.ttl)
+        .with_wait(policy);
+
+    let asked = Instant::now();
+    let acquired = tokio::select! {
+        result = acquire_showing_progress(&lock, global.verbose) => result,
+        sig = signals.next() => {
+            // Interrupted while waiting: any attempt in flight is abandoned in the background.
+            client.flush().await;
+            return Ok(128 + sig as u8);
+        }
+    };
+    let guard = match acquired {
+        Ok(g) => g,
+        Err(e) => {
+            client.flush().await;
+            return Err(Failure::from_lib(e, &address(global.redis_url())));
+        }
+    };
+    let token = guard.fencing_token();
+    if global.verbose {
+        eprintln!(
+            "fenced: acquired {:?} with fencing token {token} after {}",
+            args.name,
+            show(asked.elapsed())
+        );
+    }
+
+    let child = Command::new(program)
+        .args(program_args)
+        .env("FENCED_TOKEN", token.to_string())
+        .env("FENCED_NAME", &args.name)
+        .kill_on_drop(false)
+        .spawn();
+    let mut child = match child {
+        Ok(c) => c,
+        Err(e) => {
+            let code = if e.kind() == std::io::ErrorKind::NotFound {
+                exit::NOT_FOUND
+            } else {
+                exit::CANNOT_EXECUTE
+            };
+            release(&client, guard, global).await;
+            return Err(Failure::new(code, format!("cannot run {program:?}: {e}")));
+        }
+    };
+    let pid = child
+        .id()
+        .and_then(|id| i32::try_from(id).ok())
+        .map(Pid::from_raw);
+
+    let mut lost_at: Option<Instant> = None;
+    let mut killed = false;
+    let status = loop {
+        let kill_at = lost_at.map(|t| t + args.kill_after);
+        tokio::select! {
+            status = child.wait() => break status,
+            _ = guard.lost(), if lost_at.is_none() => {
+                eprintln!("fenced: the lease on {:?} was lost; sending SIGTERM to the command", args.name);
+                send(pid, Signal::SIGTERM);
+                lost_at = Some(Instant::now());
+            }
+            _ = sleep_until_opt(kill_at), if kill_at.is_some() && !killed => {
+                eprintln!("fenced: the command is still running {} after SIGTERM; sending SIGKILL", show(args.kill_after));
+                send(pid, Signal::SIGKILL);
+                killed = true;
+            }
+            sig = signals.next() => {
+                if global.verbose {
+                    eprintln!("fenced: forwarding {sig} to the command");
+                }
+                send(pid, sig);
+            }
+        }
+    };
+    let status = status
+        .map_err(|e| Failure::new(exit::SOFTWARE, format!("lost track of the command: {e}")))?;
+
+    if lost_at.is_some() {
+        drop(guard);
+        client.flush().await;
+        return Ok(exit::LEASE_LOST);
+    }
+    match guard.release().await {
+        Ok(()) => {}
+        Err(fenced::Error::NotHeld { .. }) => {
+            client.flush().await;
+            return Err(Failure::new(
+                exit::LEASE_LOST,
+                format!(
+                    "the lease on {:?} was gone when the command finished",
+                    args.name
+                ),
+            ));
+        }
+        Err(e) => {
+            eprintln!(
+                "fenced: could not release {:?} ({e}); it expires by its ttl",
+                args.name
+            );
+        }
+    }
+    client.flush().await;
+    Ok(exit_code(status))
+}
+
+/// Releases after a failed start of the command.
+async fn release(client: &Client, guard: LockGuard, global: &Global) {
+    if let Err(e) = guard.release().await
+        && global.verbose
+    {
+        eprintln!("fenced: release failed: {e}");
+    }
+    client.flush().await;
+}
+
+/// The command's exit code, or 128+N when a signal N ended it.
+fn exit_code(status: ExitStatus) -> u8 {
+    match (status.code(), status.signal()) {
+        (Some(code), _) => u8::try_from(code).unwrap_or(1),
+        (None, Some(sig)) => u8::try_from(128 + sig).unwrap_or(255),
+        _ => 1,
+    }
+}
+
+fn send(pid: Option<Pid>, sig: Signal) {
+    if let Some(pid) = pid {
+        // The command may have exited already; there is nothing to do then.
+        let _ = kill(pid, sig);
+    }
+}
+
+async fn sleep_until_opt(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Acquires; on a terminal, shows a spinner with the holder and the time waited; with `-v`
+/// elsewhere, says once that it waits.
+async fn acquire_showing_progress(lock: &Lock, verbose: bool) -> Result<LockGuard, fenced::Error> {
+    let terminal = std::io::stderr().is_terminal();
+    if !terminal && !verbose {
+        return lock.acquire().await;
+    }
+    let started = Instant::now();
+    let acquire = lock.acquire();
+    tokio::pin!(acquire);
+    // Only a wait longer than this shows progress.
+    let mut tick = tokio::time::interval_at(
+        started + Duration::from_millis(200),
+        Duration::from_millis(100),
+    );
+    let mut holder = String::from("somebody");
+    let mut last_status = None::<Instant>;
+    let mut said = false;
+    let frames = ['|', '/', '-', '\\'];
+    let mut frame = 0;
+    loop {
+        tokio::select! {
+            result = &mut acquire => {
+                if terminal && said {
+                    eprint!("\r\x1b[2K");
+                }
+                return result;
+            }
+            _ = tick.tick() => {
+                if last_status.is_none_or(|t| t.elapsed() >= Duration::from_secs(1)) {
+                    last_status = Some(Instant::now());
+                    if let Ok(status) = lock.status().await
+                        && let Some(h) = status.holder
+                    {
+                        holder = match h.ttl_left {
+                            Some(ttl) => format!("{} ({} left)", h.owner_prefix, show(ttl)),
+                            None => format!("{} (no expiry)", h.owner_prefix),
+                        };
+                    }
+                }
+                if terminal {
+                    frame = (frame + 1) % frames.len();
+                    eprint!("\r\x1b[2K{} waiting for {:?}, held by {holder}; waited {}", frames[frame], lock.name(), show(started.elapsed()));
+                    said = true;
+                } else if !said {
+                    eprintln!("fenced: waiting for {:?}, held by {holder}", lock.name());
+                    said = true;
+                }
+            }
+        }
+    }
+}
+
+/// SIGINT, SIGTERM, SIGHUP and SIGQUIT, as one stream.
+struct Signals {
+    streams: Vec<(Signal, tokio::signal::unix::Signal)>,
+}
+
+impl Signals {
+    fn new() -> Result<Self, Failure> {
+        let mut streams = Vec::new();
+        for (sig, kind) in [
+            (Signal::SIGINT, SignalKind::interrupt()),
+            (Signal::SIGTERM, SignalKind::terminate()),
+            (Signal::SIGHUP, SignalKind::hangup()),
+            (Signal::SIGQUIT, SignalKind::quit()),
+        ] {
+            let stream = signal(kind)
+                .map_err(|e| Failure::new(exit::SOFTWARE, format!("cannot watch signals: {e}")))?;
+            streams.push((sig, stream));
+        }
+        Ok(Signals { streams })
+    }
+
+    /// The next signal received.
+    async fn next(&mut self) -> Signal {
+        std::future::poll_fn(|cx| {
+            for (sig, stream) in &mut self.streams {
+                if stream.poll_recv(cx).is_ready() {
+                    return std::task::Poll::Ready(*sig);
+                }
+            }
+            std::task::Poll::Pending
+        })
+        .await
+    }
+}

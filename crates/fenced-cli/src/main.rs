@@ -1,0 +1,85 @@
+//! `fenced`: run a program under a distributed lock on Redis, inspect and break locks, and
+//! show the seed scenarios. `main` only parses, dispatches, and turns the outcome into an exit
+//! code, in this one place.
+
+mod args;
+mod cmd;
+mod exit;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use clap::error::ErrorKind;
+
+use crate::args::{Cli, Command};
+use crate::exit::Failure;
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return ExitCode::from(usage_error(&e)),
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("fenced: cannot start the async runtime: {e}");
+            return ExitCode::from(exit::SOFTWARE);
+        }
+    };
+    let outcome = runtime.block_on(async {
+        match &cli.command {
+            Command::Run(run) => cmd::run::run(&cli.global, run).await,
+            Command::Status { name } => cmd::inspect::status(&cli.global, name).await,
+            Command::List { pattern } => cmd::inspect::list(&cli.global, pattern).await,
+            Command::Release { name, force } => {
+                cmd::inspect::release(&cli.global, name, *force).await
+            }
+            Command::Demo => cmd::demo::demo(&cli.global).await,
+        }
+    });
+    // Do not wait for tasks still parked in the runtime (a pub/sub reader, say).
+    runtime.shutdown_background();
+    match outcome {
+        Ok(code) => ExitCode::from(code),
+        Err(Failure { code, message }) => {
+            eprintln!("fenced: {message}");
+            ExitCode::from(code)
+        }
+    }
+}
+
+/// Prints a clap error as one line (help and version go out as they are) and picks the code.
+fn usage_error(e: &clap::Error) -> u8 {
+    match e.kind() {
+        ErrorKind::DisplayHelp
+        | ErrorKind::DisplayVersion
+        | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+            let _ = e.print();
+            if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
+                exit::USAGE
+            } else {
+                exit::OK
+            }
+        }
+        _ => {
+            let rendered = e.to_string();
+            let first = rendered
+                .lines()
+                .next()
+                .unwrap_or("bad arguments")
+                .trim_start_matches("error: ");
+            let argv: Vec<String> = std::env::args().collect();
+            let hint = if argv.iter().any(|a| a == "run") && !argv.iter().any(|a| a == "--") {
+                " (put `--` before the command: fenced run NAME -- CMD [ARGS...])"
+            } else {
+                " (see fenced --help)"
+            };
+            eprintln!("fenced: {first}{hint}");
+            exit::USAGE
+        }
+    }
+}

@@ -1,0 +1,464 @@
+//! The real `fenced` binary against real redis-server processes: exit codes, exclusion
+//! between processes, crashes, pauses, signals, inspection and the demo.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::Path;
+use std::process::{ExitStatus, Stdio};
+use std::time::Duration;
+
+use fenced_testkit::RedisServer;
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use tokio::process::{Child, Command};
+use tokio::time::Instant;
+
+fn server() -> RedisServer {
+    RedisServer::start().unwrap_or_else(|e| panic!("these tests need a real redis-server: {e}"))
+}
+
+/// `fenced --redis URL ARGS…`, with no inherited FENCED_REDIS_URL.
+fn fenced(url: &str, args: &[&str]) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_fenced"));
+    cmd.env_remove("FENCED_REDIS_URL")
+        .arg("--redis")
+        .arg(url)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    cmd
+}
+
+struct Done {
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+    took: Duration,
+}
+
+/// Runs to completion within `limit` (a hang fails the test).
+async fn finish(mut cmd: Command, limit: Duration) -> Done {
+    let started = Instant::now();
+    let child = cmd.spawn().expect("spawn fenced");
+    let out = tokio::time::timeout(limit, child.wait_with_output())
+        .await
+        .unwrap_or_else(|_| panic!("fenced did not finish within {limit:?}"))
+        .unwrap();
+    Done {
+        code: out.status.code(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        took: started.elapsed(),
+    }
+}
+
+async fn wait_exit(child: &mut Child, limit: Duration) -> ExitStatus {
+    tokio::time::timeout(limit, child.wait())
+        .await
+        .unwrap_or_else(|_| panic!("process did not exit within {limit:?}"))
+        .unwrap()
+}
+
+async fn client(server: &RedisServer) -> fenced::Client {
+    fenced::Client::connect(&server.url()).await.unwrap()
+}
+
+/// Waits (up to 10s) until the lock `name` is held by somebody.
+async fn until_held(c: &fenced::Client, name: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while c.lock(name).status().await.unwrap().holder.is_none() {
+        assert!(Instant::now() < deadline, "{name} never became held");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+fn signal(child: &Child, sig: Signal) {
+    let pid = i32::try_from(child.id().expect("running")).unwrap();
+    kill(Pid::from_raw(pid), sig).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_command_runs_with_its_token_and_its_exit_code_is_passed_through() {
+    let s = server();
+    let url = s.url();
+    let ok = finish(
+        fenced(
+            &url,
+            &[
+                "run",
+                "job",
+                "--",
+                "sh",
+                "-c",
+                "test -n \"$FENCED_TOKEN\" && test \"$FENCED_NAME\" = job",
+            ],
+        ),
+        Duration::from_secs(10),
+    )
+    .await;
+    assert_eq!(ok.code, Some(0), "{}", ok.stderr);
+    let three = finish(
+        fenced(&url, &["run", "job", "--", "sh", "-c", "exit 3"]),
+        Duration::from_secs(10),
+    )
+    .await;
+    assert_eq!(three.code, Some(3));
+    let killed = finish(
+        fenced(&url, &["run", "job", "--", "sh", "-c", "kill -TERM $$"]),
+        Duration::from_secs(10),
+    )
+    .await;
+    assert_eq!(killed.code, Some(128 + 15));
+    let missing = finish(
+        fenced(&url, &["run", "job", "--", "/no/such/program"]),
+        Duration::from_secs(10),
+    )
+    .await;
+    assert_eq!(missing.code, Some(127), "{}", missing.stderr);
+    // Every run released the lock on its way out.
+    assert!(
+        client(&s)
+            .await
+            .lock("job")
+            .status()
+            .await
+            .unwrap()
+            .holder
+            .is_none()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_lock_gives_75_with_no_wait_and_after_the_wait() {
+    let s = server();
+    let c = client(&s).await;
+    let _held = c.lock("busy").acquire().await.unwrap();
+    let once = finish(
+        fenced(&s.url(), &["run", "busy", "--no-wait", "--", "true"]),
+        Duration::from_secs(10),
+    )
+    .await;
+    assert_eq!(once.code, Some(75), "{}", once.stderr);
+    let waited = finish(
+        fenced(&s.url(), &["run", "busy", "--wait", "300ms", "--", "true"]),
+        Duration::from_secs(10),
+    )
+    .await;
+    assert_eq!(waited.code, Some(75), "{}", waited.stderr);
+    assert!(waited.took >= Duration::from_millis(300));
+    assert!(waited.stderr.contains("held"), "{}", waited.stderr);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_lease_stops_the_command_and_exits_76() {
+    let s = server();
+    let c = client(&s).await;
+    let mut run = fenced(
+        &s.url(),
+        &["run", "lost", "--ttl", "600ms", "--", "sleep", "30"],
+    )
+    .spawn()
+    .unwrap();
+    until_held(&c, "lost").await;
+    let broken_at = Instant::now();
+    c.lock("lost").force_release().await.unwrap();
+    let status = wait_exit(&mut run, Duration::from_secs(10)).await;
+    assert_eq!(status.code(), Some(76));
+    assert!(
+        broken_at.elapsed() < Duration::from_secs(3),
+        "took {:?}",
+        broken_at.elapsed()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_redis_gives_69_within_the_timeout() {
+    let port = fenced_testkit::free_port().unwrap();
+    let url = format!("redis://127.0.0.1:{port}");
+    let done = finish(
+        fenced(&url, &["--timeout", "300ms", "run", "x", "--", "true"]),
+        Duration::from_secs(10),
+    )
+    .await;
+    assert_eq!(done.code, Some(69), "{}", done.stderr);
+    assert!(
+        done.stderr.contains(&format!("127.0.0.1:{port}")),
+        "{}",
+        done.stderr
+    );
+    assert!(done.took < Duration::from_secs(3), "took {:?}", done.took);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_arguments_give_64_and_one_line() {
+    let url = "redis://127.0.0.1:1"; // never contacted: arguments are checked first
+    for (what, args) in [
+        (
+            "unknown flag",
+            vec!["run", "x", "--frobnicate", "--", "true"],
+        ),
+        ("missing --", vec!["run", "x", "true"]),
+        ("empty name", vec!["run", "", "--", "true"]),
+        ("braces in name", vec!["run", "a{b}", "--", "true"]),
+        (
+            "bad duration",
+            vec!["run", "x", "--ttl", "soon", "--", "true"],
+        ),
+        (
+            "ttl too small",
+            vec!["run", "x", "--ttl", "1ms", "--", "true"],
+        ),
+        (
+            "wait and no-wait",
+            vec!["run", "x", "--wait", "1s", "--no-wait", "--", "true"],
+        ),
+        ("no command", vec!["run", "x"]),
+        ("release without force", vec!["release", "x"]),
+        ("unknown subcommand", vec!["frobnicate"]),
+    ] {
+        let done = finish(fenced(url, &args), Duration::from_secs(10)).await;
+        assert_eq!(done.code, Some(64), "{what}: {}", done.stderr);
+        assert_eq!(
+            done.stderr.trim_end().lines().count(),
+            1,
+            "{what}: {:?}",
+            done.stderr
+        );
+        assert!(
+            !done.stderr.contains("panicked") && !done.stderr.contains("backtrace"),
+            "{what}"
+        );
+    }
+    let missing = finish(fenced(url, &["run", "x", "true"]), Duration::from_secs(10)).await;
+    assert!(missing.stderr.contains("--"), "{}", missing.stderr);
+    let bad_url = finish(
+        fenced("nope://x", &["status", "x"]),
+        Duration::from_secs(10),
+    )
+    .await;
+    assert_eq!(bad_url.code, Some(64), "{}", bad_url.stderr);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_runs_on_one_name_never_overlap() {
+    let s = server();
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("marks");
+    let script = format!(
+        "echo \"start $FENCED_TOKEN\" >> {0}; sleep 0.05; echo \"end $FENCED_TOKEN\" >> {0}",
+        log.display()
+    );
+    let mut runs = Vec::new();
+    for _ in 0..4 {
+        for _ in 0..3 {
+            runs.push(
+                fenced(&s.url(), &["run", "mutex", "--", "sh", "-c", &script])
+                    .spawn()
+                    .unwrap(),
+            );
+        }
+        for mut r in runs.drain(..) {
+            assert_eq!(
+                wait_exit(&mut r, Duration::from_secs(20)).await.code(),
+                Some(0)
+            );
+        }
+    }
+    check_no_overlap(&log, 12);
+}
+
+fn check_no_overlap(log: &Path, sections: usize) {
+    let text = std::fs::read_to_string(log).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 2 * sections, "{text}");
+    let mut last_token = 0u64;
+    for pair in lines.chunks(2) {
+        let start: Vec<&str> = pair[0].split(' ').collect();
+        let end: Vec<&str> = pair[1].split(' ').collect();
+        assert_eq!(
+            (start[0], end[0]),
+            ("start", "end"),
+            "sections overlapped:\n{text}"
+        );
+        assert_eq!(start[1], end[1], "sections overlapped:\n{text}");
+        let token: u64 = start[1].parse().unwrap();
+        assert!(token > last_token, "tokens did not increase:\n{text}");
+        last_token = token;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_run_frees_the_lock_after_its_ttl() {
+    let s = server();
+    let c = client(&s).await;
+    let mut run = fenced(
+        &s.url(),
+        &["run", "crash", "--ttl", "1s", "--", "sleep", "3"],
+    )
+    .spawn()
+    .unwrap();
+    until_held(&c, "crash").await;
+    signal(&run, Signal::SIGKILL);
+    wait_exit(&mut run, Duration::from_secs(5)).await;
+    let killed_at = Instant::now();
+    let next = finish(
+        fenced(&s.url(), &["run", "crash", "--wait", "5s", "--", "true"]),
+        Duration::from_secs(10),
+    )
+    .await;
+    assert_eq!(next.code, Some(0), "{}", next.stderr);
+    let after = killed_at.elapsed();
+    assert!(
+        after < Duration::from_millis(2500),
+        "waited {after:?} for a 1s lease"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_run_loses_to_a_newer_holder_and_exits_76_on_resume() {
+    let s = server();
+    let c = client(&s).await;
+    let dir = tempfile::tempdir().unwrap();
+    let first = dir.path().join("first");
+    let script = format!("echo $FENCED_TOKEN > {}; exec sleep 30", first.display());
+    let mut a = fenced(
+        &s.url(),
+        &["run", "paused", "--ttl", "600ms", "--", "sh", "-c", &script],
+    )
+    .spawn()
+    .unwrap();
+    until_held(&c, "paused").await;
+    signal(&a, Signal::SIGSTOP);
+    let b = finish(
+        fenced(
+            &s.url(),
+            &[
+                "run",
+                "paused",
+                "--wait",
+                "5s",
+                "--",
+                "sh",
+                "-c",
+                "echo $FENCED_TOKEN",
+            ],
+        ),
+        Duration::from_secs(10),
+    )
+    .await;
+    assert_eq!(b.code, Some(0), "{}", b.stderr);
+    let token_a: u64 = std::fs::read_to_string(&first)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let token_b: u64 = b.stdout.trim().parse().unwrap();
+    assert!(token_b > token_a);
+    signal(&a, Signal::SIGCONT);
+    let status = wait_exit(&mut a, Duration::from_secs(10)).await;
+    assert_eq!(status.code(), Some(76));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn signals_are_forwarded_and_the_lock_released() {
+    let s = server();
+    let c = client(&s).await;
+    let mut run = fenced(
+        &s.url(),
+        &[
+            "run",
+            "sig",
+            "--",
+            "sh",
+            "-c",
+            "trap 'exit 7' TERM; sleep 5 & wait",
+        ],
+    )
+    .spawn()
+    .unwrap();
+    until_held(&c, "sig").await;
+    // Give sh a moment to install its trap: it runs before `sleep`, which we can see.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    signal(&run, Signal::SIGTERM);
+    let status = wait_exit(&mut run, Duration::from_secs(10)).await;
+    assert_eq!(status.code(), Some(7));
+    assert!(c.lock("sig").status().await.unwrap().holder.is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_list_and_release_show_and_break_locks() {
+    let s = server();
+    let c = client(&s).await;
+    let guard = c.lock("deploy:web").acquire().await.unwrap();
+    let status = finish(
+        fenced(&s.url(), &["--json", "status", "deploy:web"]),
+        Duration::from_secs(10),
+    )
+    .await;
+    let json: serde_json::Value = serde_json::from_str(&status.stdout).unwrap();
+    assert_eq!(json["held"], true);
+    assert_eq!(json["last_fencing_token"], guard.fencing_token().get());
+    let list = finish(
+        fenced(&s.url(), &["list", "deploy:*"]),
+        Duration::from_secs(10),
+    )
+    .await;
+    assert!(list.stdout.contains("deploy:web"), "{}", list.stdout);
+    let released = finish(
+        fenced(&s.url(), &["release", "deploy:web", "--force"]),
+        Duration::from_secs(10),
+    )
+    .await;
+    assert_eq!(released.code, Some(0));
+    assert!(released.stdout.contains("held by"), "{}", released.stdout);
+    let free = finish(
+        fenced(&s.url(), &["status", "deploy:web"]),
+        Duration::from_secs(10),
+    )
+    .await;
+    assert!(free.stdout.contains("free"), "{}", free.stdout);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn demo_against_a_given_server_sells_exactly_the_stock_and_cleans_up() {
+    let s = server();
+    let done = finish(
+        fenced(&s.url(), &["--json", "demo"]),
+        Duration::from_secs(60),
+    )
+    .await;
+    assert_eq!(done.code, Some(0), "{}", done.stderr);
+    let json: serde_json::Value = serde_json::from_str(&done.stdout).unwrap();
+    let seckill = &json["seckill"][0];
+    assert_eq!(seckill["strategy"], "lock");
+    assert_eq!(seckill["sold"], 20);
+    assert_eq!(seckill["oversold"], 0);
+    assert_eq!(seckill["stock_left"], 0);
+    assert_eq!(seckill["attempts"], 300);
+    assert_eq!(json["stale_holder"]["a_write"], "refused");
+    assert_eq!(json["redis"]["throwaway"], false);
+    let mut conn = redis::Client::open(s.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let keys: i64 = redis::cmd("DBSIZE").query_async(&mut conn).await.unwrap();
+    assert_eq!(keys, 0, "the demo left keys behind");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn demo_without_a_url_finds_or_starts_a_server() {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_fenced"));
+    cmd.env_remove("FENCED_REDIS_URL")
+        .args(["--json", "demo"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    let done = finish(cmd, Duration::from_secs(60)).await;
+    assert_eq!(done.code, Some(0), "{}", done.stderr);
+    let json: serde_json::Value = serde_json::from_str(&done.stdout).unwrap();
+    assert_eq!(json["seckill"][0]["oversold"], 0);
+    assert!(json["redis"]["throwaway"].is_boolean());
+}
