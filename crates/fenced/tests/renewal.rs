@@ -141,3 +141,31 @@ async fn manual_extend_lengthens_the_lease_and_never_resurrects_it() {
     assert_eq!(exists, 0, "extend must not re-create a lost lease");
     assert!(guard.is_lost());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shorter_extend_shortens_the_lease_and_its_deadline() {
+    let server = server();
+    let a = client(&server).await;
+    let guard = a
+        .lock("shrink")
+        .with_ttl(Duration::from_secs(30))
+        .with_auto_renew(false)
+        .acquire()
+        .await
+        .unwrap();
+    let short = Duration::from_millis(300);
+    let extended_at = Instant::now();
+    guard.extend(short).await.unwrap();
+    assert!(
+        guard.lease().remaining() <= short,
+        "the deadline still counts on the old 30s lease"
+    );
+    tokio::time::timeout(Duration::from_secs(3), guard.lost())
+        .await
+        .expect("lost at the new, shorter deadline");
+    assert!(extended_at.elapsed() < Duration::from_secs(1));
+    assert!(matches!(
+        guard.extend(Duration::from_secs(5)).await,
+        Err(Error::LeaseLost { .. })
+    ));
+}

@@ -434,6 +434,20 @@ mod tests {
             p.release(&keys, &me).await.unwrap(),
             ReleaseReply::AlreadyReleased
         );
+        // ... even after other holders came and went in between:
+        let other = owner();
+        assert!(matches!(
+            p.try_acquire(&keys, &other, 10_000).await.unwrap(),
+            AcquireReply::Acquired(_)
+        ));
+        assert_eq!(
+            p.release(&keys, &other).await.unwrap(),
+            ReleaseReply::Released
+        );
+        assert_eq!(
+            p.release(&keys, &me).await.unwrap(),
+            ReleaseReply::AlreadyReleased
+        );
         // Somebody else's release attempt with a token that never held the lock:
         assert_eq!(
             p.release(&keys, &owner()).await.unwrap(),
@@ -458,7 +472,21 @@ mod tests {
             p.try_acquire(&keys, &late, 10_000).await.unwrap(),
             AcquireReply::Abandoned
         );
-        // The tombstone was used up, and the lock is free for others:
+        // A tombstone for an attempt that never arrives expires by itself:
+        let never = owner();
+        assert!(
+            !p.abandon(&keys, &never, Duration::from_millis(200))
+                .await
+                .unwrap()
+        );
+        let mut conn = p.conn.clone();
+        let pttl: i64 = redis::cmd("PTTL")
+            .arg(keys.tombstone(&never))
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert!(pttl > 0 && pttl <= 200, "tombstone pttl {pttl}");
+        // The used tombstone is gone, and the lock is free for others:
         let other = owner();
         assert!(matches!(
             p.try_acquire(&keys, &other, 10_000).await.unwrap(),
@@ -483,6 +511,35 @@ mod tests {
             p.try_acquire(&keys, &owner(), 10_000).await.unwrap(),
             AcquireReply::Acquired(_)
         ));
+    }
+
+    #[tokio::test]
+    async fn a_failed_fenced_write_does_not_move_the_fence() {
+        let server = fenced_testkit::RedisServer::start().unwrap();
+        let p = protocol(&server).await;
+        let keys = ResourceKeys::new("t:", "doc");
+        assert_eq!(
+            p.fenced_write(&keys, FencingToken::new(5), &[("f", b"v")])
+                .await
+                .unwrap(),
+            FencedWrite::Applied
+        );
+        let mut conn = p.conn.clone();
+        let _: () = redis::cmd("SET")
+            .arg(&keys.data)
+            .arg("not a hash")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert!(
+            p.fenced_write(&keys, FencingToken::new(9), &[("f", b"v")])
+                .await
+                .is_err()
+        );
+        assert_eq!(
+            p.resource_fence(&keys).await.unwrap(),
+            Some(FencingToken::new(5))
+        );
     }
 
     #[tokio::test]
