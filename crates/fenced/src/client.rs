@@ -9,6 +9,7 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use crate::error::{Error, Result};
 use crate::lock::Lock;
 use crate::notify::{self, LocalWaiters};
+use crate::optimistic::pool::TxPool;
 use crate::options::ClientOptions;
 use crate::protocol::Protocol;
 use crate::renew::Renewer;
@@ -40,6 +41,7 @@ pub struct Client {
 
 pub(crate) struct Inner {
     pub(crate) protocol: Protocol,
+    pub(crate) tx_pool: Arc<TxPool>,
     pub(crate) options: ClientOptions,
     pub(crate) waiters: Arc<LocalWaiters>,
     pub(crate) renewer: Renewer,
@@ -159,6 +161,14 @@ impl ClientBuilder {
         self
     }
 
+    /// How many dedicated connections transactions may use at once (default 16). A
+    /// transaction needs a connection of its own for its `WATCH`; when all are busy, the next
+    /// one waits its turn.
+    pub fn transaction_connections(mut self, n: usize) -> Self {
+        self.options.transaction_connections = n;
+        self
+    }
+
     /// Validates the settings, connects and checks the server answers.
     ///
     /// # Errors
@@ -194,11 +204,17 @@ impl ClientBuilder {
             client_id.clone(),
         );
         protocol.ping().await?;
+        let tx_pool = Arc::new(TxPool::new(
+            redis_client.clone(),
+            options.transaction_connections,
+            options.timeout,
+        ));
         let waiters = notify::start(redis_client, client_id, options.timeout);
         let renewer = Renewer::start(protocol.clone(), waiters.clone());
         Ok(Client {
             inner: Arc::new(Inner {
                 protocol,
+                tx_pool,
                 options,
                 waiters,
                 renewer,

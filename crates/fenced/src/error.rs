@@ -47,6 +47,17 @@ pub enum Error {
         /// The fencing token of the lease that was lost.
         fencing_token: FencingToken,
     },
+    /// An optimistic transaction kept meeting concurrent changes to its watched keys and gave
+    /// up: its attempt limit or deadline was reached. Nothing was written.
+    #[error(
+        "transaction gave up after {attempts} attempts in {waited:?}: the watched keys kept changing"
+    )]
+    Conflict {
+        /// How many times the transaction ran.
+        attempts: u32,
+        /// How long it tried.
+        waited: Duration,
+    },
     /// Redis could not be reached: the connection was refused, reset or closed.
     #[error("Redis is unavailable: {source}")]
     Unavailable {

@@ -94,6 +94,7 @@ mod inspect;
 mod keys;
 mod lock;
 mod notify;
+mod optimistic;
 mod options;
 mod protocol;
 mod renew;
@@ -107,11 +108,16 @@ pub use guard::{Lease, LockGuard};
 pub use inspect::{Holder, LockStatus, OWNER_PREFIX_LEN};
 pub use keys::{MAX_NAME_LEN, MAX_NAMESPACE_LEN};
 pub use lock::Lock;
+pub use optimistic::{CasOutcome, MAX_KEY_LEN, RetryPolicy, Stock, Tx, Versioned, VersionedWrite};
 pub use options::{MAX_TTL, MIN_TTL};
 pub use protocol::FencedWrite;
 pub use resource::{FencedResource, MAX_FIELDS_PER_WRITE};
 pub use token::FencingToken;
 pub use wait::WaitPolicy;
+
+/// The Redis client library `fenced` is built on, for building commands to queue in a
+/// [`Tx`] (`fenced::redis::cmd("HSET")…`).
+pub use redis;
 
 /// Checks a lock or resource name as every operation does before it sends anything: not
 /// empty, at most [`MAX_NAME_LEN`] bytes, no `{` or `}`. For tools that want to reject bad

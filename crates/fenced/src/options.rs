@@ -23,6 +23,7 @@ pub(crate) struct ClientOptions {
     pub(crate) fence_retention: Duration,
     pub(crate) poll_min: Duration,
     pub(crate) poll_max: Duration,
+    pub(crate) transaction_connections: usize,
 }
 
 impl Default for ClientOptions {
@@ -34,6 +35,7 @@ impl Default for ClientOptions {
             fence_retention: Duration::from_secs(24 * 3600),
             poll_min: Duration::from_millis(25),
             poll_max: Duration::from_secs(1),
+            transaction_connections: 16,
         }
     }
 }

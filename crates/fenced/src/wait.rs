@@ -82,15 +82,28 @@ impl Backoff {
 
     /// The next wait; the step doubles up to the maximum.
     pub(crate) fn next_wait(&mut self) -> Duration {
+        let half = self.step / 2;
+        let frac = self.next_fraction();
+        let wait = half + half.mul_f64(frac);
+        self.step = (self.step * 2).min(self.max);
+        wait
+    }
+
+    /// The next wait drawn from the whole step ("full jitter"), for retries after a conflict:
+    /// spreading contenders over the whole interval resolves conflicts fastest.
+    pub(crate) fn next_full_jitter(&mut self) -> Duration {
+        let frac = self.next_fraction();
+        let wait = self.step.mul_f64(frac);
+        self.step = (self.step * 2).min(self.max);
+        wait
+    }
+
+    fn next_fraction(&mut self) -> f64 {
         // xorshift64: a few cycles, plenty for jitter.
         self.rng ^= self.rng << 13;
         self.rng ^= self.rng >> 7;
         self.rng ^= self.rng << 17;
-        let half = self.step / 2;
-        let frac = (self.rng >> 11) as f64 / (1u64 << 53) as f64;
-        let wait = half + half.mul_f64(frac);
-        self.step = (self.step * 2).min(self.max);
-        wait
+        (self.rng >> 11) as f64 / (1u64 << 53) as f64
     }
 
     /// Back to the shortest step, after a notification showed the lock is moving.
@@ -114,5 +127,8 @@ mod tests {
         assert!(waits[10] >= max / 2);
         b.reset();
         assert!(b.next_wait() <= min);
+        b.reset();
+        let full: Vec<Duration> = (0..20).map(|_| b.next_full_jitter()).collect();
+        assert!(full[0] <= min && full.iter().all(|w| *w <= max));
     }
 }

@@ -12,6 +12,7 @@ mod exclusion;
 mod expiry;
 mod fencing;
 mod inspect;
+mod optimistic;
 mod outages;
 mod release;
 mod renewal;

@@ -111,8 +111,13 @@ impl Protocol {
         self.timeout
     }
 
+    /// The shared multiplexed connection, for other single-command primitives.
+    pub(crate) fn connection(&self) -> ConnectionManager {
+        self.conn.clone()
+    }
+
     /// Bounds `fut` by the per-call timeout and maps its error.
-    async fn bounded<T>(
+    pub(crate) async fn bounded<T>(
         &self,
         operation: &'static str,
         fut: impl Future<Output = Result<T, RedisError>>,

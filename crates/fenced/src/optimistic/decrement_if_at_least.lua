@@ -1,0 +1,17 @@
+-- Take n items from a stock only if that leaves it at zero or more: the seckill purchase in
+-- one step, with no oversold item possible.
+--
+-- KEYS[1]  the stock (a string holding a decimal integer; a missing key is a stock of 0)
+-- ARGV[1]  n, a positive integer
+--
+-- Returns {1, stock left} when taken, {0, stock} when there were fewer than n.
+local raw = redis.call('GET', KEYS[1])
+local stock = tonumber(raw or '0')
+if stock == nil then
+  return redis.error_reply('ERR the stock is not a number')
+end
+local n = tonumber(ARGV[1])
+if stock < n then
+  return {0, stock}
+end
+return {1, redis.call('DECRBY', KEYS[1], n)}

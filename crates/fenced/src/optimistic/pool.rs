@@ -1,0 +1,118 @@
+//! A small pool of dedicated connections for `WATCH`/`MULTI`/`EXEC`.
+//!
+//! `WATCH` state belongs to a TCP connection, so a transaction must never share its
+//! connection with anybody else (on the client's multiplexed connection, another task's
+//! commands would land inside the transaction). Each transaction checks out a connection of
+//! its own and gives it back only when it is clean: no `WATCH` or `MULTI` pending. A
+//! connection whose transaction was interrupted (its future dropped, a timeout) is closed
+//! instead, which makes the server forget its state.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use redis::AsyncConnectionConfig;
+use redis::aio::MultiplexedConnection;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+use crate::error::{Error, Result};
+
+pub(crate) struct TxPool {
+    client: redis::Client,
+    idle: Mutex<Vec<MultiplexedConnection>>,
+    permits: Arc<Semaphore>,
+    timeout: Duration,
+}
+
+impl TxPool {
+    pub(crate) fn new(client: redis::Client, size: usize, timeout: Duration) -> Self {
+        TxPool {
+            client,
+            idle: Mutex::new(Vec::new()),
+            permits: Arc::new(Semaphore::new(size)),
+            timeout,
+        }
+    }
+
+    fn idle(&self) -> std::sync::MutexGuard<'_, Vec<MultiplexedConnection>> {
+        // A Vec of connections: a poisoned lock still holds usable ones.
+        self.idle.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A connection for one transaction: an idle one, or a new one. Waits (FIFO) while every
+    /// connection of the pool is in use.
+    pub(crate) async fn checkout(self: &Arc<Self>, fresh: bool) -> Result<Pooled> {
+        let permit = self
+            .permits
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|_| Error::invalid("the transaction pool is closed"))?;
+        let reused = if fresh { None } else { self.idle().pop() };
+        let conn = match reused {
+            Some(conn) => conn,
+            None => {
+                let config = AsyncConnectionConfig::new()
+                    .set_connection_timeout(Some(self.timeout))
+                    .set_response_timeout(Some(self.timeout));
+                match tokio::time::timeout(
+                    self.timeout,
+                    self.client
+                        .get_multiplexed_async_connection_with_config(&config),
+                )
+                .await
+                {
+                    Ok(Ok(conn)) => conn,
+                    Ok(Err(e)) => return Err(Error::from_redis("connect", self.timeout, e)),
+                    Err(_) => {
+                        return Err(Error::Timeout {
+                            operation: "connect",
+                            after: self.timeout,
+                        });
+                    }
+                }
+            }
+        };
+        Ok(Pooled {
+            conn,
+            pool: self.clone(),
+            clean: true,
+            _permit: permit,
+        })
+    }
+}
+
+/// A checked-out connection. Back to the pool on drop if clean, closed otherwise.
+pub(crate) struct Pooled {
+    conn: MultiplexedConnection,
+    pool: Arc<TxPool>,
+    clean: bool,
+    _permit: OwnedSemaphorePermit,
+}
+
+impl Pooled {
+    /// The connection, for commands of this transaction only.
+    pub(crate) fn conn(&self) -> MultiplexedConnection {
+        self.conn.clone()
+    }
+
+    /// From now on the server holds state for this connection (`WATCH`, `MULTI`).
+    pub(crate) fn dirty(&mut self) {
+        self.clean = false;
+    }
+
+    /// The server confirmed the state is gone (`EXEC`, `UNWATCH` or `DISCARD` answered).
+    pub(crate) fn cleaned(&mut self) {
+        self.clean = true;
+    }
+}
+
+impl Drop for Pooled {
+    fn drop(&mut self) {
+        if self.clean {
+            // A clone keeps the connection open in the pool; this one goes with `self`.
+            self.pool.idle().push(self.conn.clone());
+        }
+        // Dropped dirty: the last clone of the connection goes away, the socket closes, and
+        // the server discards its WATCH/MULTI state with it.
+    }
+}
