@@ -75,7 +75,7 @@ async fn a_step_may_write_nothing_or_abort_with_its_own_error() {
     #[derive(Debug)]
     enum ShopError {
         SoldOut,
-        Fenced(Error),
+        Fenced(#[allow(dead_code)] Error),
     }
     impl From<Error> for ShopError {
         fn from(e: Error) -> Self {
