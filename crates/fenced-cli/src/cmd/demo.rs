@@ -2,8 +2,9 @@
 //!
 //! 1. `product:10100101:shopping`: five workers contend for one product's lock; each waiter
 //!    is woken by the previous release (the seed's version polled every 2 seconds).
-//! 2. The seckill sale: 300 purchase attempts from 20 workers on a stock of 20, under a lock,
-//!    each write fenced: sold, oversold (must be 0), stock left, time.
+//! 2. The seckill sale: 300 purchase attempts from 20 workers on a stock of 20, by each
+//!    strategy: a lock around read-check-write (each write fenced), a WATCH/MULTI/EXEC
+//!    transaction, one atomic script. Sold, oversold (must be 0), stock left, retries, time.
 //! 3. A stale holder: paused past its lease, it writes with its old fencing token and the
 //!    resource refuses it.
 //!
@@ -15,7 +16,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use fenced::{Client, FencedWrite, WaitPolicy};
+use fenced::{Client, FencedWrite, RetryPolicy, Stock, WaitPolicy};
 use fenced_testkit::RedisServer;
 use serde_json::{Value, json};
 use tokio::sync::Mutex;
@@ -63,9 +64,14 @@ pub async fn demo(global: &Global) -> Result<u8, Failure> {
 
 async fn scenarios(target: &Target, out: &Out) -> Result<Value, fenced::Error> {
     let shopping = shopping(&target.client, out).await?;
-    let seckill = seckill(&target.client, out).await?;
+    out.say("2. Seckill: every strategy must sell exactly the stock, never more");
+    let mut sales = Vec::new();
+    for strategy in [Strategy::Lock, Strategy::Transaction, Strategy::Script] {
+        sales.push(seckill(&target.client, &target.namespace, out, strategy).await?);
+    }
+    out.say("");
     let stale = stale_holder(&target.client, out).await?;
-    Ok(json!({ "shopping": shopping, "seckill": [seckill], "stale_holder": stale }))
+    Ok(json!({ "shopping": shopping, "seckill": sales, "stale_holder": stale }))
 }
 
 async fn pick_server(global: &Global) -> Result<Target, Failure> {
@@ -243,7 +249,33 @@ async fn shopping(client: &Client, out: &Out) -> Result<Value, fenced::Error> {
     }))
 }
 
-async fn seckill(client: &Client, out: &Out) -> Result<Value, fenced::Error> {
+/// How a seckill purchase is made.
+#[derive(Clone, Copy)]
+enum Strategy {
+    /// A lock around read-check-write, each write fenced.
+    Lock,
+    /// A WATCH/MULTI/EXEC transaction, retried on conflict.
+    Transaction,
+    /// One atomic script: decrement only if stock is left.
+    Script,
+}
+
+impl Strategy {
+    fn name(self) -> &'static str {
+        match self {
+            Strategy::Lock => "lock",
+            Strategy::Transaction => "transaction",
+            Strategy::Script => "script",
+        }
+    }
+}
+
+async fn seckill(
+    client: &Client,
+    namespace: &str,
+    out: &Out,
+    strategy: Strategy,
+) -> Result<Value, fenced::Error> {
     const STOCK: u64 = 20;
     const WORKERS: u64 = 20;
     const ATTEMPTS: u64 = 300;
@@ -252,45 +284,75 @@ async fn seckill(client: &Client, out: &Out) -> Result<Value, fenced::Error> {
         "every worker makes the same number of attempts"
     );
     out.say(format!(
-        "2. Seckill: {ATTEMPTS} purchase attempts from {WORKERS} workers on a stock of {STOCK}, strategy \"lock\""
+        "   strategy {:<13} {ATTEMPTS} attempts from {WORKERS} workers on a stock of {STOCK}:",
+        format!("{:?}", strategy.name())
     ));
-    let stock = client.resource("stock:seckill");
-    let setup = client.lock("seckill").acquire().await?;
-    stock
-        .set(setup.fencing_token(), "count", STOCK.to_string())
-        .await?;
-    setup.release().await?;
+    // The lock strategy keeps the stock in a fenced resource; the others in a plain key.
+    let stock = client.resource(format!("seckill:{}", strategy.name()));
+    let key = format!("{namespace}seckill:{}", strategy.name());
+    match strategy {
+        Strategy::Lock => {
+            let setup = client.lock("seckill").acquire().await?;
+            stock
+                .set(setup.fencing_token(), "count", STOCK.to_string())
+                .await?;
+            setup.release().await?;
+        }
+        Strategy::Transaction | Strategy::Script => {
+            client
+                .transaction(&[key.as_str()], |tx| {
+                    let key = key.clone();
+                    async move {
+                        tx.set(&key, STOCK);
+                        Ok::<_, fenced::Error>(())
+                    }
+                })
+                .await?;
+        }
+    }
     let sold = Arc::new(AtomicU64::new(0));
+    let retries = Arc::new(AtomicU64::new(0));
     let started = Instant::now();
     let mut workers = Vec::new();
     for _ in 0..WORKERS {
+        let client = client.clone();
         let lock = client
             .lock("seckill")
             .with_wait(WaitPolicy::up_to(Duration::from_secs(60)));
-        let stock = stock.clone();
-        let sold = sold.clone();
-        let attempts = ATTEMPTS / WORKERS;
+        let (stock, key, sold, retries) =
+            (stock.clone(), key.clone(), sold.clone(), retries.clone());
         workers.push(tokio::spawn(async move {
-            for _ in 0..attempts {
-                let guard = lock.acquire().await?;
-                let left: u64 = stock
-                    .get("count")
-                    .await?
-                    .and_then(|v| String::from_utf8(v).ok())
-                    .and_then(|v| v.parse().ok())
-                    .unwrap_or(0);
-                if left > 0 {
-                    // The write carries the fencing token: a holder that lost its lease
-                    // meanwhile would be refused here instead of overselling.
-                    if stock
-                        .set(guard.fencing_token(), "count", (left - 1).to_string())
-                        .await?
-                        == FencedWrite::Applied
-                    {
-                        sold.fetch_add(1, Ordering::Relaxed);
+            for _ in 0..ATTEMPTS / WORKERS {
+                let bought = match strategy {
+                    Strategy::Lock => buy_under_lock(&lock, &stock).await?,
+                    Strategy::Script => {
+                        matches!(client.decrement_if_at_least(&key, 1).await?, Stock::Left(_))
                     }
+                    Strategy::Transaction => {
+                        let policy = RetryPolicy::default()
+                            .with_max_attempts(10_000)
+                            .with_deadline(Some(Duration::from_secs(60)));
+                        client
+                            .transaction_with(&[key.as_str()], policy, |tx| {
+                                let (key, retries) = (key.clone(), retries.clone());
+                                async move {
+                                    if tx.attempt() > 1 {
+                                        retries.fetch_add(1, Ordering::Relaxed);
+                                    }
+                                    let left: i64 = tx.get(&key).await?.unwrap_or(0);
+                                    if left <= 0 {
+                                        return Ok::<_, fenced::Error>(false);
+                                    }
+                                    tx.set(&key, left - 1);
+                                    Ok(true)
+                                }
+                            })
+                            .await?
+                    }
+                };
+                if bought {
+                    sold.fetch_add(1, Ordering::Relaxed);
                 }
-                guard.release().await?;
             }
             Ok::<_, fenced::Error>(())
         }));
@@ -307,26 +369,59 @@ async fn seckill(client: &Client, out: &Out) -> Result<Value, fenced::Error> {
     }
     let took = started.elapsed();
     let sold = sold.load(Ordering::Relaxed);
-    let left: u64 = stock
-        .get("count")
-        .await?
-        .and_then(|v| String::from_utf8(v).ok())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0);
+    let retries = retries.load(Ordering::Relaxed);
+    let left: i64 =
+        match strategy {
+            Strategy::Lock => read_count(&stock).await?,
+            Strategy::Transaction | Strategy::Script => client
+                .transaction(&[key.as_str()], |tx| {
+                    let key = key.clone();
+                    async move { Ok::<_, fenced::Error>(tx.get::<i64>(&key).await?.unwrap_or(0)) }
+                })
+                .await?,
+        };
     let oversold = sold.saturating_sub(STOCK);
     out.say(format!(
-        "   sold {sold}, oversold {oversold}, stock left {left}, in {:.0} ms ({:.0} attempts/s).\n",
+        "     sold {sold}, oversold {oversold}, stock left {left}, conflicts retried {retries}, in {:.0} ms ({:.0} attempts/s)",
         ms(took),
         ATTEMPTS as f64 / took.as_secs_f64()
     ));
     Ok(json!({
-        "strategy": "lock",
+        "strategy": strategy.name(),
         "attempts": ATTEMPTS,
         "sold": sold,
         "oversold": oversold,
         "stock_left": left,
+        "retries": retries,
         "ms": ms(took),
     }))
+}
+
+/// One purchase under the lock: read, check, write with the fencing token.
+async fn buy_under_lock(
+    lock: &fenced::Lock,
+    stock: &fenced::FencedResource,
+) -> Result<bool, fenced::Error> {
+    let guard = lock.acquire().await?;
+    let left = read_count(stock).await?;
+    // The write carries the fencing token: a holder that lost its lease meanwhile would be
+    // refused here instead of overselling.
+    let bought = left > 0
+        && stock
+            .set(guard.fencing_token(), "count", (left - 1).to_string())
+            .await?
+            == FencedWrite::Applied;
+    guard.release().await?;
+    Ok(bought)
+}
+
+async fn read_count(stock: &fenced::FencedResource) -> Result<i64, fenced::Error> {
+    Ok(stock
+        .get("count")
+        .await?
+        .and_then(|v| String::from_utf8(v).ok())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0))
 }
 
 async fn stale_holder(client: &Client, out: &Out) -> Result<Value, fenced::Error> {
