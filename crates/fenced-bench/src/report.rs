@@ -21,7 +21,8 @@ pub struct Row {
     pub p50_us: f64,
     /// 99th percentile of the same, µs.
     pub p99_us: f64,
-    /// Times two holders were inside the critical section at once (must be 0).
+    /// Times two holders were inside the critical section at once, or (seckill) items sold
+    /// beyond the stock (must be 0).
     pub violations: u64,
     /// Redis commands per cycle (`total_commands_processed` delta; script bodies count).
     pub redis_cmds_per_op: f64,
@@ -34,6 +35,12 @@ pub struct Row {
     /// Contended only: the longest single wait for the lock, ms.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_wait_ms: Option<f64>,
+    /// Optimistic scenarios: conflicts retried per successful change.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retries_per_success: Option<f64>,
+    /// Seckill: items sold beyond the stock, over all rounds (must be 0).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub oversold: Option<u64>,
     /// Contended only: fewest acquisitions of any worker divided by most.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fairness: Option<f64>,
@@ -58,7 +65,7 @@ impl Report {
     /// The table, with each library's ops/s as a ratio of `raw` in the same scenario.
     pub fn table(&self) -> String {
         let mut out = format!(
-            "{:<15} {:<7} {:>10} {:>15} {:>7} {:>9} {:>9} {:>8} {:>10} {:>10} {:>9} {:>8} {:>5}\n",
+            "{:<17} {:<13} {:>9} {:>15} {:>6} {:>8} {:>8} {:>7} {:>9} {:>9} {:>8} {:>5} {:>8} {:>5}\n",
             "scenario",
             "library",
             "ops/s",
@@ -71,20 +78,18 @@ impl Report {
             "handoff99",
             "maxwait",
             "fair",
+            "retry/ok",
             "viol"
         );
+        let dash = || "-".to_string();
         for r in &self.scenarios {
             let ratio = self
                 .ops(&r.scenario, "raw")
                 .filter(|raw| *raw > 0.0)
-                .map(|raw| format!("{:.2}", r.ops_per_sec / raw))
-                .unwrap_or_else(|| "-".into());
-            let opt = |v: Option<f64>, unit: &str| {
-                v.map(|v| format!("{v:.0}{unit}"))
-                    .unwrap_or_else(|| "-".into())
-            };
+                .map_or_else(dash, |raw| format!("{:.2}", r.ops_per_sec / raw));
+            let opt = |v: Option<f64>, unit: &str| v.map_or_else(dash, |v| format!("{v:.0}{unit}"));
             out.push_str(&format!(
-                "{:<15} {:<7} {:>10.0} {:>15} {:>7} {:>9.0} {:>9.0} {:>8.1} {:>10} {:>10} {:>9} {:>8} {:>5}\n",
+                "{:<17} {:<13} {:>9.0} {:>15} {:>6} {:>8.0} {:>8.0} {:>7.1} {:>9} {:>9} {:>8} {:>5} {:>8} {:>5}\n",
                 r.scenario,
                 r.library,
                 r.ops_per_sec,
@@ -96,7 +101,8 @@ impl Report {
                 opt(r.handoff_p50_us, "µs"),
                 opt(r.handoff_p99_us, "µs"),
                 opt(r.max_wait_ms, "ms"),
-                r.fairness.map(|f| format!("{f:.2}")).unwrap_or_else(|| "-".into()),
+                r.fairness.map_or_else(dash, |f| format!("{f:.2}")),
+                r.retries_per_success.map_or_else(dash, |x| format!("{x:.2}")),
                 r.violations,
             ));
         }

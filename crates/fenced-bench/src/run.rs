@@ -12,7 +12,7 @@ use tokio::time::Instant;
 use crate::raw::RawLock;
 use crate::report::{Report, Row};
 
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
+pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// A workload.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -23,14 +23,21 @@ pub enum Scenario {
     Uncontended32,
     /// 8 tasks on one name, each holding it about 1 ms.
     Contended8,
+    /// The seed's sale, round after round: 20 workers make 300 purchase attempts on a stock
+    /// of 20.
+    Seckill,
+    /// 32 tasks changing one counter as fast as they can.
+    CounterContended,
 }
 
 impl Scenario {
     /// Every scenario, in run order.
-    pub const ALL: [Scenario; 3] = [
+    pub const ALL: [Scenario; 5] = [
         Scenario::Uncontended1,
         Scenario::Uncontended32,
         Scenario::Contended8,
+        Scenario::Seckill,
+        Scenario::CounterContended,
     ];
 
     /// The name used in tables and JSON.
@@ -39,6 +46,23 @@ impl Scenario {
             Scenario::Uncontended1 => "uncontended-1",
             Scenario::Uncontended32 => "uncontended-32",
             Scenario::Contended8 => "contended-8",
+            Scenario::Seckill => "seckill",
+            Scenario::CounterContended => "counter-contended",
+        }
+    }
+
+    /// The libraries that can do this scenario's job.
+    pub fn libraries(self) -> &'static [Library] {
+        match self {
+            Scenario::Uncontended1 | Scenario::Uncontended32 | Scenario::Contended8 => {
+                &[Library::Fenced, Library::Raw]
+            }
+            Scenario::Seckill => &[
+                Library::FencedTx,
+                Library::FencedScript,
+                Library::FencedLock,
+            ],
+            Scenario::CounterContended => &[Library::FencedTx, Library::FencedScript],
         }
     }
 }
@@ -50,29 +74,47 @@ impl FromStr for Scenario {
             .into_iter()
             .find(|sc| sc.name() == s)
             .ok_or_else(|| {
-                format!("unknown scenario {s:?}; known: uncontended-1, uncontended-32, contended-8")
+                format!(
+                    "unknown scenario {s:?}; known: {}",
+                    Scenario::ALL.map(Scenario::name).join(", ")
+                )
             })
     }
 }
 
-/// A lock implementation under test.
+/// An implementation under test.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Library {
-    /// This project.
+    /// This project's lock.
     Fenced,
-    /// The hand-written redis-rs floor.
+    /// The hand-written redis-rs lock floor.
     Raw,
+    /// This project's WATCH/MULTI/EXEC transaction.
+    FencedTx,
+    /// This project's atomic script (`decrement_if_at_least`).
+    FencedScript,
+    /// This project's lock around read-check-write, with fenced writes.
+    FencedLock,
 }
 
 impl Library {
-    /// Every library, in run order.
-    pub const ALL: [Library; 2] = [Library::Fenced, Library::Raw];
+    /// Every library.
+    pub const ALL: [Library; 5] = [
+        Library::Fenced,
+        Library::Raw,
+        Library::FencedTx,
+        Library::FencedScript,
+        Library::FencedLock,
+    ];
 
     /// The name used in tables and JSON.
     pub fn name(self) -> &'static str {
         match self {
             Library::Fenced => "fenced",
             Library::Raw => "raw",
+            Library::FencedTx => "fenced-tx",
+            Library::FencedScript => "fenced-script",
+            Library::FencedLock => "fenced-lock",
         }
     }
 }
@@ -83,7 +125,12 @@ impl FromStr for Library {
         Library::ALL
             .into_iter()
             .find(|l| l.name() == s)
-            .ok_or_else(|| format!("unknown library {s:?}; known: fenced, raw"))
+            .ok_or_else(|| {
+                format!(
+                    "unknown library {s:?}; known: {}",
+                    Library::ALL.map(Library::name).join(", ")
+                )
+            })
     }
 }
 
@@ -111,14 +158,20 @@ pub async fn run(config: &Config, url: &str) -> Result<Report, BoxError> {
     let raw_conn = redis_client.get_multiplexed_async_connection().await?;
     let mut stats_conn = redis_client.get_multiplexed_async_connection().await?;
     for &scenario in &config.scenarios {
-        let mut runs: Vec<Vec<Row>> = vec![Vec::new(); config.libraries.len()];
+        let libraries: Vec<Library> = scenario
+            .libraries()
+            .iter()
+            .copied()
+            .filter(|l| config.libraries.contains(l))
+            .collect();
+        let mut runs: Vec<Vec<Row>> = vec![Vec::new(); libraries.len()];
         for round in 0..config.repeat.max(1) {
-            let mut order: Vec<usize> = (0..config.libraries.len()).collect();
+            let mut order: Vec<usize> = (0..libraries.len()).collect();
             if round % 2 == 1 {
                 order.reverse();
             }
             for i in order {
-                let library = config.libraries[i];
+                let library = libraries[i];
                 let window = Window::new(config.warmup, config.duration);
                 let counter = tokio::spawn(count_commands(stats_conn.clone(), window));
                 let mut row = match scenario {
@@ -132,6 +185,12 @@ pub async fn run(config: &Config, url: &str) -> Result<Report, BoxError> {
                     }
                     Scenario::Contended8 => {
                         contended(library, 8, window, &fenced, &raw_conn).await?
+                    }
+                    Scenario::Seckill => {
+                        crate::optimistic::seckill(library, window, &fenced, &raw_conn).await?
+                    }
+                    Scenario::CounterContended => {
+                        crate::optimistic::counter(library, 32, window, &fenced, &raw_conn).await?
                     }
                 };
                 let commands = counter.await??;
@@ -170,10 +229,10 @@ fn median(mut rows: Vec<Row>) -> Row {
 
 /// The warm-up and measured phases of one pair.
 #[derive(Clone, Copy)]
-struct Window {
-    measure_from: Instant,
-    end: Instant,
-    duration: Duration,
+pub(crate) struct Window {
+    pub(crate) measure_from: Instant,
+    pub(crate) end: Instant,
+    pub(crate) duration: Duration,
 }
 
 impl Window {
@@ -207,11 +266,11 @@ async fn total_commands(conn: &mut redis::aio::MultiplexedConnection) -> Result<
         .ok_or_else(|| "INFO stats has no total_commands_processed".into())
 }
 
-fn histogram() -> Result<Histogram<u64>, BoxError> {
+pub(crate) fn histogram() -> Result<Histogram<u64>, BoxError> {
     Ok(Histogram::new_with_bounds(1, 120_000_000, 3)?)
 }
 
-fn micros(d: Duration) -> u64 {
+pub(crate) fn micros(d: Duration) -> u64 {
     u64::try_from(d.as_micros()).unwrap_or(u64::MAX).max(1)
 }
 
@@ -241,6 +300,7 @@ async fn uncontended(
                             .ok_or("raw lock unexpectedly held")?;
                         raw.release(&token).await?;
                     }
+                    other => return Err(format!("{} is not a lock", other.name()).into()),
                 }
                 if started >= window.measure_from && started < window.end {
                     hist.record(micros(started.elapsed()))?;
@@ -264,6 +324,8 @@ async fn uncontended(
         ops_per_sec_min: 0.0,
         ops_per_sec_max: 0.0,
         runs: 1,
+        retries_per_success: None,
+        oversold: None,
         handoff_p50_us: None,
         handoff_p99_us: None,
         max_wait_ms: None,
@@ -317,6 +379,7 @@ async fn contended(
                             Err(_) => break,
                         }
                     }
+                    other => return Err(format!("{} is not a lock", other.name()).into()),
                 };
                 let got = Instant::now();
                 if shared.busy.swap(true, Ordering::SeqCst) {
@@ -367,6 +430,8 @@ async fn contended(
         ops_per_sec_min: 0.0,
         ops_per_sec_max: 0.0,
         runs: 1,
+        retries_per_success: None,
+        oversold: None,
         handoff_p50_us: Some(handoffs.value_at_quantile(0.5) as f64),
         handoff_p99_us: Some(handoffs.value_at_quantile(0.99) as f64),
         max_wait_ms: Some(waits.max() as f64 / 1000.0),

@@ -19,7 +19,8 @@ async fn every_scenario_and_library_produces_a_sane_row() {
         repeat: 2,
     };
     let report = fenced_bench::run(&config, &server.url()).await.unwrap();
-    assert_eq!(report.scenarios.len(), 6);
+    let expected: usize = Scenario::ALL.iter().map(|s| s.libraries().len()).sum();
+    assert_eq!(report.scenarios.len(), expected);
     for row in &report.scenarios {
         assert!(row.ops_per_sec > 0.0, "{row:?}");
         assert_eq!(row.violations, 0, "{row:?}");
@@ -29,6 +30,10 @@ async fn every_scenario_and_library_produces_a_sane_row() {
             row.ops_per_sec_min <= row.ops_per_sec && row.ops_per_sec <= row.ops_per_sec_max,
             "{row:?}"
         );
+    }
+    for row in report.scenarios.iter().filter(|r| r.scenario == "seckill") {
+        assert_eq!(row.oversold, Some(0), "{row:?}");
+        assert!(row.retries_per_success.is_some(), "{row:?}");
     }
     let json: serde_json::Value = serde_json::to_value(&report).unwrap();
     let contended = json["scenarios"]

@@ -1,0 +1,245 @@
+//! The optimistic-concurrency scenarios: the seed's seckill sale, and a contended counter.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use fenced::{Client, FencedWrite, RetryPolicy, Stock};
+use redis::aio::MultiplexedConnection;
+use tokio::time::Instant;
+
+use crate::report::Row;
+use crate::run::{BoxError, Library, Scenario, Window, histogram, micros};
+
+const STOCK: i64 = 20;
+const WORKERS: u64 = 20;
+const ATTEMPTS_PER_WORKER: u64 = 15;
+
+/// Tallies shared by the workers of one pair.
+#[derive(Default)]
+struct Tally {
+    sold: AtomicU64,
+    retries: AtomicU64,
+}
+
+/// Rounds of the seed's sale (20 workers × 15 attempts on a stock of 20) until the window
+/// ends; ops/s counts purchase attempts, sold out or not.
+pub(crate) async fn seckill(
+    library: Library,
+    window: Window,
+    client: &Client,
+    raw: &MultiplexedConnection,
+) -> Result<Row, BoxError> {
+    let key = format!("bench:seckill:{}", library.name());
+    let stock = client.resource(key.clone());
+    let lock = client.lock(format!("{key}:lock"));
+    let tally = Arc::new(Tally::default());
+    let mut latencies = histogram()?;
+    let mut oversold = 0u64;
+    let mut conn = raw.clone();
+    while Instant::now() < window.end {
+        // A new round: restock (every worker of the last round has finished).
+        match library {
+            Library::FencedLock => {
+                let guard = lock.acquire().await?;
+                stock
+                    .set(guard.fencing_token(), "count", STOCK.to_string())
+                    .await?;
+                guard.release().await?;
+            }
+            _ => {
+                let _: () = redis::cmd("SET")
+                    .arg(&key)
+                    .arg(STOCK)
+                    .query_async(&mut conn)
+                    .await?;
+            }
+        }
+        let sold_before = tally.sold.load(Ordering::Relaxed);
+        let mut workers = Vec::new();
+        for _ in 0..WORKERS {
+            let (client, key, stock, lock, tally) = (
+                client.clone(),
+                key.clone(),
+                stock.clone(),
+                lock.clone(),
+                tally.clone(),
+            );
+            workers.push(tokio::spawn(async move {
+                let mut hist = histogram()?;
+                for _ in 0..ATTEMPTS_PER_WORKER {
+                    let started = Instant::now();
+                    let bought = match library {
+                        Library::FencedScript => {
+                            matches!(client.decrement_if_at_least(&key, 1).await?, Stock::Left(_))
+                        }
+                        Library::FencedTx => buy_by_transaction(&client, &key, &tally).await?,
+                        Library::FencedLock => {
+                            let guard = lock.acquire().await?;
+                            let left: i64 = stock
+                                .get("count")
+                                .await?
+                                .and_then(|v| String::from_utf8(v).ok())
+                                .and_then(|v| v.parse().ok())
+                                .unwrap_or(0);
+                            let bought = left > 0
+                                && stock
+                                    .set(guard.fencing_token(), "count", (left - 1).to_string())
+                                    .await?
+                                    == FencedWrite::Applied;
+                            guard.release().await?;
+                            bought
+                        }
+                        Library::Fenced | Library::Raw => {
+                            return Err::<_, BoxError>("not a seckill strategy".into());
+                        }
+                    };
+                    if bought {
+                        tally.sold.fetch_add(1, Ordering::Relaxed);
+                    }
+                    if started >= window.measure_from && started < window.end {
+                        hist.record(micros(started.elapsed()))?;
+                    }
+                }
+                Ok(hist)
+            }));
+        }
+        for w in workers {
+            latencies.add(w.await??)?;
+        }
+        let sold_in_round = tally.sold.load(Ordering::Relaxed) - sold_before;
+        oversold += sold_in_round.saturating_sub(STOCK as u64);
+    }
+    Ok(optimistic_row(
+        Scenario::Seckill,
+        library,
+        window,
+        &latencies,
+        &tally,
+        Some(oversold),
+    ))
+}
+
+async fn buy_by_transaction(
+    client: &Client,
+    key: &str,
+    tally: &Arc<Tally>,
+) -> Result<bool, fenced::Error> {
+    let policy = RetryPolicy::default()
+        .with_max_attempts(100_000)
+        .with_deadline(None);
+    client
+        .transaction_with(&[key], policy, |tx| {
+            let tally = tally.clone();
+            async move {
+                if tx.attempt() > 1 {
+                    tally.retries.fetch_add(1, Ordering::Relaxed);
+                }
+                let left: i64 = tx.get(key).await?.unwrap_or(0);
+                if left <= 0 {
+                    return Ok(false);
+                }
+                tx.set(key, left - 1);
+                Ok(true)
+            }
+        })
+        .await
+}
+
+/// `tasks` tasks changing one counter until the window ends: by transaction (read, add one,
+/// write) or by the atomic script (take one from a practically endless stock).
+pub(crate) async fn counter(
+    library: Library,
+    tasks: usize,
+    window: Window,
+    client: &Client,
+    raw: &MultiplexedConnection,
+) -> Result<Row, BoxError> {
+    let key = format!("bench:counter:{}", library.name());
+    let mut conn = raw.clone();
+    let _: () = redis::cmd("SET")
+        .arg(&key)
+        .arg(i64::MAX / 2)
+        .query_async(&mut conn)
+        .await?;
+    let tally = Arc::new(Tally::default());
+    let mut handles = Vec::new();
+    for _ in 0..tasks {
+        let (client, key, tally) = (client.clone(), key.clone(), tally.clone());
+        handles.push(tokio::spawn(async move {
+            let mut hist = histogram()?;
+            while Instant::now() < window.end {
+                let started = Instant::now();
+                match library {
+                    Library::FencedScript => {
+                        client.decrement_if_at_least(&key, 1).await?;
+                    }
+                    Library::FencedTx => {
+                        let policy = RetryPolicy::default()
+                            .with_max_attempts(100_000)
+                            .with_deadline(None);
+                        client
+                            .transaction_with(&[key.as_str()], policy, |tx| {
+                                let (key, tally) = (key.clone(), tally.clone());
+                                async move {
+                                    if tx.attempt() > 1 {
+                                        tally.retries.fetch_add(1, Ordering::Relaxed);
+                                    }
+                                    let n: i64 = tx.get(&key).await?.unwrap_or(0);
+                                    tx.set(&key, n - 1);
+                                    Ok::<_, fenced::Error>(())
+                                }
+                            })
+                            .await?;
+                    }
+                    _ => return Err::<_, BoxError>("not a counter strategy".into()),
+                }
+                if started >= window.measure_from && started < window.end {
+                    tally.sold.fetch_add(1, Ordering::Relaxed);
+                    hist.record(micros(started.elapsed()))?;
+                }
+            }
+            Ok(hist)
+        }));
+    }
+    let mut latencies = histogram()?;
+    for h in handles {
+        latencies.add(h.await??)?;
+    }
+    Ok(optimistic_row(
+        Scenario::CounterContended,
+        library,
+        window,
+        &latencies,
+        &tally,
+        None,
+    ))
+}
+
+fn optimistic_row(
+    scenario: Scenario,
+    library: Library,
+    window: Window,
+    latencies: &hdrhistogram::Histogram<u64>,
+    tally: &Tally,
+    oversold: Option<u64>,
+) -> Row {
+    let successes = tally.sold.load(Ordering::Relaxed).max(1);
+    Row {
+        scenario: scenario.name().into(),
+        library: library.name().into(),
+        ops_per_sec: latencies.len() as f64 / window.duration.as_secs_f64(),
+        ops_per_sec_min: 0.0,
+        ops_per_sec_max: 0.0,
+        runs: 1,
+        p50_us: latencies.value_at_quantile(0.5) as f64,
+        p99_us: latencies.value_at_quantile(0.99) as f64,
+        violations: oversold.unwrap_or(0),
+        redis_cmds_per_op: 0.0,
+        retries_per_success: Some(tally.retries.load(Ordering::Relaxed) as f64 / successes as f64),
+        oversold,
+        handoff_p50_us: None,
+        handoff_p99_us: None,
+        max_wait_ms: None,
+        fairness: None,
+    }
+}
