@@ -29,6 +29,11 @@
 //! - [`FencedResource`]: data in Redis that refuses writes with an older fencing token.
 //! - [`Lock::with_lock`]: run a piece of work under the lock; it is cancelled if the lease is
 //!   lost.
+//! - No lock at all: [`Client::transaction`] (optimistic `WATCH`/`MULTI`/`EXEC` with retry)
+//!   and one-step atomic scripts ([`Client::compare_and_set`], [`Client::set_if_version`],
+//!   [`Client::set_max`], [`Client::decrement_if_at_least`]). For short read-modify-writes of
+//!   Redis data they are faster than a lock and need no fencing.
+//! - Inspection for operators: [`Lock::status`], [`Client::locks`], [`Lock::force_release`].
 //!
 //! # What a lease guarantees, and what needs fencing
 //!
