@@ -23,7 +23,7 @@ use crate::wait::Backoff;
 ///
 /// let policy = RetryPolicy::default()
 ///     .with_max_attempts(20)
-///     .with_deadline(Duration::from_secs(2));
+///     .with_deadline(Some(Duration::from_secs(2)));
 /// assert_eq!(policy.max_attempts(), 20);
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
