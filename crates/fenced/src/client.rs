@@ -12,7 +12,7 @@ use crate::notify::{self, LocalWaiters};
 use crate::optimistic::pool::TxPool;
 use crate::options::ClientOptions;
 use crate::protocol::Protocol;
-use crate::renew::Renewer;
+use crate::renew::{RenewalStats, Renewer};
 use crate::resource::FencedResource;
 use crate::token::hex;
 
@@ -104,6 +104,11 @@ impl Client {
                 "fenced: flush gave up waiting; leases left behind expire by their ttl"
             );
         }
+    }
+
+    /// What this client's renewal loop has done: leases held, round trips, renewals, losses.
+    pub fn stats(&self) -> RenewalStats {
+        self.inner.renewer.stats()
     }
 
     /// The key prefix of this client.

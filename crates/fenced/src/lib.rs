@@ -116,6 +116,7 @@ pub use lock::Lock;
 pub use optimistic::{CasOutcome, MAX_KEY_LEN, RetryPolicy, Stock, Tx, Versioned, VersionedWrite};
 pub use options::{MAX_TTL, MIN_TTL};
 pub use protocol::FencedWrite;
+pub use renew::RenewalStats;
 pub use resource::{FencedResource, MAX_FIELDS_PER_WRITE};
 pub use token::FencingToken;
 pub use wait::WaitPolicy;

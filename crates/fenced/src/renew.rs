@@ -138,6 +138,30 @@ enum CleanUp {
 struct Shared {
     registry: Mutex<Registry>,
     changed: Notify,
+    stats: Counters,
+}
+
+/// Running totals of the renewal loop, for [`Client::stats`](crate::Client::stats).
+#[derive(Default)]
+struct Counters {
+    batches: AtomicU64,
+    renewed: AtomicU64,
+    lost: AtomicU64,
+}
+
+/// What a client's renewal loop has done so far: for dashboards, and to check that renewal
+/// batches (one round trip per tick) and loses nothing.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RenewalStats {
+    /// Leases held and watched right now.
+    pub leases: u64,
+    /// Renewal round trips sent (one pipeline each, however many leases it carried).
+    pub batches: u64,
+    /// Leases renewed successfully, summed over all batches.
+    pub renewed: u64,
+    /// Leases declared lost (renewal refused, or deadline passed without a renewal).
+    pub lost: u64,
 }
 
 #[derive(Default)]
@@ -168,6 +192,7 @@ impl Renewer {
         let shared = Arc::new(Shared {
             registry: Mutex::new(Registry::default()),
             changed: Notify::new(),
+            stats: Counters::default(),
         });
         tokio::spawn(run(protocol, local, shared.clone(), rx));
         Renewer {
@@ -223,6 +248,18 @@ impl Renewer {
         };
         if wake {
             self.shared.changed.notify_one();
+        }
+    }
+
+    /// The loop's running totals.
+    pub(crate) fn stats(&self) -> RenewalStats {
+        let leases = self.shared.registry().entries.len() as u64;
+        let c = &self.shared.stats;
+        RenewalStats {
+            leases,
+            batches: c.batches.load(Ordering::Relaxed),
+            renewed: c.renewed.load(Ordering::Relaxed),
+            lost: c.lost.load(Ordering::Relaxed),
         }
     }
 
@@ -314,15 +351,18 @@ async fn run(
             },
             outcome = poll_opt(&mut in_flight) => {
                 in_flight = None;
-                apply(&mut shared.registry().entries, outcome);
+                apply(&mut shared.registry().entries, outcome, &shared.stats);
             }
             _ = releases.next(), if !releases.is_empty() => {}
             _ = shared.changed.notified() => {}
             _ = sleep_until_opt(wake), if wake.is_some() => {
                 let mut registry = shared.registry();
-                expire(&mut registry.entries);
+                expire(&mut registry.entries, &shared.stats);
                 if in_flight.is_none() {
                     in_flight = start_batch(&protocol, &mut registry.entries);
+                    if in_flight.is_some() {
+                        shared.stats.batches.fetch_add(1, Ordering::Relaxed);
+                    }
                 }
             }
         }
@@ -358,7 +398,7 @@ fn next_wake(entries: &HashMap<u64, Entry>, batch_in_flight: bool) -> Option<Ins
 }
 
 /// Declares lost every lease whose validity deadline has passed.
-fn expire(entries: &mut HashMap<u64, Entry>) {
+fn expire(entries: &mut HashMap<u64, Entry>, stats: &Counters) {
     let now = Instant::now();
     entries.retain(|_, e| {
         if now < e.lease.state.valid_until() {
@@ -367,6 +407,7 @@ fn expire(entries: &mut HashMap<u64, Entry>) {
         tracing::warn!(lock = %e.lease.name, fencing_token = %e.lease.fencing_token,
             "fenced: lease lost: its validity deadline passed without a successful renewal");
         e.lease.state.lost.cancel();
+        stats.lost.fetch_add(1, Ordering::Relaxed);
         false
     });
 }
@@ -412,7 +453,11 @@ fn start_batch(
 }
 
 /// Applies the replies of one renewal round trip.
-fn apply(entries: &mut HashMap<u64, Entry>, (sent_at, ids, result): RenewOutcome) {
+fn apply(
+    entries: &mut HashMap<u64, Entry>,
+    (sent_at, ids, result): RenewOutcome,
+    stats: &Counters,
+) {
     let now = Instant::now();
     let per_lease: Vec<Option<Result<bool>>> = match result {
         Ok(replies) => replies.into_iter().map(Some).collect(),
@@ -429,6 +474,7 @@ fn apply(entries: &mut HashMap<u64, Entry>, (sent_at, ids, result): RenewOutcome
         e.in_flight = false;
         match reply {
             Some(Ok(true)) => {
+                stats.renewed.fetch_add(1, Ordering::Relaxed);
                 e.lease.state.renewed(sent_at, ttl);
                 e.renew_at = sent_at + ttl / 3;
             }
@@ -436,6 +482,7 @@ fn apply(entries: &mut HashMap<u64, Entry>, (sent_at, ids, result): RenewOutcome
                 tracing::warn!(lock = %e.lease.name, fencing_token = %e.lease.fencing_token,
                     "fenced: lease lost: renewal refused (the key expired, was deleted, or belongs to another holder)");
                 e.lease.state.lost.cancel();
+                stats.lost.fetch_add(1, Ordering::Relaxed);
                 entries.remove(&id);
             }
             Some(Err(_)) | None => {

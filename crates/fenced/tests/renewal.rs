@@ -24,6 +24,10 @@ async fn a_section_longer_than_five_ttls_keeps_its_lock() {
         assert!(!guard.is_lost());
         tokio::time::sleep(ttl / 4).await;
     }
+    let stats = a.stats();
+    assert_eq!(stats.leases, 1);
+    assert!(stats.batches >= 10 && stats.renewed >= 10, "{stats:?}");
+    assert_eq!(stats.lost, 0);
     guard.release().await.expect("still ours after 6 ttls");
 }
 
