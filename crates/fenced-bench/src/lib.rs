@@ -1,23 +1,34 @@
-//! Benchmarks of `fenced` against the raw redis-rs floor, measured side by side in one run on
-//! one redis-server that the harness starts itself, so the machine's noise cancels in the
-//! ratios.
+//! Benchmarks of `fenced` against the raw redis-rs floor and the Rust peers (rslock 0.10,
+//! redlock 2.0), measured side by side in one run on one redis-server that the harness
+//! starts itself, so the machine's noise cancels in the ratios.
 //!
 //! Scenarios ([`Scenario`]):
-//! - `uncontended-1`: one task, acquire + release cycles on one name;
-//! - `uncontended-32`: 32 tasks, each on its own name, sharing one client;
-//! - `contended-8`: 8 tasks on one name, each holding it about 1 ms;
+//! - `uncontended-1`, `uncontended-32`: 1 task / 32 tasks on distinct names, acquire +
+//!   release as fast as they can;
+//! - `contended-8`: 8 workers on one name, each holding it about 1 ms;
+//! - `waiters-1000`: one holder keeps a name for a few seconds while 1000 tasks wait; what
+//!   waiting costs Redis and the client, then how long until all had the lock once;
+//! - `renew-10000`: 10 000 leases renewed automatically for a few renewal periods;
 //! - `seckill`: the seed's sale, round after round (20 workers, 300 attempts, stock 20), by
 //!   `fenced-tx` (transaction), `fenced-script` (`decrement_if_at_least`) and `fenced-lock`
 //!   (a lock around read-check-write with fenced writes);
 //! - `counter-contended`: 32 tasks changing one counter, `fenced-tx` against `fenced-script`.
 //!
-//! Libraries ([`Library`]): `fenced`, and `raw`: the same cycle written by hand with redis-rs
-//! (`SET NX PX`, then `EVALSHA` compare-and-delete; under contention, 1 ms polling).
+//! Libraries ([`Library`]): `fenced`; `raw`, the same cycle written by hand with redis-rs
+//! (`SET NX PX`, then `EVALSHA` compare-and-delete; waiting by 1 ms polling); `rslock`;
+//! `redlock` (synchronous, on blocking threads). Pairs a library cannot do are listed with the
+//! reason in [`Report::not_applicable`].
 
+mod charts;
+mod locks;
 mod optimistic;
+mod peers;
 mod raw;
+mod renewal;
 mod report;
 mod run;
+mod waiters;
 
-pub use report::{Report, Row};
+pub use charts::write_charts;
+pub use report::{NotApplicable, Report, Row};
 pub use run::{Config, Library, Scenario, run};

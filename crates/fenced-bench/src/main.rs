@@ -16,7 +16,8 @@ use fenced_bench::{Config, Library, Scenario};
 #[derive(Parser, Debug)]
 #[command(version)]
 struct Args {
-    /// One 2s run per scenario and library, instead of three 5s runs.
+    /// One 1.5s run per scenario and library (the whole set in about a minute), instead of
+    /// three 5s runs.
     #[arg(long)]
     quick: bool,
     /// Runs per scenario and library (default: 1 with --quick, else 3); medians are reported.
@@ -25,10 +26,15 @@ struct Args {
     /// Write the results as JSON to this file.
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
-    /// Only these scenarios (uncontended-1, uncontended-32, contended-8).
+    /// Write SVG charts (throughput, contended wait times) into this directory.
+    #[arg(long, value_name = "DIR")]
+    svg: Option<PathBuf>,
+    /// Only these scenarios (uncontended-1, uncontended-32, contended-8, waiters-1000,
+    /// renew-10000, seckill, counter-contended).
     #[arg(long, value_delimiter = ',')]
     scenarios: Vec<Scenario>,
-    /// Only these libraries (fenced, raw).
+    /// Only these libraries (fenced, raw, rslock, redlock, fenced-tx, fenced-script,
+    /// fenced-lock).
     #[arg(long, value_delimiter = ',')]
     libraries: Vec<Library>,
     /// Measure against this server instead of starting one (loopback only, please).
@@ -48,14 +54,23 @@ fn main() -> ExitCode {
 }
 
 fn run(args: Args) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-    let (duration, warmup) = if args.quick {
-        (Duration::from_secs(2), Duration::from_millis(300))
+    let (duration, warmup, hold) = if args.quick {
+        (
+            Duration::from_millis(1500),
+            Duration::from_millis(200),
+            Duration::from_secs(2),
+        )
     } else {
-        (Duration::from_secs(5), Duration::from_millis(500))
+        (
+            Duration::from_secs(5),
+            Duration::from_millis(500),
+            Duration::from_secs(3),
+        )
     };
     let config = Config {
         duration,
         warmup,
+        hold,
         scenarios: if args.scenarios.is_empty() {
             Scenario::ALL.to_vec()
         } else {
@@ -77,11 +92,18 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         (None, Some(s)) => s.url(),
         (None, None) => return Err("no server".into()),
     };
+    // redlock is synchronous: up to 32 of its threads block at once, beside the async tasks.
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
+        .max_blocking_threads(64)
         .build()?;
     let report = runtime.block_on(fenced_bench::run(&config, &url))?;
     println!("{}", report.table());
+    if let Some(dir) = &args.svg {
+        for path in fenced_bench::write_charts(&report, dir)? {
+            println!("wrote {}", path.display());
+        }
+    }
     if let Some(path) = args.json {
         std::fs::write(&path, serde_json::to_string_pretty(&report)?)?;
         println!("wrote {}", path.display());

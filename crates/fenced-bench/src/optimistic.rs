@@ -4,11 +4,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use fenced::{Client, FencedWrite, RetryPolicy, Stock};
-use redis::aio::MultiplexedConnection;
 use tokio::time::Instant;
 
 use crate::report::Row;
-use crate::run::{BoxError, Library, Scenario, Window, histogram, micros};
+use crate::run::{BoxError, Env, Library, Scenario, Window, histogram, micros};
 
 const STOCK: i64 = 20;
 const WORKERS: u64 = 20;
@@ -23,12 +22,8 @@ struct Tally {
 
 /// Rounds of the seed's sale (20 workers × 15 attempts on a stock of 20) until the window
 /// ends; ops/s counts purchase attempts, sold out or not.
-pub(crate) async fn seckill(
-    library: Library,
-    window: Window,
-    client: &Client,
-    raw: &MultiplexedConnection,
-) -> Result<Row, BoxError> {
+pub(crate) async fn seckill(library: Library, window: Window, env: &Env) -> Result<Row, BoxError> {
+    let (client, raw) = (&env.fenced, &env.raw);
     let key = format!("bench:seckill:{}", library.name());
     let stock = client.resource(key.clone());
     let lock = client.lock(format!("{key}:lock"));
@@ -89,8 +84,10 @@ pub(crate) async fn seckill(
                             guard.release().await?;
                             bought
                         }
-                        Library::Fenced | Library::Raw => {
-                            return Err::<_, BoxError>("not a seckill strategy".into());
+                        other => {
+                            return Err::<_, BoxError>(
+                                format!("{} is not a seckill strategy", other.name()).into(),
+                            );
                         }
                     };
                     if bought {
@@ -151,9 +148,9 @@ pub(crate) async fn counter(
     library: Library,
     tasks: usize,
     window: Window,
-    client: &Client,
-    raw: &MultiplexedConnection,
+    env: &Env,
 ) -> Result<Row, BoxError> {
+    let (client, raw) = (&env.fenced, &env.raw);
     let key = format!("bench:counter:{}", library.name());
     let mut conn = raw.clone();
     let _: () = redis::cmd("SET")
@@ -228,18 +225,12 @@ fn optimistic_row(
         scenario: scenario.name().into(),
         library: library.name().into(),
         ops_per_sec: latencies.len() as f64 / window.duration.as_secs_f64(),
-        ops_per_sec_min: 0.0,
-        ops_per_sec_max: 0.0,
         runs: 1,
         p50_us: latencies.value_at_quantile(0.5) as f64,
         p99_us: latencies.value_at_quantile(0.99) as f64,
         violations: oversold.unwrap_or(0),
-        redis_cmds_per_op: 0.0,
         retries_per_success: Some(tally.retries.load(Ordering::Relaxed) as f64 / successes as f64),
         oversold,
-        handoff_p50_us: None,
-        handoff_p99_us: None,
-        max_wait_ms: None,
-        fairness: None,
+        ..Row::default()
     }
 }

@@ -2,14 +2,16 @@
 
 use serde::Serialize;
 
-/// One measured (scenario, library) pair.
-#[derive(Clone, Debug, Serialize)]
+/// One measured (scenario, library) pair. Fields that do not apply to a scenario are absent
+/// from the JSON.
+#[derive(Clone, Debug, Default, Serialize)]
 pub struct Row {
     /// Scenario name, e.g. `uncontended-1`.
     pub scenario: String,
     /// Library name, e.g. `fenced`.
     pub library: String,
-    /// Completed acquire + release cycles per second (median of the runs).
+    /// Completed operations per second (median of the runs): lock cycles, acquisitions,
+    /// purchase attempts or counter changes, as the scenario says.
     pub ops_per_sec: f64,
     /// Slowest run's ops/s.
     pub ops_per_sec_min: f64,
@@ -17,33 +19,76 @@ pub struct Row {
     pub ops_per_sec_max: f64,
     /// How many runs the median is taken from.
     pub runs: usize,
-    /// Median latency of one cycle (uncontended) or of one acquire (contended), µs.
+    /// Median latency of one operation (for contended scenarios: of one wait for the lock), µs.
     pub p50_us: f64,
     /// 99th percentile of the same, µs.
     pub p99_us: f64,
-    /// Times two holders were inside the critical section at once, or (seckill) items sold
-    /// beyond the stock (must be 0).
+    /// Mutual-exclusion violations, or (seckill) items sold beyond the stock; must be 0.
     pub violations: u64,
-    /// Redis commands per cycle (`total_commands_processed` delta; script bodies count).
+    /// Redis commands per operation (`total_commands_processed` delta; commands inside scripts
+    /// count too).
     pub redis_cmds_per_op: f64,
-    /// Contended only: from one holder's end of section to the next holder's acquire, median µs.
+    /// Client CPU (user + sys of the whole process, getrusage) per operation, µs.
+    pub client_cpu_us_per_op: f64,
+    /// Contended: from one holder's end of section to the next holder's acquire, median µs.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub handoff_p50_us: Option<f64>,
-    /// Contended only: the same, 99th percentile, µs.
+    /// Contended: the same, 99th percentile, µs.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub handoff_p99_us: Option<f64>,
-    /// Contended only: the longest single wait for the lock, ms.
+    /// Contended: the longest single wait for the lock, ms.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_wait_ms: Option<f64>,
+    /// Contended: fewest acquisitions of any worker divided by most.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fairness: Option<f64>,
+    /// Contended: wait percentiles as (percentile, µs), for the wait-time chart.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub wait_percentiles_us: Option<Vec<(f64, f64)>>,
     /// Optimistic scenarios: conflicts retried per successful change.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub retries_per_success: Option<f64>,
     /// Seckill: items sold beyond the stock, over all rounds (must be 0).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub oversold: Option<u64>,
-    /// Contended only: fewest acquisitions of any worker divided by most.
+    /// Waiters: Redis commands per second while the waiters wait.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub fairness: Option<f64>,
+    pub waiting_redis_cmds_per_sec: Option<f64>,
+    /// Waiters: client CPU while the waiters wait, % of one core.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub waiting_client_cpu_percent: Option<f64>,
+    /// Waiters: from the holder's release until every waiter has had the lock once, ms.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub drain_ms: Option<f64>,
+    /// Renewal: leases held.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub leases: Option<u64>,
+    /// Renewal: renewal round trips (ticks) while measuring.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub renewal_ticks: Option<u64>,
+    /// Renewal: leases renewed per tick.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub leases_per_tick: Option<f64>,
+    /// Renewal: Redis commands per tick.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub redis_cmds_per_tick: Option<f64>,
+    /// Renewal: client CPU per tick, µs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub client_cpu_us_per_tick: Option<f64>,
+    /// Renewal: leases lost (must be 0).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub leases_lost: Option<u64>,
+}
+
+/// A pair that was not run, and why.
+#[derive(Clone, Debug, Serialize)]
+pub struct NotApplicable {
+    /// Scenario name.
+    pub scenario: String,
+    /// Library name.
+    pub library: String,
+    /// Why the library cannot do this scenario's job.
+    pub why: String,
 }
 
 /// All rows of one run.
@@ -51,21 +96,29 @@ pub struct Row {
 pub struct Report {
     /// The measured rows, in run order.
     pub scenarios: Vec<Row>,
+    /// The pairs left out, with the reason.
+    pub not_applicable: Vec<NotApplicable>,
 }
 
 impl Report {
-    /// Ops/s of `library` in `scenario`, if measured.
-    pub fn ops(&self, scenario: &str, library: &str) -> Option<f64> {
+    /// The row of `library` in `scenario`, if measured.
+    pub fn row(&self, scenario: &str, library: &str) -> Option<&Row> {
         self.scenarios
             .iter()
             .find(|r| r.scenario == scenario && r.library == library)
-            .map(|r| r.ops_per_sec)
     }
 
-    /// The table, with each library's ops/s as a ratio of `raw` in the same scenario.
+    /// Ops/s of `library` in `scenario`, if measured.
+    pub fn ops(&self, scenario: &str, library: &str) -> Option<f64> {
+        self.row(scenario, library).map(|r| r.ops_per_sec)
+    }
+
+    /// The tables, as text.
     pub fn table(&self) -> String {
+        let dash = || "-".to_string();
+        let opt = |v: Option<f64>, digits: usize| v.map_or_else(dash, |v| format!("{v:.digits$}"));
         let mut out = format!(
-            "{:<17} {:<13} {:>9} {:>15} {:>6} {:>8} {:>8} {:>7} {:>9} {:>9} {:>8} {:>5} {:>8} {:>5}\n",
+            "{:<17} {:<13} {:>9} {:>15} {:>6} {:>8} {:>8} {:>7} {:>8} {:>9} {:>9} {:>8} {:>5} {:>8} {:>4}\n",
             "scenario",
             "library",
             "ops/s",
@@ -74,6 +127,7 @@ impl Report {
             "p50 µs",
             "p99 µs",
             "cmds/op",
+            "cpu µs/op",
             "handoff50",
             "handoff99",
             "maxwait",
@@ -81,15 +135,17 @@ impl Report {
             "retry/ok",
             "viol"
         );
-        let dash = || "-".to_string();
-        for r in &self.scenarios {
+        for r in self
+            .scenarios
+            .iter()
+            .filter(|r| r.leases.is_none() && r.drain_ms.is_none())
+        {
             let ratio = self
                 .ops(&r.scenario, "raw")
                 .filter(|raw| *raw > 0.0)
                 .map_or_else(dash, |raw| format!("{:.2}", r.ops_per_sec / raw));
-            let opt = |v: Option<f64>, unit: &str| v.map_or_else(dash, |v| format!("{v:.0}{unit}"));
             out.push_str(&format!(
-                "{:<17} {:<13} {:>9.0} {:>15} {:>6} {:>8.0} {:>8.0} {:>7.1} {:>9} {:>9} {:>8} {:>5} {:>8} {:>5}\n",
+                "{:<17} {:<13} {:>9.0} {:>15} {:>6} {:>8.0} {:>8.0} {:>7.1} {:>8.1} {:>9} {:>9} {:>8} {:>5} {:>8} {:>4}\n",
                 r.scenario,
                 r.library,
                 r.ops_per_sec,
@@ -98,13 +154,80 @@ impl Report {
                 r.p50_us,
                 r.p99_us,
                 r.redis_cmds_per_op,
-                opt(r.handoff_p50_us, "µs"),
-                opt(r.handoff_p99_us, "µs"),
-                opt(r.max_wait_ms, "ms"),
-                r.fairness.map_or_else(dash, |f| format!("{f:.2}")),
-                r.retries_per_success.map_or_else(dash, |x| format!("{x:.2}")),
+                r.client_cpu_us_per_op,
+                opt(r.handoff_p50_us, 0),
+                opt(r.handoff_p99_us, 0),
+                opt(r.max_wait_ms, 1),
+                opt(r.fairness, 2),
+                opt(r.retries_per_success, 2),
                 r.violations,
             ));
+        }
+        let waiters: Vec<&Row> = self
+            .scenarios
+            .iter()
+            .filter(|r| r.drain_ms.is_some())
+            .collect();
+        if !waiters.is_empty() {
+            out.push_str(&format!(
+                "\n{:<15} {:<8} {:>16} {:>14} {:>10} {:>10} {:>4}\n",
+                "scenario",
+                "library",
+                "cmds/s waiting",
+                "cpu % waiting",
+                "drain ms",
+                "acq/s",
+                "viol"
+            ));
+            for r in waiters {
+                out.push_str(&format!(
+                    "{:<15} {:<8} {:>16} {:>14} {:>10} {:>10.0} {:>4}\n",
+                    r.scenario,
+                    r.library,
+                    opt(r.waiting_redis_cmds_per_sec, 1),
+                    opt(r.waiting_client_cpu_percent, 2),
+                    opt(r.drain_ms, 0),
+                    r.ops_per_sec,
+                    r.violations
+                ));
+            }
+        }
+        let renewal: Vec<&Row> = self
+            .scenarios
+            .iter()
+            .filter(|r| r.leases.is_some())
+            .collect();
+        if !renewal.is_empty() {
+            out.push_str(&format!(
+                "\n{:<13} {:<7} {:>7} {:>6} {:>11} {:>11} {:>13} {:>5}\n",
+                "scenario",
+                "library",
+                "leases",
+                "ticks",
+                "leases/tick",
+                "cmds/tick",
+                "cpu µs/tick",
+                "lost"
+            ));
+            for r in renewal {
+                out.push_str(&format!(
+                    "{:<13} {:<7} {:>7} {:>6} {:>11} {:>11} {:>13} {:>5}\n",
+                    r.scenario,
+                    r.library,
+                    r.leases.unwrap_or(0),
+                    r.renewal_ticks.unwrap_or(0),
+                    opt(r.leases_per_tick, 0),
+                    opt(r.redis_cmds_per_tick, 0),
+                    opt(r.client_cpu_us_per_tick, 0),
+                    r.leases_lost.unwrap_or(0)
+                ));
+            }
+        }
+        if !self.not_applicable.is_empty() {
+            out.push_str("\nnot run:\n");
+            for n in &self.not_applicable {
+                out.push_str(&format!("  {} / {}: {}\n", n.scenario, n.library, n.why));
+            }
         }
         out
     }

@@ -1,16 +1,14 @@
-//! Running the scenarios: every (scenario, library) pair on the same server, one after another.
+//! The driver: every (scenario, library) pair on the same server, repeated in alternating
+//! order, medians kept.
 
 use std::str::FromStr;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use hdrhistogram::Histogram;
-use tokio::sync::Mutex;
+use redis::aio::MultiplexedConnection;
 use tokio::time::Instant;
 
-use crate::raw::RawLock;
-use crate::report::{Report, Row};
+use crate::report::{NotApplicable, Report, Row};
 
 pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -21,8 +19,12 @@ pub enum Scenario {
     Uncontended1,
     /// 32 tasks on 32 distinct names, one shared client.
     Uncontended32,
-    /// 8 tasks on one name, each holding it about 1 ms.
+    /// 8 workers on one name, each holding it about 1 ms.
     Contended8,
+    /// One holder keeps a name for a few seconds while 1000 tasks of one process wait.
+    Waiters1000,
+    /// One process holds 10 000 leases with automatic renewal for a few renewal periods.
+    Renew10000,
     /// The seed's sale, round after round: 20 workers make 300 purchase attempts on a stock
     /// of 20.
     Seckill,
@@ -32,10 +34,12 @@ pub enum Scenario {
 
 impl Scenario {
     /// Every scenario, in run order.
-    pub const ALL: [Scenario; 5] = [
+    pub const ALL: [Scenario; 7] = [
         Scenario::Uncontended1,
         Scenario::Uncontended32,
         Scenario::Contended8,
+        Scenario::Waiters1000,
+        Scenario::Renew10000,
         Scenario::Seckill,
         Scenario::CounterContended,
     ];
@@ -46,6 +50,8 @@ impl Scenario {
             Scenario::Uncontended1 => "uncontended-1",
             Scenario::Uncontended32 => "uncontended-32",
             Scenario::Contended8 => "contended-8",
+            Scenario::Waiters1000 => "waiters-1000",
+            Scenario::Renew10000 => "renew-10000",
             Scenario::Seckill => "seckill",
             Scenario::CounterContended => "counter-contended",
         }
@@ -53,16 +59,38 @@ impl Scenario {
 
     /// The libraries that can do this scenario's job.
     pub fn libraries(self) -> &'static [Library] {
+        use Library::*;
         match self {
             Scenario::Uncontended1 | Scenario::Uncontended32 | Scenario::Contended8 => {
-                &[Library::Fenced, Library::Raw]
+                &[Fenced, Raw, Rslock, Redlock]
             }
-            Scenario::Seckill => &[
-                Library::FencedTx,
-                Library::FencedScript,
-                Library::FencedLock,
+            Scenario::Waiters1000 => &[Fenced, Raw, Rslock],
+            Scenario::Renew10000 => &[Fenced],
+            Scenario::Seckill => &[FencedTx, FencedScript, FencedLock],
+            Scenario::CounterContended => &[FencedTx, FencedScript],
+        }
+    }
+
+    /// The libraries left out, and why.
+    pub fn not_applicable(self) -> &'static [(Library, &'static str)] {
+        use Library::*;
+        match self {
+            Scenario::Waiters1000 => &[(
+                Redlock,
+                "synchronous: 1000 waiters would need 1000 OS threads, each sleeping in thread::sleep",
+            )],
+            Scenario::Renew10000 => &[
+                (
+                    Raw,
+                    "no renewal: the hand-written floor only acquires and releases",
+                ),
+                (
+                    Rslock,
+                    "extend() only, no automatic renewal: the caller would need a timer per lock",
+                ),
+                (Redlock, "no extend and no renewal"),
             ],
-            Scenario::CounterContended => &[Library::FencedTx, Library::FencedScript],
+            _ => &[],
         }
     }
 }
@@ -89,6 +117,10 @@ pub enum Library {
     Fenced,
     /// The hand-written redis-rs lock floor.
     Raw,
+    /// rslock 0.10 (async, redis-rs 1.x).
+    Rslock,
+    /// redlock 2.0 (redlock-rs; synchronous, run on blocking threads).
+    Redlock,
     /// This project's WATCH/MULTI/EXEC transaction.
     FencedTx,
     /// This project's atomic script (`decrement_if_at_least`).
@@ -99,9 +131,11 @@ pub enum Library {
 
 impl Library {
     /// Every library.
-    pub const ALL: [Library; 5] = [
+    pub const ALL: [Library; 7] = [
         Library::Fenced,
         Library::Raw,
+        Library::Rslock,
+        Library::Redlock,
         Library::FencedTx,
         Library::FencedScript,
         Library::FencedLock,
@@ -112,6 +146,8 @@ impl Library {
         match self {
             Library::Fenced => "fenced",
             Library::Raw => "raw",
+            Library::Rslock => "rslock",
+            Library::Redlock => "redlock",
             Library::FencedTx => "fenced-tx",
             Library::FencedScript => "fenced-script",
             Library::FencedLock => "fenced-lock",
@@ -137,10 +173,12 @@ impl FromStr for Library {
 /// What to run, and for how long.
 #[derive(Clone, Debug)]
 pub struct Config {
-    /// Measured time per (scenario, library).
+    /// Measured time per (scenario, library) in the throughput scenarios.
     pub duration: Duration,
     /// Unmeasured time before it.
     pub warmup: Duration,
+    /// How long the holder keeps the lock in `waiters-1000`.
+    pub hold: Duration,
     /// Scenarios to run.
     pub scenarios: Vec<Scenario>,
     /// Libraries to run.
@@ -150,14 +188,33 @@ pub struct Config {
     pub repeat: usize,
 }
 
+/// What every scenario gets: the server's URL and a few shared connections.
+pub(crate) struct Env {
+    pub(crate) url: String,
+    pub(crate) fenced: fenced::Client,
+    pub(crate) raw: MultiplexedConnection,
+}
+
 /// Runs every configured pair against the server at `url`.
 pub async fn run(config: &Config, url: &str) -> Result<Report, BoxError> {
     let mut report = Report::default();
-    let fenced = fenced::Client::connect(url).await?;
     let redis_client = redis::Client::open(url)?;
-    let raw_conn = redis_client.get_multiplexed_async_connection().await?;
+    let env = Env {
+        url: url.to_owned(),
+        fenced: fenced::Client::connect(url).await?,
+        raw: redis_client.get_multiplexed_async_connection().await?,
+    };
     let mut stats_conn = redis_client.get_multiplexed_async_connection().await?;
     for &scenario in &config.scenarios {
+        for (library, why) in scenario.not_applicable() {
+            if config.libraries.contains(library) {
+                report.not_applicable.push(NotApplicable {
+                    scenario: scenario.name().into(),
+                    library: library.name().into(),
+                    why: (*why).into(),
+                });
+            }
+        }
         let libraries: Vec<Library> = scenario
             .libraries()
             .iter()
@@ -171,35 +228,7 @@ pub async fn run(config: &Config, url: &str) -> Result<Report, BoxError> {
                 order.reverse();
             }
             for i in order {
-                let library = libraries[i];
-                let window = Window::new(config.warmup, config.duration);
-                let counter = tokio::spawn(count_commands(stats_conn.clone(), window));
-                let mut row = match scenario {
-                    Scenario::Uncontended1 | Scenario::Uncontended32 => {
-                        let tasks = if scenario == Scenario::Uncontended1 {
-                            1
-                        } else {
-                            32
-                        };
-                        uncontended(scenario, library, tasks, window, &fenced, &raw_conn).await?
-                    }
-                    Scenario::Contended8 => {
-                        contended(library, 8, window, &fenced, &raw_conn).await?
-                    }
-                    Scenario::Seckill => {
-                        crate::optimistic::seckill(library, window, &fenced, &raw_conn).await?
-                    }
-                    Scenario::CounterContended => {
-                        crate::optimistic::counter(library, 32, window, &fenced, &raw_conn).await?
-                    }
-                };
-                let commands = counter.await??;
-                let measured_ops = row.ops_per_sec * window.duration.as_secs_f64();
-                row.redis_cmds_per_op = if measured_ops > 0.0 {
-                    commands as f64 / measured_ops
-                } else {
-                    0.0
-                };
+                let row = run_pair(scenario, libraries[i], config, &env, &stats_conn).await?;
                 runs[i].push(row);
             }
         }
@@ -209,6 +238,43 @@ pub async fn run(config: &Config, url: &str) -> Result<Report, BoxError> {
     }
     let _: () = redis::cmd("FLUSHALL").query_async(&mut stats_conn).await?;
     Ok(report)
+}
+
+async fn run_pair(
+    scenario: Scenario,
+    library: Library,
+    config: &Config,
+    env: &Env,
+    stats: &MultiplexedConnection,
+) -> Result<Row, BoxError> {
+    match scenario {
+        Scenario::Waiters1000 => {
+            return crate::waiters::waiters(library, 1000, config.hold, env, stats).await;
+        }
+        Scenario::Renew10000 => return crate::renewal::renew(10_000, env, stats).await,
+        _ => {}
+    }
+    let window = Window::new(config.warmup, config.duration);
+    let observer = tokio::spawn(observe(stats.clone(), window));
+    let mut row = match scenario {
+        Scenario::Uncontended1 => {
+            crate::locks::uncontended(scenario, library, 1, window, env).await?
+        }
+        Scenario::Uncontended32 => {
+            crate::locks::uncontended(scenario, library, 32, window, env).await?
+        }
+        Scenario::Contended8 => crate::locks::contended(library, 8, window, env).await?,
+        Scenario::Seckill => crate::optimistic::seckill(library, window, env).await?,
+        Scenario::CounterContended => crate::optimistic::counter(library, 32, window, env).await?,
+        Scenario::Waiters1000 | Scenario::Renew10000 => return Err("handled above".into()),
+    };
+    let seen = observer.await??;
+    let ops = row.ops_per_sec * window.duration.as_secs_f64();
+    if ops > 0.0 {
+        row.redis_cmds_per_op = seen.commands as f64 / ops;
+        row.client_cpu_us_per_op = seen.cpu_us as f64 / ops;
+    }
+    Ok(row)
 }
 
 /// The run with the median ops/s, carrying the spread of all runs; violations are summed, so
@@ -244,21 +310,35 @@ impl Window {
             duration,
         }
     }
+
+    /// Whether an operation that started at `t` counts.
+    pub(crate) fn measures(&self, t: Instant) -> bool {
+        t >= self.measure_from && t < self.end
+    }
 }
 
-async fn count_commands(
-    mut conn: redis::aio::MultiplexedConnection,
-    window: Window,
-) -> Result<u64, BoxError> {
+/// What the server did and the client spent over a window.
+pub(crate) struct Seen {
+    pub(crate) commands: u64,
+    pub(crate) cpu_us: u64,
+}
+
+async fn observe(mut conn: MultiplexedConnection, window: Window) -> Result<Seen, BoxError> {
     tokio::time::sleep_until(window.measure_from).await;
-    let before = total_commands(&mut conn).await?;
+    let (commands, cpu) = (total_commands(&mut conn).await?, cpu_us()?);
     tokio::time::sleep_until(window.end).await;
-    let after = total_commands(&mut conn).await?;
-    // The two INFO calls themselves are not the workload's.
-    Ok(after.saturating_sub(before).saturating_sub(1))
+    Ok(Seen {
+        // The second INFO is not the workload's.
+        commands: total_commands(&mut conn)
+            .await?
+            .saturating_sub(commands)
+            .saturating_sub(1),
+        cpu_us: cpu_us()?.saturating_sub(cpu),
+    })
 }
 
-async fn total_commands(conn: &mut redis::aio::MultiplexedConnection) -> Result<u64, BoxError> {
+/// `total_commands_processed` from `INFO stats`.
+pub(crate) async fn total_commands(conn: &mut MultiplexedConnection) -> Result<u64, BoxError> {
     let info: String = redis::cmd("INFO").arg("stats").query_async(conn).await?;
     info.lines()
         .find_map(|l| l.strip_prefix("total_commands_processed:"))
@@ -266,184 +346,18 @@ async fn total_commands(conn: &mut redis::aio::MultiplexedConnection) -> Result<
         .ok_or_else(|| "INFO stats has no total_commands_processed".into())
 }
 
+/// User + system CPU time of this process so far, µs.
+pub(crate) fn cpu_us() -> Result<u64, BoxError> {
+    use nix::sys::resource::{UsageWho, getrusage};
+    let usage = getrusage(UsageWho::RUSAGE_SELF)?;
+    let us = |t: nix::sys::time::TimeVal| (t.tv_sec() as u64) * 1_000_000 + t.tv_usec() as u64;
+    Ok(us(usage.user_time()) + us(usage.system_time()))
+}
+
 pub(crate) fn histogram() -> Result<Histogram<u64>, BoxError> {
-    Ok(Histogram::new_with_bounds(1, 120_000_000, 3)?)
+    Ok(Histogram::new_with_bounds(1, 600_000_000, 3)?)
 }
 
 pub(crate) fn micros(d: Duration) -> u64 {
     u64::try_from(d.as_micros()).unwrap_or(u64::MAX).max(1)
-}
-
-async fn uncontended(
-    scenario: Scenario,
-    library: Library,
-    tasks: usize,
-    window: Window,
-    fenced: &fenced::Client,
-    raw_conn: &redis::aio::MultiplexedConnection,
-) -> Result<Row, BoxError> {
-    let mut handles = Vec::new();
-    for t in 0..tasks {
-        let name = format!("bench:{}:{}:{t}", scenario.name(), library.name());
-        let lock = fenced.lock(name.clone());
-        let mut raw = RawLock::new(raw_conn.clone(), &name);
-        handles.push(tokio::spawn(async move {
-            let mut hist = histogram()?;
-            while Instant::now() < window.end {
-                let started = Instant::now();
-                match library {
-                    Library::Fenced => lock.acquire().await?.release().await?,
-                    Library::Raw => {
-                        let token = raw
-                            .try_acquire()
-                            .await?
-                            .ok_or("raw lock unexpectedly held")?;
-                        raw.release(&token).await?;
-                    }
-                    other => return Err(format!("{} is not a lock", other.name()).into()),
-                }
-                if started >= window.measure_from && started < window.end {
-                    hist.record(micros(started.elapsed()))?;
-                }
-            }
-            Ok::<_, BoxError>(hist)
-        }));
-    }
-    let mut total = histogram()?;
-    for h in handles {
-        total.add(h.await??)?;
-    }
-    Ok(Row {
-        scenario: scenario.name().into(),
-        library: library.name().into(),
-        ops_per_sec: total.len() as f64 / window.duration.as_secs_f64(),
-        p50_us: total.value_at_quantile(0.5) as f64,
-        p99_us: total.value_at_quantile(0.99) as f64,
-        violations: 0,
-        redis_cmds_per_op: 0.0,
-        ops_per_sec_min: 0.0,
-        ops_per_sec_max: 0.0,
-        runs: 1,
-        retries_per_success: None,
-        oversold: None,
-        handoff_p50_us: None,
-        handoff_p99_us: None,
-        max_wait_ms: None,
-        fairness: None,
-    })
-}
-
-/// What the contending workers share: an exclusion flag checked on every acquire, and when the
-/// last holder left its section.
-struct Shared {
-    busy: AtomicBool,
-    violations: AtomicU64,
-    last_end: Mutex<Option<Instant>>,
-}
-
-async fn contended(
-    library: Library,
-    workers: usize,
-    window: Window,
-    fenced: &fenced::Client,
-    raw_conn: &redis::aio::MultiplexedConnection,
-) -> Result<Row, BoxError> {
-    let name = format!("bench:contended:{}", library.name());
-    let shared = Arc::new(Shared {
-        busy: AtomicBool::new(false),
-        violations: AtomicU64::new(0),
-        last_end: Mutex::new(None),
-    });
-    let mut handles = Vec::new();
-    for _ in 0..workers {
-        let lock = fenced.lock(name.clone());
-        let mut raw = RawLock::new(raw_conn.clone(), &name);
-        let shared = shared.clone();
-        handles.push(tokio::spawn(async move {
-            let mut waits = histogram()?;
-            let mut handoffs = histogram()?;
-            let mut acquired = 0u64;
-            while Instant::now() < window.end {
-                let asked = Instant::now();
-                // Stop waiting when the run ends; an attempt cut off here is cleaned up.
-                let held = match library {
-                    Library::Fenced => {
-                        match tokio::time::timeout_at(window.end, lock.acquire()).await {
-                            Ok(guard) => Held::Fenced(guard?),
-                            Err(_) => break,
-                        }
-                    }
-                    Library::Raw => {
-                        match tokio::time::timeout_at(window.end, raw.acquire_polling()).await {
-                            Ok(token) => Held::Raw(token?),
-                            Err(_) => break,
-                        }
-                    }
-                    other => return Err(format!("{} is not a lock", other.name()).into()),
-                };
-                let got = Instant::now();
-                if shared.busy.swap(true, Ordering::SeqCst) {
-                    shared.violations.fetch_add(1, Ordering::Relaxed);
-                }
-                let measured = asked >= window.measure_from;
-                if measured {
-                    acquired += 1;
-                    waits.record(micros(got - asked))?;
-                    if let Some(end) = *shared.last_end.lock().await
-                        && end >= asked
-                    {
-                        handoffs.record(micros(got - end))?;
-                    }
-                }
-                tokio::time::sleep(Duration::from_millis(1)).await; // the critical section
-                *shared.last_end.lock().await = Some(Instant::now());
-                shared.busy.store(false, Ordering::SeqCst);
-                match held {
-                    Held::Fenced(guard) => guard.release().await?,
-                    Held::Raw(token) => {
-                        raw.release(&token).await?;
-                    }
-                }
-            }
-            Ok::<_, BoxError>((waits, handoffs, acquired))
-        }));
-    }
-    let mut waits = histogram()?;
-    let mut handoffs = histogram()?;
-    let mut per_worker = Vec::new();
-    for h in handles {
-        let (w, ho, n) = h.await??;
-        waits.add(w)?;
-        handoffs.add(ho)?;
-        per_worker.push(n);
-    }
-    let most = per_worker.iter().copied().max().unwrap_or(0);
-    let least = per_worker.iter().copied().min().unwrap_or(0);
-    Ok(Row {
-        scenario: Scenario::Contended8.name().into(),
-        library: library.name().into(),
-        ops_per_sec: waits.len() as f64 / window.duration.as_secs_f64(),
-        p50_us: waits.value_at_quantile(0.5) as f64,
-        p99_us: waits.value_at_quantile(0.99) as f64,
-        violations: shared.violations.load(Ordering::Relaxed),
-        redis_cmds_per_op: 0.0,
-        ops_per_sec_min: 0.0,
-        ops_per_sec_max: 0.0,
-        runs: 1,
-        retries_per_success: None,
-        oversold: None,
-        handoff_p50_us: Some(handoffs.value_at_quantile(0.5) as f64),
-        handoff_p99_us: Some(handoffs.value_at_quantile(0.99) as f64),
-        max_wait_ms: Some(waits.max() as f64 / 1000.0),
-        fairness: Some(if most > 0 {
-            least as f64 / most as f64
-        } else {
-            0.0
-        }),
-    })
-}
-
-enum Held {
-    Fenced(fenced::LockGuard),
-    Raw(String),
 }
