@@ -26,6 +26,9 @@ struct Args {
     /// Write the results as JSON to this file.
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
+    /// Write the tables as Markdown to this file.
+    #[arg(long, value_name = "FILE")]
+    markdown: Option<PathBuf>,
     /// Write SVG charts (throughput, contended wait times) into this directory.
     #[arg(long, value_name = "DIR")]
     svg: Option<PathBuf>,
@@ -37,6 +40,10 @@ struct Args {
     /// fenced-lock).
     #[arg(long, value_delimiter = ',')]
     libraries: Vec<Library>,
+    /// Do not measure: read a report written earlier with --json, and print or write it
+    /// again (table, --markdown, --svg).
+    #[arg(long, value_name = "FILE", conflicts_with = "json")]
+    from_json: Option<PathBuf>,
     /// Measure against this server instead of starting one (loopback only, please).
     #[arg(long, value_name = "URL")]
     redis: Option<String>,
@@ -74,15 +81,45 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         scenarios: if args.scenarios.is_empty() {
             Scenario::ALL.to_vec()
         } else {
-            args.scenarios
+            args.scenarios.clone()
         },
         libraries: if args.libraries.is_empty() {
             Library::ALL.to_vec()
         } else {
-            args.libraries
+            args.libraries.clone()
         },
         repeat: args.repeat.unwrap_or(if args.quick { 1 } else { 3 }),
     };
+    let report = match &args.from_json {
+        Some(path) => serde_json::from_str(&std::fs::read_to_string(path)?)?,
+        None => measure(&args, &config)?,
+    };
+    println!("{}", report.table());
+    if let Some(dir) = &args.svg {
+        for path in fenced_bench::write_charts(&report, dir)? {
+            println!("wrote {}", path.display());
+        }
+    }
+    if let Some(path) = &args.markdown {
+        std::fs::write(path, report.markdown())?;
+        println!("wrote {}", path.display());
+    }
+    if let Some(path) = args.json {
+        std::fs::write(&path, serde_json::to_string_pretty(&report)?)?;
+        println!("wrote {}", path.display());
+    }
+    let violations: u64 = report.scenarios.iter().map(|r| r.violations).sum();
+    if violations > 0 {
+        return Err(format!("{violations} mutual-exclusion violations").into());
+    }
+    Ok(())
+}
+
+/// Starts a server (unless --redis names one) and runs the configured pairs.
+fn measure(
+    args: &Args,
+    config: &Config,
+) -> Result<fenced_bench::Report, Box<dyn std::error::Error + Send + Sync>> {
     let server = match &args.redis {
         Some(_) => None,
         None => Some(fenced_testkit::RedisServer::start()?),
@@ -97,20 +134,5 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         .enable_all()
         .max_blocking_threads(64)
         .build()?;
-    let report = runtime.block_on(fenced_bench::run(&config, &url))?;
-    println!("{}", report.table());
-    if let Some(dir) = &args.svg {
-        for path in fenced_bench::write_charts(&report, dir)? {
-            println!("wrote {}", path.display());
-        }
-    }
-    if let Some(path) = args.json {
-        std::fs::write(&path, serde_json::to_string_pretty(&report)?)?;
-        println!("wrote {}", path.display());
-    }
-    let violations: u64 = report.scenarios.iter().map(|r| r.violations).sum();
-    if violations > 0 {
-        return Err(format!("{violations} mutual-exclusion violations").into());
-    }
-    Ok(())
+    runtime.block_on(fenced_bench::run(config, &url))
 }

@@ -1,10 +1,11 @@
 //! Results: one row per (scenario, library), printed as a table and written as JSON.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// One measured (scenario, library) pair. Fields that do not apply to a scenario are absent
 /// from the JSON.
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Row {
     /// Scenario name, e.g. `uncontended-1`.
     pub scenario: String,
@@ -81,7 +82,7 @@ pub struct Row {
 }
 
 /// A pair that was not run, and why.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct NotApplicable {
     /// Scenario name.
     pub scenario: String,
@@ -92,7 +93,8 @@ pub struct NotApplicable {
 }
 
 /// All rows of one run.
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Report {
     /// The measured rows, in run order.
     pub scenarios: Vec<Row>,
@@ -231,4 +233,108 @@ impl Report {
         }
         out
     }
+
+    /// The tables as Markdown, for `docs/benchmarks.md`.
+    pub fn markdown(&self) -> String {
+        let n0 = |v: f64| group(v.round() as u64);
+        let opt =
+            |v: Option<f64>, digits: usize| v.map_or_else(String::new, |v| format!("{v:.digits$}"));
+        let mut out = String::from(
+            "| scenario | library | ops/s (min–max) | × raw | p50 µs | p99 µs | Redis cmds/op | client CPU µs/op | handoff p50 / p99 µs | max wait ms | fairness | retries/ok | violations |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+        );
+        for r in self
+            .scenarios
+            .iter()
+            .filter(|r| r.leases.is_none() && r.drain_ms.is_none())
+        {
+            let ratio = self
+                .ops(&r.scenario, "raw")
+                .filter(|raw| *raw > 0.0)
+                .map_or_else(String::new, |raw| format!("{:.2}", r.ops_per_sec / raw));
+            let handoff = match (r.handoff_p50_us, r.handoff_p99_us) {
+                (Some(a), Some(b)) => format!("{a:.0} / {b:.0}"),
+                _ => String::new(),
+            };
+            out.push_str(&format!(
+                "| {} | {} | {} ({}–{}) | {ratio} | {} | {} | {:.1} | {:.1} | {handoff} | {} | {} | {} | {} |\n",
+                r.scenario,
+                r.library,
+                n0(r.ops_per_sec),
+                n0(r.ops_per_sec_min),
+                n0(r.ops_per_sec_max),
+                n0(r.p50_us),
+                n0(r.p99_us),
+                r.redis_cmds_per_op,
+                r.client_cpu_us_per_op,
+                opt(r.max_wait_ms, 1),
+                opt(r.fairness, 2),
+                opt(r.retries_per_success, 2),
+                r.violations
+            ));
+        }
+        let waiters: Vec<&Row> = self
+            .scenarios
+            .iter()
+            .filter(|r| r.drain_ms.is_some())
+            .collect();
+        if !waiters.is_empty() {
+            out.push_str("\n| scenario | library | Redis cmds/s while waiting | client CPU % while waiting | all 1000 served after (ms) | acquisitions/s draining | violations |\n|---|---|---|---|---|---|---|\n");
+            for r in waiters {
+                out.push_str(&format!(
+                    "| {} | {} | {} | {} | {} | {} | {} |\n",
+                    r.scenario,
+                    r.library,
+                    opt(r.waiting_redis_cmds_per_sec, 1),
+                    opt(r.waiting_client_cpu_percent, 2),
+                    opt(r.drain_ms, 0),
+                    n0(r.ops_per_sec),
+                    r.violations
+                ));
+            }
+        }
+        let renewal: Vec<&Row> = self
+            .scenarios
+            .iter()
+            .filter(|r| r.leases.is_some())
+            .collect();
+        if !renewal.is_empty() {
+            out.push_str("\n| scenario | library | leases | renewal round trips | leases per round trip | Redis cmds per round trip | client CPU µs per round trip | leases lost |\n|---|---|---|---|---|---|---|---|\n");
+            for r in renewal {
+                out.push_str(&format!(
+                    "| {} | {} | {} | {} | {} | {} | {} | {} |\n",
+                    r.scenario,
+                    r.library,
+                    r.leases.unwrap_or(0),
+                    r.renewal_ticks.unwrap_or(0),
+                    opt(r.leases_per_tick, 0),
+                    opt(r.redis_cmds_per_tick, 0),
+                    opt(r.client_cpu_us_per_tick, 0),
+                    r.leases_lost.unwrap_or(0)
+                ));
+            }
+        }
+        if !self.not_applicable.is_empty() {
+            out.push_str("\nNot run:\n\n");
+            for n in &self.not_applicable {
+                out.push_str(&format!(
+                    "- `{}` / `{}`: {}\n",
+                    n.scenario, n.library, n.why
+                ));
+            }
+        }
+        out
+    }
+}
+
+/// 12345 → "12,345".
+fn group(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
 }

@@ -488,3 +488,38 @@ async fn seckill_sells_exactly_the_stock_with_every_strategy() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiting_for_a_pooled_connection_respects_the_deadline() {
+    let server = server();
+    let c = Client::builder(&server.url())
+        .transaction_connections(1)
+        .connect()
+        .await
+        .unwrap();
+    let (entered_tx, entered) = tokio::sync::oneshot::channel::<()>();
+    let busy = c.clone();
+    let holder = tokio::spawn(async move {
+        let mut entered_tx = Some(entered_tx);
+        busy.transaction(&["x"], |_tx| {
+            let entered_tx = entered_tx.take();
+            async move {
+                if let Some(t) = entered_tx {
+                    let _ = t.send(());
+                }
+                std::future::pending::<()>().await;
+                Ok::<_, Error>(())
+            }
+        })
+        .await
+    });
+    entered.await.unwrap(); // the pool's only connection is now in use
+    let started = tokio::time::Instant::now();
+    let policy = RetryPolicy::default().with_deadline(Some(Duration::from_millis(200)));
+    let result: Result<(), Error> = c
+        .transaction_with(&["y"], policy, |_tx| async move { Ok(()) })
+        .await;
+    assert!(matches!(result, Err(Error::Timeout { .. })), "{result:?}");
+    assert!(started.elapsed() < Duration::from_secs(2));
+    holder.abort();
+}

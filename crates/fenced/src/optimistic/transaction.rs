@@ -287,7 +287,20 @@ impl Client {
         let mut attempt = 0u32;
         loop {
             attempt = attempt.saturating_add(1);
-            let mut pooled = watch(pool, keys, timeout).await?;
+            // Waiting for a free pooled connection counts against the deadline too.
+            let mut pooled = match deadline {
+                Some(d) => match tokio::time::timeout_at(d, watch(pool, keys, timeout)).await {
+                    Ok(pooled) => pooled?,
+                    Err(_) => {
+                        return Err(Error::Timeout {
+                            operation: "transaction (waiting for a pooled connection)",
+                            after: started.elapsed(),
+                        }
+                        .into());
+                    }
+                },
+                None => watch(pool, keys, timeout).await?,
+            };
             let tx = Tx {
                 conn: pooled.conn(),
                 state: Arc::new(TxState {
