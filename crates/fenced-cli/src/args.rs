@@ -39,6 +39,9 @@ pub struct Global {
     /// Bound on each Redis call (e.g. 500ms, 2s).
     #[arg(long, global = true, default_value = "2s", value_parser = duration, value_name = "DUR")]
     pub timeout: Duration,
+    /// For rediss:// URLs: trust this CA certificate (PEM file) instead of the web's roots.
+    #[arg(long, global = true, value_name = "FILE")]
+    pub tls_ca_cert: Option<std::path::PathBuf>,
     /// Say what is happening on stderr.
     #[arg(short, long, global = true)]
     pub verbose: bool,

@@ -469,3 +469,28 @@ async fn demo_without_a_url_finds_or_starts_a_server() {
     assert_eq!(json["seckill"][0]["oversold"], 0);
     assert!(json["redis"]["throwaway"].is_boolean());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rediss_with_a_private_ca_works_from_the_command_line() {
+    let s = RedisServer::start_tls()
+        .unwrap_or_else(|e| panic!("needs redis-server with TLS and openssl: {e}"));
+    let dir = tempfile::tempdir().unwrap();
+    let ca = dir.path().join("ca.pem");
+    std::fs::write(&ca, s.tls_ca().unwrap()).unwrap();
+    let ca = ca.display().to_string();
+    let ran = finish(
+        fenced(
+            &s.url(),
+            &["--tls-ca-cert", &ca, "run", "tls", "--", "true"],
+        ),
+        Duration::from_secs(10),
+    )
+    .await;
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    let untrusted = finish(
+        fenced(&s.url(), &["--timeout", "500ms", "status", "tls"]),
+        Duration::from_secs(10),
+    )
+    .await;
+    assert_eq!(untrusted.code, Some(69), "{}", untrusted.stderr);
+}

@@ -61,6 +61,8 @@ pub struct RedisServer {
     binary: PathBuf,
     extra: Vec<String>,
     paused: bool,
+    /// With TLS: the CA certificate (PEM) that signed the server's certificate.
+    tls_ca: Option<Vec<u8>>,
 }
 
 impl RedisServer {
@@ -85,6 +87,7 @@ impl RedisServer {
                 binary: binary.clone(),
                 extra: extra.iter().map(|s| (*s).to_owned()).collect(),
                 paused: false,
+                tls_ca: None,
             };
             match server.spawn() {
                 Ok(()) => return Ok(server),
@@ -97,11 +100,57 @@ impl RedisServer {
         Err(last_err.unwrap_or(TestkitError::NoBinary))
     }
 
+    /// Starts a server that speaks only TLS, with a certificate for `127.0.0.1` signed by a
+    /// throwaway CA made with `openssl`; [`tls_ca`](Self::tls_ca) gives the CA, and
+    /// [`url`](Self::url) a `rediss://` URL.
+    pub fn start_tls() -> Result<Self, TestkitError> {
+        let binary = redis_server_binary().ok_or(TestkitError::NoBinary)?;
+        let dir = tempfile::Builder::new()
+            .prefix("fenced-redis-tls-")
+            .tempdir()?;
+        make_certificates(dir.path())?;
+        let ca = std::fs::read(dir.path().join("ca.crt"))?;
+        let certs = |name: &str| dir.path().join(name).display().to_string();
+        let extra = vec![
+            "--tls-cert-file".to_owned(),
+            certs("server.crt"),
+            "--tls-key-file".to_owned(),
+            certs("server.key"),
+            "--tls-ca-cert-file".to_owned(),
+            certs("ca.crt"),
+            "--tls-auth-clients".to_owned(),
+            "no".to_owned(),
+        ];
+        let mut server = RedisServer {
+            child: None,
+            port: free_port()?,
+            dir,
+            binary,
+            extra,
+            paused: false,
+            tls_ca: Some(ca),
+        };
+        server.spawn()?;
+        Ok(server)
+    }
+
+    /// The CA certificate (PEM) of a server started with [`start_tls`](Self::start_tls).
+    pub fn tls_ca(&self) -> Option<&[u8]> {
+        self.tls_ca.as_deref()
+    }
+
     fn spawn(&mut self) -> Result<(), TestkitError> {
         let log = self.log_path();
         let mut cmd = Command::new(&self.binary);
+        let (plain_port, tls_port) = if self.tls_ca.is_some() {
+            (0, self.port)
+        } else {
+            (self.port, 0)
+        };
         cmd.arg("--port")
-            .arg(self.port.to_string())
+            .arg(plain_port.to_string())
+            .arg("--tls-port")
+            .arg(tls_port.to_string())
             .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
             .args(["--daemonize", "no", "--enable-debug-command", "local"])
             .arg("--dir")
@@ -118,7 +167,13 @@ impl RedisServer {
             if let Some(status) = child.try_wait()? {
                 return Err(self.start_failed(format!("exited with {status}")));
             }
-            if ping(self.port).is_ok() {
+            let ready = if self.tls_ca.is_some() {
+                // No TLS client here: the log says when the server listens.
+                self.log().contains("Ready to accept connections")
+            } else {
+                ping(self.port).is_ok()
+            };
+            if ready {
                 break;
             }
             if Instant::now() >= deadline {
@@ -141,9 +196,14 @@ impl RedisServer {
         }
     }
 
-    /// `redis://127.0.0.1:<port>`.
+    /// `redis://127.0.0.1:<port>` (`rediss://` for a TLS server).
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
+        let scheme = if self.tls_ca.is_some() {
+            "rediss"
+        } else {
+            "redis"
+        };
+        format!("{scheme}://127.0.0.1:{}", self.port)
     }
 
     /// The port it listens on.
@@ -223,6 +283,78 @@ impl Drop for RedisServer {
         // SIGKILL works on a stopped process too; errors here leave nothing we could fix.
         let _ = self.kill();
     }
+}
+
+/// Makes `ca.crt`, and `server.crt`/`server.key` for `127.0.0.1` signed by it, in `dir`.
+fn make_certificates(dir: &Path) -> Result<(), TestkitError> {
+    let run = |args: &[&str]| -> Result<(), TestkitError> {
+        let out = Command::new("openssl")
+            .args(args)
+            .current_dir(dir)
+            .output()?;
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(TestkitError::StartFailed {
+                port: 0,
+                reason: format!(
+                    "openssl {} failed: {}",
+                    args.join(" "),
+                    String::from_utf8_lossy(&out.stderr)
+                ),
+                log: String::new(),
+            })
+        }
+    };
+    std::fs::write(
+        dir.join("server.ext"),
+        "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\n",
+    )?;
+    run(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=fenced test CA",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.crt",
+    ])?;
+    run(&[
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-subj",
+        "/CN=127.0.0.1",
+        "-keyout",
+        "server.key",
+        "-out",
+        "server.csr",
+    ])?;
+    run(&[
+        "x509",
+        "-req",
+        "-in",
+        "server.csr",
+        "-CA",
+        "ca.crt",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-days",
+        "2",
+        "-extfile",
+        "server.ext",
+        "-out",
+        "server.crt",
+    ])?;
+    Ok(())
 }
 
 /// The `redis-server` binary this kit would run, if any.

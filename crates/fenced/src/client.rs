@@ -73,6 +73,8 @@ impl Client {
         ClientBuilder {
             url: url.to_owned(),
             options: ClientOptions::default(),
+            #[cfg(feature = "tls")]
+            tls_root_certificate: None,
         }
     }
 
@@ -127,6 +129,8 @@ impl Client {
 pub struct ClientBuilder {
     url: String,
     options: ClientOptions,
+    #[cfg(feature = "tls")]
+    tls_root_certificate: Option<Vec<u8>>,
 }
 
 impl ClientBuilder {
@@ -174,6 +178,14 @@ impl ClientBuilder {
         self
     }
 
+    /// For `rediss://` URLs: trust this CA certificate (PEM) instead of the web's root
+    /// certificates, as for a server with a certificate from a private CA.
+    #[cfg(feature = "tls")]
+    pub fn tls_root_certificate(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.tls_root_certificate = Some(pem.into());
+        self
+    }
+
     /// Validates the settings, connects and checks the server answers.
     ///
     /// # Errors
@@ -181,9 +193,9 @@ impl ClientBuilder {
     /// [`Error::InvalidArgument`] for a bad URL or setting (nothing is sent then);
     /// [`Error::Unavailable`] or [`Error::Timeout`] when the server cannot be reached.
     pub async fn connect(self) -> Result<Client> {
-        let options = self.options;
+        let options = self.options.clone();
         options.validate()?;
-        let redis_client = redis::Client::open(self.url.as_str()).map_err(|e| {
+        let redis_client = self.redis_client().map_err(|e| {
             Error::invalid(format!(
                 "Redis URL {:?} is not usable: {e}",
                 redact(&self.url)
@@ -225,6 +237,27 @@ impl ClientBuilder {
                 renewer,
             }),
         })
+    }
+}
+
+impl ClientBuilder {
+    #[cfg(feature = "tls")]
+    fn redis_client(&self) -> redis::RedisResult<redis::Client> {
+        match &self.tls_root_certificate {
+            Some(pem) => redis::Client::build_with_tls(
+                self.url.as_str(),
+                redis::TlsCertificates {
+                    client_tls: None,
+                    root_cert: Some(pem.clone()),
+                },
+            ),
+            None => redis::Client::open(self.url.as_str()),
+        }
+    }
+
+    #[cfg(not(feature = "tls"))]
+    fn redis_client(&self) -> redis::RedisResult<redis::Client> {
+        redis::Client::open(self.url.as_str())
     }
 }
 

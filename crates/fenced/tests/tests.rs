@@ -7,6 +7,9 @@
 
 mod support;
 
+#[cfg(feature = "tls")]
+mod tls;
+
 mod bad_input;
 mod exclusion;
 mod expiry;

@@ -15,9 +15,16 @@ pub async fn connect(global: &Global) -> Result<Client, Failure> {
 }
 
 pub async fn connect_to(global: &Global, url: &str) -> Result<Client, Failure> {
-    Client::builder(url)
+    let mut builder = Client::builder(url)
         .namespace(global.namespace.clone())
-        .timeout(global.timeout)
+        .timeout(global.timeout);
+    if let Some(path) = &global.tls_ca_cert {
+        let pem = std::fs::read(path).map_err(|e| {
+            Failure::usage(format!("cannot read --tls-ca-cert {}: {e}", path.display()))
+        })?;
+        builder = builder.tls_root_certificate(pem);
+    }
+    builder
         .connect()
         .await
         .map_err(|e| Failure::from_lib(e, &address(url)))
