@@ -155,7 +155,7 @@ pub(crate) async fn counter(
     let mut conn = raw.clone();
     let _: () = redis::cmd("SET")
         .arg(&key)
-        .arg(i64::MAX / 2)
+        .arg(fenced::MAX_STOCK)
         .query_async(&mut conn)
         .await?;
     let tally = Arc::new(Tally::default());

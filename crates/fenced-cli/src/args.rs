@@ -65,8 +65,9 @@ pub enum Command {
     ///
     /// CMD gets FENCED_TOKEN (the fencing token: pass it along with every write) and
     /// FENCED_NAME in its environment. If the lease is lost, CMD is sent SIGTERM, then SIGKILL
-    /// after --kill-after, and fenced exits 76. SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to
-    /// fenced are forwarded to CMD.
+    /// after --kill-after, and fenced exits 76. SIGTERM and SIGHUP sent to fenced are
+    /// forwarded to CMD, and SIGINT and SIGQUIT too unless fenced runs on a terminal (where
+    /// Ctrl-C already reaches CMD).
     #[command(after_help = EXIT_CODES)]
     Run(RunArgs),
     /// Show whether NAME is held, by whom (first 8 characters of its owner token), for how
@@ -109,12 +110,21 @@ pub struct RunArgs {
     /// Try once; exit 75 if the lock is held.
     #[arg(long)]
     pub no_wait: bool,
-    /// After the lease is lost: time between SIGTERM and SIGKILL to CMD.
-    #[arg(long, default_value = "10s", value_parser = duration, value_name = "DUR")]
+    /// After the lease is lost: time between SIGTERM and SIGKILL to CMD (at most 1 day).
+    #[arg(long, default_value = "10s", value_parser = kill_after, value_name = "DUR")]
     pub kill_after: Duration,
     /// The program to run, and its arguments, after `--`.
     #[arg(last = true, required = true, value_name = "CMD")]
     pub command: Vec<String>,
+}
+
+/// `--kill-after`: a duration of at most a day.
+fn kill_after(text: &str) -> Result<Duration, String> {
+    let d = duration(text)?;
+    if d > Duration::from_secs(24 * 3600) {
+        return Err(format!("{text:?} is longer than a day"));
+    }
+    Ok(d)
 }
 
 /// Parses `500ms`, `30s`, `5m`, `1h30m`.

@@ -2,6 +2,31 @@
 //! show the seed scenarios. `main` only parses, dispatches, and turns the outcome into an exit
 //! code, in this one place.
 
+/// `println!` that never panics: a closed stdout (`fenced list | head -1`) is not an error.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), $($arg)*);
+    }};
+}
+
+/// `eprintln!` that never panics: a closed stderr must not stop `fenced` from signalling,
+/// releasing, or exiting with the right code.
+macro_rules! warn {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+
+/// `eprint!` (no newline) that never panics, for the spinner.
+macro_rules! warn_inline {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = write!(std::io::stderr(), $($arg)*);
+    }};
+}
+
 mod args;
 mod cmd;
 mod exit;
@@ -26,7 +51,7 @@ fn main() -> ExitCode {
     {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("fenced: cannot start the async runtime: {e}");
+            warn!("fenced: cannot start the async runtime: {e}");
             return ExitCode::from(exit::SOFTWARE);
         }
     };
@@ -46,7 +71,7 @@ fn main() -> ExitCode {
     match outcome {
         Ok(code) => ExitCode::from(code),
         Err(Failure { code, message }) => {
-            eprintln!("fenced: {message}");
+            warn!("fenced: {message}");
             ExitCode::from(code)
         }
     }
@@ -78,7 +103,7 @@ fn usage_error(e: &clap::Error) -> u8 {
             } else {
                 " (see fenced --help)"
             };
-            eprintln!("fenced: {first}{hint}");
+            warn!("fenced: {first}{hint}");
             exit::USAGE
         }
     }

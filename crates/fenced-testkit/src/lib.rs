@@ -74,64 +74,61 @@ impl RedisServer {
     /// Like [`start`](Self::start), with extra `redis-server` arguments such as
     /// `["--requirepass", "secret"]`.
     pub fn start_with(extra: &[&str]) -> Result<Self, TestkitError> {
-        let binary = redis_server_binary().ok_or(TestkitError::NoBinary)?;
-        let mut dir = tempfile::Builder::new().prefix("fenced-redis-").tempdir()?;
-        let mut last_err = None;
-        // A free port can be taken between our probe and the server's bind: try a few.
-        for _ in 0..5 {
-            let port = free_port()?;
-            let mut server = RedisServer {
-                child: None,
-                port,
-                dir,
-                binary: binary.clone(),
-                extra: extra.iter().map(|s| (*s).to_owned()).collect(),
-                paused: false,
-                tls_ca: None,
-            };
-            match server.spawn() {
-                Ok(()) => return Ok(server),
-                Err(e) => {
-                    last_err = Some(e);
-                    dir = std::mem::replace(&mut server.dir, tempfile::tempdir()?);
-                }
-            }
-        }
-        Err(last_err.unwrap_or(TestkitError::NoBinary))
+        let dir = tempfile::Builder::new().prefix("fenced-redis-").tempdir()?;
+        Self::start_in(dir, extra.iter().map(|s| (*s).to_owned()).collect(), None)
     }
 
     /// Starts a server that speaks only TLS, with a certificate for `127.0.0.1` signed by a
     /// throwaway CA made with `openssl`; [`tls_ca`](Self::tls_ca) gives the CA, and
     /// [`url`](Self::url) a `rediss://` URL.
     pub fn start_tls() -> Result<Self, TestkitError> {
-        let binary = redis_server_binary().ok_or(TestkitError::NoBinary)?;
         let dir = tempfile::Builder::new()
             .prefix("fenced-redis-tls-")
             .tempdir()?;
         make_certificates(dir.path())?;
         let ca = std::fs::read(dir.path().join("ca.crt"))?;
-        let certs = |name: &str| dir.path().join(name).display().to_string();
+        let file = |name: &str| dir.path().join(name).display().to_string();
         let extra = vec![
             "--tls-cert-file".to_owned(),
-            certs("server.crt"),
+            file("server.crt"),
             "--tls-key-file".to_owned(),
-            certs("server.key"),
+            file("server.key"),
             "--tls-ca-cert-file".to_owned(),
-            certs("ca.crt"),
+            file("ca.crt"),
             "--tls-auth-clients".to_owned(),
             "no".to_owned(),
         ];
-        let mut server = RedisServer {
-            child: None,
-            port: free_port()?,
-            dir,
-            binary,
-            extra,
-            paused: false,
-            tls_ca: Some(ca),
-        };
-        server.spawn()?;
-        Ok(server)
+        Self::start_in(dir, extra, Some(ca))
+    }
+
+    /// Starts in `dir`, retrying on another port when the chosen one was taken meanwhile.
+    fn start_in(
+        mut dir: tempfile::TempDir,
+        extra: Vec<String>,
+        tls_ca: Option<Vec<u8>>,
+    ) -> Result<Self, TestkitError> {
+        let binary = redis_server_binary().ok_or(TestkitError::NoBinary)?;
+        let mut last_err = None;
+        for _ in 0..5 {
+            let mut server = RedisServer {
+                child: None,
+                port: free_port()?,
+                dir,
+                binary: binary.clone(),
+                extra: extra.clone(),
+                paused: false,
+                tls_ca: tls_ca.clone(),
+            };
+            match server.spawn() {
+                Ok(()) => return Ok(server),
+                Err(e) => {
+                    last_err = Some(e);
+                    // Keep the directory (certificates, log) for the next try.
+                    dir = std::mem::replace(&mut server.dir, tempfile::tempdir()?);
+                }
+            }
+        }
+        Err(last_err.unwrap_or(TestkitError::NoBinary))
     }
 
     /// The CA certificate (PEM) of a server started with [`start_tls`](Self::start_tls).
@@ -141,6 +138,8 @@ impl RedisServer {
 
     fn spawn(&mut self) -> Result<(), TestkitError> {
         let log = self.log_path();
+        // A fresh log: readiness (and any error report) must come from this run alone.
+        let _ = std::fs::remove_file(&log);
         let mut cmd = Command::new(&self.binary);
         let (plain_port, tls_port) = if self.tls_ca.is_some() {
             (0, self.port)
@@ -164,14 +163,29 @@ impl RedisServer {
         let mut child = cmd.spawn()?;
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
-            if let Some(status) = child.try_wait()? {
-                return Err(self.start_failed(format!("exited with {status}")));
+            match child.try_wait() {
+                Ok(Some(status)) => return Err(self.start_failed(format!("exited with {status}"))),
+                Ok(None) => {}
+                Err(e) => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    return Err(e.into());
+                }
             }
             let ready = if self.tls_ca.is_some() {
-                // No TLS client here: the log says when the server listens.
+                // No TLS client here: the log says when the server listens (a fresh log, so
+                // this is our process's line).
                 self.log().contains("Ready to accept connections")
             } else {
-                ping(self.port).is_ok()
+                // Whoever answers must be our child, not a server that won the port race.
+                // Behind a password INFO is refused; then our child must at least be alive.
+                match server_pid(self.port) {
+                    Ok(pid) => pid == child.id(),
+                    Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+                        matches!(child.try_wait(), Ok(None))
+                    }
+                    Err(_) => false,
+                }
             };
             if ready {
                 break;
@@ -397,6 +411,35 @@ pub fn ping(port: u16) -> std::io::Result<()> {
     } else {
         Err(std::io::Error::other(format!("unexpected reply {line:?}")))
     }
+}
+
+/// The `process_id` that the server on `port` reports in `INFO server`.
+fn server_pid(port: u16) -> std::io::Result<u32> {
+    use std::io::Read;
+    let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_millis(200))?;
+    stream.set_read_timeout(Some(Duration::from_millis(500)))?;
+    stream.write_all(b"INFO server\r\n")?;
+    let mut reader = BufReader::new(stream);
+    let mut header = String::new();
+    reader.read_line(&mut header)?;
+    if header.starts_with("-NOAUTH") {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::PermissionDenied,
+            "the server wants a password",
+        ));
+    }
+    let len: usize = header
+        .strip_prefix('$')
+        .and_then(|n| n.trim().parse().ok())
+        .ok_or_else(|| std::io::Error::other(format!("unexpected reply {header:?}")))?;
+    let mut body = vec![0u8; len];
+    reader.read_exact(&mut body)?;
+    String::from_utf8_lossy(&body)
+        .lines()
+        .find_map(|l| l.strip_prefix("process_id:"))
+        .and_then(|p| p.trim().parse().ok())
+        .ok_or_else(|| std::io::Error::other("INFO server has no process_id"))
 }
 
 /// Boxed error for examples and doctests.

@@ -113,7 +113,9 @@ pub use guard::{Lease, LockGuard};
 pub use inspect::{Holder, LockStatus, OWNER_PREFIX_LEN};
 pub use keys::{MAX_NAME_LEN, MAX_NAMESPACE_LEN};
 pub use lock::Lock;
-pub use optimistic::{CasOutcome, MAX_KEY_LEN, RetryPolicy, Stock, Tx, Versioned, VersionedWrite};
+pub use optimistic::{
+    CasOutcome, MAX_KEY_LEN, MAX_STOCK, RetryPolicy, Stock, Tx, Versioned, VersionedWrite,
+};
 pub use options::{MAX_TTL, MIN_TTL};
 pub use protocol::FencedWrite;
 pub use renew::RenewalStats;

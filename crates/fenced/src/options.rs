@@ -68,6 +68,12 @@ impl ClientOptions {
             self.poll_min,
             Duration::from_secs(3600),
         )?;
+        if !(1..=1024).contains(&self.transaction_connections) {
+            return Err(Error::invalid(format!(
+                "transaction_connections is {}; it must be from 1 to 1024",
+                self.transaction_connections
+            )));
+        }
         Ok(())
     }
 }

@@ -523,3 +523,63 @@ async fn waiting_for_a_pooled_connection_respects_the_deadline() {
     assert!(started.elapsed() < Duration::from_secs(2));
     holder.abort();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn decrement_if_at_least_takes_only_plain_integers_within_its_range() {
+    let server = server();
+    let c = client(&server).await;
+    let mut conn = raw(&server).await;
+    let max = fenced::MAX_STOCK as i64;
+    set(&mut conn, "big", max).await;
+    assert_eq!(
+        c.decrement_if_at_least("big", fenced::MAX_STOCK)
+            .await
+            .unwrap(),
+        Stock::Left(0)
+    );
+    for bad in ["0x10", " 7", "2.5", "1e3", "10000000000000001"] {
+        let _: () = redis::cmd("SET")
+            .arg("odd")
+            .arg(bad)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert!(
+            matches!(
+                c.decrement_if_at_least("odd", 1).await,
+                Err(Error::Redis(_))
+            ),
+            "{bad:?} was accepted"
+        );
+    }
+    assert!(matches!(
+        c.decrement_if_at_least("big", fenced::MAX_STOCK + 1).await,
+        Err(Error::InvalidArgument(_))
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transaction_that_runs_out_of_time_reports_the_conflicts() {
+    let server = server();
+    let c = client(&server).await;
+    let mut other = raw(&server).await;
+    let policy = RetryPolicy::default()
+        .with_max_attempts(1_000_000)
+        .with_deadline(Some(Duration::from_millis(300)));
+    let result: Result<(), Error> = c
+        .transaction_with(&["hot"], policy, |tx| {
+            let mut other = other.clone();
+            async move {
+                let n: i64 = tx.get("hot").await?.unwrap_or(0);
+                set(&mut other, "hot", n + 1000).await; // always conflicts
+                tx.set("hot", n + 1);
+                Ok(())
+            }
+        })
+        .await;
+    assert!(
+        matches!(result, Err(Error::Conflict { attempts, .. }) if attempts > 1),
+        "{result:?}"
+    );
+    let _ = get(&mut other, "hot").await;
+}

@@ -23,7 +23,7 @@ use tokio::sync::Mutex;
 use tokio::time::Instant;
 
 use crate::args::{DEFAULT_REDIS, Global};
-use crate::cmd::{address, check_url};
+use crate::cmd::{address, check_url, connect_to};
 use crate::exit::{self, Failure};
 
 /// Where the demo runs.
@@ -50,14 +50,21 @@ pub async fn demo(global: &Global) -> Result<u8, Failure> {
             target.namespace
         )),
     }
-    let result = scenarios(&target, &out).await;
-    clean_up(&target).await;
+    // Interrupted: stop, clean up, and let the throwaway server go with `target`.
+    let result = tokio::select! {
+        r = scenarios(&target, &out) => r,
+        code = interrupted() => {
+            clean_up(&target, global).await;
+            return Ok(code);
+        }
+    };
+    clean_up(&target, global).await;
     let report = result.map_err(|e| Failure::from_lib(e, &address(&target.url)))?;
     if global.json {
         let mut report = report;
         report["redis"] =
             json!({ "address": address(&target.url), "throwaway": target.throwaway.is_some() });
-        println!("{report}");
+        say!("{report}");
     }
     Ok(exit::OK)
 }
@@ -84,33 +91,28 @@ async fn pick_server(global: &Global) -> Result<Target, Failure> {
             .map(|b| format!("{b:02x}"))
             .collect::<String>()
     );
-    let connect = |url: String, timeout: Duration| {
-        let namespace = namespace.clone();
-        async move {
-            Client::builder(&url)
-                .namespace(namespace)
-                .timeout(timeout)
-                .connect()
-                .await
-                .map(|c| (c, url))
-        }
+    let demo = Global {
+        namespace: namespace.clone(),
+        ..global.clone()
     };
     if let Some(url) = &global.redis {
         check_url(url)?;
-        let (client, url) = connect(url.clone(), global.timeout)
-            .await
-            .map_err(|e| Failure::from_lib(e, &address(url)))?;
+        let client = connect_to(&demo, url).await?;
         return Ok(Target {
             client,
-            url,
+            url: url.clone(),
             namespace,
             throwaway: None,
         });
     }
-    if let Ok((client, url)) = connect(DEFAULT_REDIS.to_owned(), Duration::from_millis(300)).await {
+    let probe = Global {
+        timeout: Duration::from_millis(300),
+        ..demo.clone()
+    };
+    if let Ok(client) = connect_to(&probe, DEFAULT_REDIS).await {
         return Ok(Target {
             client,
-            url,
+            url: DEFAULT_REDIS.to_owned(),
             namespace,
             throwaway: None,
         });
@@ -121,21 +123,19 @@ async fn pick_server(global: &Global) -> Result<Target, Failure> {
             format!("cannot start a throwaway redis-server: {e}"),
         )
     })?;
-    let (client, url) = connect(server.url(), global.timeout)
-        .await
-        .map_err(|e| Failure::from_lib(e, &address(&server.url())))?;
+    let client = connect_to(&demo, &server.url()).await?;
     Ok(Target {
         client,
-        url,
+        url: server.url(),
         namespace,
         throwaway: Some(server),
     })
 }
 
 /// Deletes the demo's keys (its own namespace only).
-async fn clean_up(target: &Target) {
+async fn clean_up(target: &Target, global: &Global) {
     target.client.flush().await;
-    let Ok(client) = redis::Client::open(target.url.as_str()) else {
+    let Ok(client) = raw_client(&target.url, global) else {
         return;
     };
     let Ok(Ok(mut conn)) = tokio::time::timeout(
@@ -168,6 +168,53 @@ async fn clean_up(target: &Target) {
     }
 }
 
+/// A plain redis-rs client for the clean-up, trusting the same CA as the demo's client.
+fn raw_client(url: &str, global: &Global) -> redis::RedisResult<redis::Client> {
+    match &global.tls_ca_cert {
+        Some(path) => {
+            let pem = std::fs::read(path).map_err(|e| {
+                redis::RedisError::from((
+                    redis::ErrorKind::InvalidClientConfig,
+                    "cannot read the CA",
+                    e.to_string(),
+                ))
+            })?;
+            redis::Client::build_with_tls(
+                url,
+                redis::TlsCertificates {
+                    client_tls: None,
+                    root_cert: Some(pem),
+                },
+            )
+        }
+        None => redis::Client::open(url),
+    }
+}
+
+/// Completes with 128+N when SIGINT or SIGTERM arrives.
+async fn interrupted() -> u8 {
+    use tokio::signal::unix::{SignalKind, signal};
+    match (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    ) {
+        (Ok(mut int), Ok(mut term)) => tokio::select! {
+            _ = int.recv() => 130,
+            _ = term.recv() => 143,
+        },
+        // Without signal handling the demo simply runs to its end.
+        _ => std::future::pending().await,
+    }
+}
+
+/// A demo worker that panicked: a bug in the demo, not bad input.
+fn worker_failed(e: tokio::task::JoinError) -> fenced::Error {
+    fenced::Error::UnexpectedReply {
+        script: "demo worker",
+        detail: e.to_string(),
+    }
+}
+
 /// Narration for people, or nothing when the output is JSON.
 struct Out {
     json: bool,
@@ -176,7 +223,7 @@ struct Out {
 impl Out {
     fn say(&self, text: impl AsRef<str>) {
         if !self.json {
-            println!("{}", text.as_ref());
+            say!("{}", text.as_ref());
         }
     }
 }
@@ -215,11 +262,7 @@ async fn shopping(client: &Client, out: &Out) -> Result<Value, fenced::Error> {
     for worker in workers {
         match worker.await {
             Ok(row) => rows.push(row?),
-            Err(e) => {
-                return Err(fenced::Error::InvalidArgument(format!(
-                    "a demo worker failed: {e}"
-                )));
-            }
+            Err(e) => return Err(worker_failed(e)),
         }
     }
     rows.sort_by_key(|(_, _, _, token)| *token);
@@ -360,11 +403,7 @@ async fn seckill(
     for worker in workers {
         match worker.await {
             Ok(r) => r?,
-            Err(e) => {
-                return Err(fenced::Error::InvalidArgument(format!(
-                    "a demo worker failed: {e}"
-                )));
-            }
+            Err(e) => return Err(worker_failed(e)),
         }
     }
     let took = started.elapsed();

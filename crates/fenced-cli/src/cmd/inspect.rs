@@ -17,23 +17,23 @@ pub async fn status(global: &Global, name: &str) -> Result<u8, Failure> {
         .await
         .map_err(|e| Failure::from_lib(e, &address(global.redis_url())))?;
     if global.json {
-        println!("{}", to_json(&status));
+        say!("{}", to_json(&status));
     } else {
-        println!("lock:     {}", status.name);
+        say!("lock:     {}", status.name);
         match &status.holder {
-            Some(h) => println!(
+            Some(h) => say!(
                 "state:    held by {} ({})",
                 h.owner_prefix,
                 h.ttl_left
                     .map_or("no expiry".into(), |t| format!("{} left", show(t)))
             ),
-            None => println!("state:    free"),
+            None => say!("state:    free"),
         }
         match status.last_fencing_token {
-            Some(t) => println!("fencing:  last token {t}"),
-            None => println!("fencing:  no token handed out recently"),
+            Some(t) => say!("fencing:  last token {t}"),
+            None => say!("fencing:  no token handed out recently"),
         }
-        println!("waiting:  {} client(s)", status.waiting_clients);
+        say!("waiting:  {} client(s)", status.waiting_clients);
     }
     Ok(exit::OK)
 }
@@ -46,20 +46,24 @@ pub async fn list(global: &Global, pattern: &str) -> Result<u8, Failure> {
         .await
         .map_err(|e| Failure::from_lib(e, &address(global.redis_url())))?;
     if global.json {
-        println!("{}", Value::Array(locks.iter().map(to_json).collect()));
+        say!("{}", Value::Array(locks.iter().map(to_json).collect()));
         return Ok(exit::OK);
     }
     if locks.is_empty() {
-        println!(
+        say!(
             "no held locks match {pattern:?} in namespace {:?}",
             global.namespace
         );
         return Ok(exit::OK);
     }
     let width = locks.iter().map(|l| l.name.len()).max().unwrap_or(4).max(4);
-    println!(
+    say!(
         "{:<width$}  {:<8}  {:>10}  {:>20}  {:>7}",
-        "NAME", "HOLDER", "TTL LEFT", "LAST TOKEN", "WAITING"
+        "NAME",
+        "HOLDER",
+        "TTL LEFT",
+        "LAST TOKEN",
+        "WAITING"
     );
     for l in &locks {
         let (holder, ttl) = match &l.holder {
@@ -70,9 +74,10 @@ pub async fn list(global: &Global, pattern: &str) -> Result<u8, Failure> {
             None => ("-".into(), "-".into()),
         };
         let token = l.last_fencing_token.map_or("-".into(), |t| t.to_string());
-        println!(
+        say!(
             "{:<width$}  {holder:<8}  {ttl:>10}  {token:>20}  {:>7}",
-            l.name, l.waiting_clients
+            l.name,
+            l.waiting_clients
         );
     }
     Ok(exit::OK)
@@ -93,8 +98,8 @@ pub async fn release(global: &Global, name: &str, force: bool) -> Result<u8, Fai
         .await
         .map_err(|e| Failure::from_lib(e, &address(global.redis_url())))?;
     match was {
-        Some(owner) => println!("released {name:?}, which was held by {owner}"),
-        None => println!("{name:?} was not held; nothing to release"),
+        Some(owner) => say!("released {name:?}, which was held by {owner}"),
+        None => say!("{name:?} was not held; nothing to release"),
     }
     Ok(exit::OK)
 }

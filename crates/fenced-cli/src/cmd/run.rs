@@ -60,7 +60,7 @@ pub async fn run(global: &Global, args: &RunArgs) -> Result<u8, Failure> {
     };
     let token = guard.fencing_token();
     if global.verbose {
-        eprintln!(
+        warn!(
             "fenced: acquired {:?} with fencing token {token} after {}",
             args.name,
             show(asked.elapsed())
@@ -90,34 +90,53 @@ pub async fn run(global: &Global, args: &RunArgs) -> Result<u8, Failure> {
         .and_then(|id| i32::try_from(id).ok())
         .map(Pid::from_raw);
 
+    // Ctrl-C and Ctrl-\ on a terminal reach the whole foreground process group, CMD
+    // included: forwarding them again would deliver them twice (and many programs treat a
+    // second Ctrl-C as "quit now"). Signals sent to fenced alone are forwarded.
+    let terminal = std::io::stdin().is_terminal();
     let mut lost_at: Option<Instant> = None;
     let mut killed = false;
     let status = loop {
-        let kill_at = lost_at.map(|t| t + args.kill_after);
+        // A --kill-after too large to add means "never SIGKILL".
+        let kill_at = lost_at.and_then(|t| t.checked_add(args.kill_after));
         tokio::select! {
             status = child.wait() => break status,
             _ = guard.lost(), if lost_at.is_none() => {
-                eprintln!("fenced: the lease on {:?} was lost; sending SIGTERM to the command", args.name);
+                // Signal first: nothing (not even a closed stderr) may delay stopping CMD.
                 send(pid, Signal::SIGTERM);
                 lost_at = Some(Instant::now());
+                warn!("fenced: the lease on {:?} was lost; sent SIGTERM to the command", args.name);
             }
             _ = sleep_until_opt(kill_at), if kill_at.is_some() && !killed => {
-                eprintln!("fenced: the command is still running {} after SIGTERM; sending SIGKILL", show(args.kill_after));
                 send(pid, Signal::SIGKILL);
                 killed = true;
+                warn!("fenced: the command was still running {} after SIGTERM; sent SIGKILL", show(args.kill_after));
             }
             sig = signals.next() => {
-                if global.verbose {
-                    eprintln!("fenced: forwarding {sig} to the command");
+                let from_terminal = terminal && matches!(sig, Signal::SIGINT | Signal::SIGQUIT);
+                if !from_terminal {
+                    send(pid, sig);
                 }
-                send(pid, sig);
+                if global.verbose {
+                    warn!("fenced: got {sig}{}", if from_terminal { "; the terminal delivered it to the command too" } else { ", forwarded to the command" });
+                }
             }
         }
     };
-    let status = status
-        .map_err(|e| Failure::new(exit::SOFTWARE, format!("lost track of the command: {e}")))?;
+    let status = match status {
+        Ok(status) => status,
+        Err(e) => {
+            // Cannot tell whether CMD still runs: give the lock back rather than keep it.
+            drop(guard);
+            client.flush().await;
+            return Err(Failure::new(
+                exit::SOFTWARE,
+                format!("lost track of the command: {e}"),
+            ));
+        }
+    };
 
-    if lost_at.is_some() {
+    if lost_at.is_some() || guard.is_lost() {
         drop(guard);
         client.flush().await;
         return Ok(exit::LEASE_LOST);
@@ -135,7 +154,7 @@ pub async fn run(global: &Global, args: &RunArgs) -> Result<u8, Failure> {
             ));
         }
         Err(e) => {
-            eprintln!(
+            warn!(
                 "fenced: could not release {:?} ({e}); it expires by its ttl",
                 args.name
             );
@@ -150,7 +169,7 @@ async fn release(client: &Client, guard: LockGuard, global: &Global) {
     if let Err(e) = guard.release().await
         && global.verbose
     {
-        eprintln!("fenced: release failed: {e}");
+        warn!("fenced: release failed: {e}");
     }
     client.flush().await;
 }
@@ -202,7 +221,7 @@ async fn acquire_showing_progress(lock: &Lock, verbose: bool) -> Result<LockGuar
         tokio::select! {
             result = &mut acquire => {
                 if terminal && said {
-                    eprint!("\r\x1b[2K");
+                    warn_inline!("\r\x1b[2K");
                 }
                 return result;
             }
@@ -220,10 +239,10 @@ async fn acquire_showing_progress(lock: &Lock, verbose: bool) -> Result<LockGuar
                 }
                 if terminal {
                     frame = (frame + 1) % frames.len();
-                    eprint!("\r\x1b[2K{} waiting for {:?}, held by {holder}; waited {}", frames[frame], lock.name(), show(started.elapsed()));
+                    warn_inline!("\r\x1b[2K{} waiting for {:?}, held by {holder}; waited {}", frames[frame], lock.name(), show(started.elapsed()));
                     said = true;
                 } else if !said {
-                    eprintln!("fenced: waiting for {:?}, held by {holder}", lock.name());
+                    warn!("fenced: waiting for {:?}, held by {holder}", lock.name());
                     said = true;
                 }
             }

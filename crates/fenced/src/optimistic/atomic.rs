@@ -57,6 +57,10 @@ pub enum VersionedWrite {
     },
 }
 
+/// The largest stock (and `n`) [`Client::decrement_if_at_least`] works with: 10^15, well
+/// inside the integers Lua's numbers hold exactly.
+pub const MAX_STOCK: u64 = 1_000_000_000_000_000;
+
 /// What [`Client::decrement_if_at_least`] did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Stock {
@@ -69,7 +73,7 @@ pub enum Stock {
     },
 }
 
-fn check_key(key: &str) -> Result<()> {
+pub(crate) fn check_key(key: &str) -> Result<()> {
     if key.is_empty() {
         return Err(Error::invalid("key is empty"));
     }
@@ -266,13 +270,14 @@ impl Client {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidArgument`] for a bad key or `n` of 0 or above `i64::MAX`;
-    /// [`Error::Redis`] if the key holds something other than a number; transport errors.
+    /// [`Error::InvalidArgument`] for a bad key or `n` of 0 or above [`MAX_STOCK`];
+    /// [`Error::Redis`] if the key holds something other than a decimal integer within
+    /// ±[`MAX_STOCK`]; transport errors.
     pub async fn decrement_if_at_least(&self, key: &str, n: u64) -> Result<Stock> {
         check_key(key)?;
-        if n == 0 || i64::try_from(n).is_err() {
+        if n == 0 || n > MAX_STOCK {
             return Err(Error::invalid(format!(
-                "cannot take {n} items: n must be from 1 to i64::MAX"
+                "cannot take {n} items: n must be from 1 to {MAX_STOCK}"
             )));
         }
         let mut inv = DECREMENT_IF_AT_LEAST.prepare_invoke();

@@ -5,11 +5,13 @@
 -- ARGV[1]  n, a positive integer
 --
 -- Returns {1, stock left} when taken, {0, stock} when there were fewer than n.
-local raw = redis.call('GET', KEYS[1])
-local stock = tonumber(raw or '0')
-if stock == nil then
-  return redis.error_reply('ERR the stock is not a number')
+local raw = redis.call('GET', KEYS[1]) or '0'
+-- Only plain decimal integers within +-10^15: exact as Lua numbers (below 2^53), and what
+-- DECRBY accepts (tonumber alone would take '0x10', ' 7' or '2.5').
+if not string.match(raw, '^%-?%d+$') or #raw > 17 or math.abs(tonumber(raw)) > 1e15 then
+  return redis.error_reply('ERR the stock is not a decimal integer within 10^15')
 end
+local stock = tonumber(raw)
 local n = tonumber(ARGV[1])
 if stock < n then
   return {0, stock}

@@ -18,5 +18,5 @@ mod atomic;
 pub(crate) mod pool;
 mod transaction;
 
-pub use atomic::{CasOutcome, MAX_KEY_LEN, Stock, Versioned, VersionedWrite};
+pub use atomic::{CasOutcome, MAX_KEY_LEN, MAX_STOCK, Stock, Versioned, VersionedWrite};
 pub use transaction::{RetryPolicy, Tx};

@@ -251,6 +251,10 @@ impl Client {
     /// limit or deadline is reached; [`Error::InvalidArgument`] for a bad policy or no keys;
     /// transport errors. After a timeout of the `EXEC` itself the outcome is unknown.
     ///
+    /// A queued command that fails *inside* `EXEC` (say, `INCRBY` on a key holding text) does
+    /// not undo the others: Redis has no rollback. That error is returned as
+    /// [`Error::Redis`] and the step is not run again, since the other writes did happen.
+    ///
     /// # Cancel safety
     ///
     /// Dropping the future mid-way closes its connection, which makes the server drop the
@@ -271,8 +275,8 @@ impl Client {
         if keys.is_empty() {
             return Err(Error::invalid("a transaction needs at least one key to watch").into());
         }
-        if let Some(bad) = keys.iter().find(|k| k.is_empty()) {
-            return Err(Error::invalid(format!("empty key {bad:?} in the watch list")).into());
+        for key in keys {
+            super::atomic::check_key(key)?;
         }
         let started = Instant::now();
         let deadline = match policy.deadline {
@@ -287,6 +291,14 @@ impl Client {
         let mut attempt = 0u32;
         loop {
             attempt = attempt.saturating_add(1);
+            if attempt > 1 && deadline.is_some_and(|d| Instant::now() >= d) {
+                // The backoff ran into the deadline: the conflicts are what stopped us.
+                return Err(Error::Conflict {
+                    attempts: attempt - 1,
+                    waited: started.elapsed(),
+                }
+                .into());
+            }
             // Waiting for a free pooled connection counts against the deadline too.
             let mut pooled = match deadline {
                 Some(d) => match tokio::time::timeout_at(d, watch(pool, keys, timeout)).await {
