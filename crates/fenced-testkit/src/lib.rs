@@ -1,5 +1,6 @@
 //! Real `redis-server` processes for tests and benchmarks: started on free loopback ports,
-//! broken on purpose (pause, kill, restart), and stopped when dropped.
+//! broken on purpose (pause, kill, restart, and through a [`Proxy`]: delayed, partitioned,
+//! replies lost), and stopped when dropped.
 //!
 //! No mocks: every test of `fenced` talks to a real server started here. When no
 //! `redis-server` binary can be found, [`RedisServer::start`] fails with a message that says
@@ -24,6 +25,10 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
+
+mod proxy;
+
+pub use proxy::{Fault, Proxy};
 
 /// What can go wrong while starting or controlling a server.
 #[derive(Debug, thiserror::Error)]

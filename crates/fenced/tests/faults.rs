@@ -1,0 +1,116 @@
+//! Network faults through the test kit's proxy: a reply lost after the command ran, a
+//! partition, a slow link. Things a paused or killed server cannot show.
+
+use std::time::Duration;
+
+use fenced::{Client, Error, WaitPolicy};
+use fenced_testkit::{Fault, Proxy};
+use tokio::time::Instant;
+
+use crate::support::{lock_key, raw, server};
+
+async fn client_via(proxy: &Proxy) -> Client {
+    Client::builder(&proxy.url())
+        .timeout(Duration::from_millis(500))
+        .connect()
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_whose_reply_is_lost_is_retried_and_reports_success() {
+    let server = server();
+    let proxy = Proxy::start(server.addr()).unwrap();
+    let c = client_via(&proxy).await;
+    let mut direct = raw(&server).await;
+    let guard = c.lock("lost-reply").acquire().await.unwrap();
+    // Redis runs the release, but its answer dies with the connection.
+    proxy.set(Fault::CutNextReply);
+    let result = guard.release().await;
+    assert!(
+        result.is_ok(),
+        "the retry must recognise its own earlier release: {result:?}"
+    );
+    assert_eq!(proxy.fault(), Fault::Pass, "the fault struck");
+    let exists: i64 = redis::cmd("EXISTS")
+        .arg(lock_key("lost-reply"))
+        .query_async(&mut direct)
+        .await
+        .unwrap();
+    assert_eq!(exists, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acquire_whose_reply_is_lost_leaves_no_orphaned_lock() {
+    let server = server();
+    let proxy = Proxy::start(server.addr()).unwrap();
+    let c = client_via(&proxy).await;
+    let other = crate::support::client(&server).await;
+    proxy.set(Fault::CutNextReply);
+    // The lease is taken in Redis, but the client never hears of it.
+    assert!(
+        c.lock("ghost")
+            .with_ttl(Duration::from_secs(30))
+            .try_acquire()
+            .await
+            .is_err()
+    );
+    // The abandoned attempt is released in the background, long before its 30s ttl.
+    let got = other
+        .lock("ghost")
+        .with_wait(WaitPolicy::up_to(Duration::from_secs(5)))
+        .acquire()
+        .await;
+    assert!(got.is_ok(), "{got:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partition_times_out_calls_and_the_holder_hears_its_lease_is_lost() {
+    let server = server();
+    let proxy = Proxy::start(server.addr()).unwrap();
+    let c = client_via(&proxy).await;
+    let ttl = Duration::from_millis(900);
+    let guard = c.lock("cut-off").with_ttl(ttl).acquire().await.unwrap();
+    proxy.set(Fault::Blackhole);
+    let partitioned_at = Instant::now();
+    let started = Instant::now();
+    let result = c.lock("other").try_acquire().await;
+    assert!(matches!(result, Err(Error::Timeout { .. })), "{result:?}");
+    assert!(started.elapsed() < Duration::from_secs(2));
+    tokio::time::timeout(ttl * 2, guard.lost())
+        .await
+        .expect("lost at the validity deadline");
+    assert!(partitioned_at.elapsed() <= ttl + ttl / 3 + Duration::from_millis(200));
+    proxy.set(Fault::Pass);
+    // Healed: the client works again (its connection may need a moment to come back).
+    let ok = crate::support::eventually(Duration::from_secs(10), || async {
+        matches!(c.lock("after").try_acquire().await, Ok(Some(_)))
+    })
+    .await;
+    assert!(ok, "the client did not recover after the partition healed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_slow_link_the_validity_deadline_counts_from_before_the_request() {
+    let server = server();
+    let proxy = Proxy::start(server.addr()).unwrap();
+    let c = client_via(&proxy).await;
+    let delay = Duration::from_millis(150);
+    proxy.set(Fault::DelayReplies(delay));
+    let ttl = Duration::from_secs(2);
+    let guard = c
+        .lock("slow")
+        .with_ttl(ttl)
+        .with_auto_renew(false)
+        .acquire()
+        .await
+        .unwrap();
+    // The reply spent `delay` on the way back; the lease started before it was sent.
+    assert!(
+        guard.lease().remaining() <= ttl - delay,
+        "remaining {:?}",
+        guard.lease().remaining()
+    );
+    proxy.set(Fault::Pass);
+    guard.release().await.unwrap();
+}
