@@ -11,6 +11,9 @@ use crate::lock::Lock;
 use crate::protocol::Inspection;
 use crate::token::FencingToken;
 
+/// How many locks `Client::locks` inspects per round trip.
+const INSPECT_BATCH: usize = 256;
+
 /// How many characters of a holder's owner token are shown. Enough to tell holders apart;
 /// far too few to release or extend somebody else's lease with.
 pub const OWNER_PREFIX_LEN: usize = 8;
@@ -62,7 +65,18 @@ impl Lock {
     /// errors.
     pub async fn status(&self) -> Result<LockStatus> {
         validate_name("lock", self.name())?;
-        let seen = self.client().inner.protocol.inspect(self.keys()).await?;
+        let mut seen = self
+            .client()
+            .inner
+            .protocol
+            .inspect(std::slice::from_ref(self.keys()))
+            .await?;
+        let seen = seen
+            .pop()
+            .ok_or_else(|| crate::error::Error::UnexpectedReply {
+                script: "inspect",
+                detail: "no reply".into(),
+            })?;
         Ok(status(self.name().to_owned(), seen))
     }
 
@@ -129,11 +143,15 @@ impl Client {
         names.sort();
         names.dedup();
         let mut out = Vec::with_capacity(names.len());
-        for name in names {
-            let seen = protocol.inspect(&LockKeys::new(ns, &name)).await?;
-            // Released between the scan and now: not held any more.
-            if seen.owner.is_some() {
-                out.push(status(name, seen));
+        // One round trip per batch of names, not one per name.
+        for batch in names.chunks(INSPECT_BATCH) {
+            let keys: Vec<LockKeys> = batch.iter().map(|name| LockKeys::new(ns, name)).collect();
+            let seen = protocol.inspect(&keys).await?;
+            for (name, seen) in batch.iter().zip(seen) {
+                // Released between the scan and now: not held any more.
+                if seen.owner.is_some() {
+                    out.push(status(name.clone(), seen));
+                }
             }
         }
         Ok(out)

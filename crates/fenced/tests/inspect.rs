@@ -106,3 +106,22 @@ async fn flush_waits_for_the_release_of_dropped_guards() {
         "flush returned before the releases were done"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn locks_lists_more_locks_than_one_inspection_batch() {
+    let server = server();
+    let c = client(&server).await;
+    let mut guards = Vec::new();
+    for i in 0..300 {
+        guards.push(c.lock(format!("many:{i:03}")).acquire().await.unwrap());
+    }
+    let listed = c.locks("many:*").await.unwrap();
+    assert_eq!(listed.len(), 300);
+    assert!(
+        listed
+            .iter()
+            .all(|s| s.holder.is_some() && s.last_fencing_token.is_some())
+    );
+    assert_eq!(listed[0].name, "many:000");
+    assert_eq!(listed[299].name, "many:299");
+}

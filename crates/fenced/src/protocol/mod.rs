@@ -274,28 +274,38 @@ impl Protocol {
             .await
     }
 
-    /// Reads a lock's state in one round trip (not atomically: for display only).
-    pub(crate) async fn inspect(&self, keys: &LockKeys) -> Result<Inspection> {
-        let mut conn = self.conn.clone();
+    /// Reads the state of several locks in one round trip (not atomically: for display only).
+    pub(crate) async fn inspect(&self, locks: &[LockKeys]) -> Result<Vec<Inspection>> {
         let mut pipe = redis::pipe();
-        pipe.cmd("GET")
-            .arg(&keys.lock)
-            .cmd("PTTL")
-            .arg(&keys.lock)
-            .cmd("HGET")
-            .arg(&keys.fence)
-            .arg("last")
-            .cmd("PUBSUB")
-            .arg("NUMSUB")
-            .arg(&keys.channel);
-        let (owner, pttl, last, numsub): (Option<String>, i64, Option<Vec<u8>>, (String, u64)) =
-            self.bounded("inspect", pipe.query_async(&mut conn)).await?;
-        Ok(Inspection {
-            owner,
-            pttl,
-            last_token: last.map(|b| parse_token("inspect", &b)).transpose()?,
-            subscribers: numsub.1,
-        })
+        for keys in locks {
+            pipe.cmd("GET")
+                .arg(&keys.lock)
+                .cmd("PTTL")
+                .arg(&keys.lock)
+                .cmd("HGET")
+                .arg(&keys.fence)
+                .arg("last")
+                .cmd("PUBSUB")
+                .arg("NUMSUB")
+                .arg(&keys.channel);
+        }
+        let mut conn = self.conn.clone();
+        type Reply = (Option<String>, i64, Option<Vec<u8>>, (String, u64));
+        let replies: Vec<Value> = self.bounded("inspect", pipe.query_async(&mut conn)).await?;
+        replies
+            .chunks(4)
+            .map(|four| {
+                let (owner, pttl, last, numsub): Reply =
+                    redis::from_redis_value(Value::Array(four.to_vec()))
+                        .map_err(|e| unexpected("inspect", e.to_string()))?;
+                Ok(Inspection {
+                    owner,
+                    pttl,
+                    last_token: last.map(|b| parse_token("inspect", &b)).transpose()?,
+                    subscribers: numsub.1,
+                })
+            })
+            .collect()
     }
 
     /// One `SCAN` step over string keys matching `pattern`; returns the next cursor.
