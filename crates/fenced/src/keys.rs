@@ -137,4 +137,39 @@ mod tests {
         assert!(validate_namespace("a{").is_err());
         assert!(validate_namespace("").is_ok());
     }
+
+    /// The hash tag Redis Cluster computes a key's slot from: the text between the first `{`
+    /// and the first `}` after it, if not empty; otherwise the whole key.
+    fn cluster_hash_tag(key: &str) -> &str {
+        if let Some(open) = key.find('{')
+            && let Some(len) = key[open + 1..].find('}')
+            && len > 0
+        {
+            return &key[open + 1..open + 1 + len];
+        }
+        key
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn every_key_of_a_lock_hashes_on_its_name(
+            name in "[^{}]{1,64}",
+            ns in "[a-z:]{0,12}",
+        ) {
+            let keys = LockKeys::new(&ns, &name);
+            let owner = crate::token::OwnerToken::generate().expect("OS random source");
+            for key in [keys.lock.clone(), keys.fence.clone(), keys.channel.clone(), keys.release_record(&owner), keys.tombstone(&owner)] {
+                proptest::prop_assert_eq!(cluster_hash_tag(&key), name.as_str());
+            }
+            let res = ResourceKeys::new(&ns, &name);
+            proptest::prop_assert_eq!(cluster_hash_tag(&res.data), name.as_str());
+            proptest::prop_assert_eq!(cluster_hash_tag(&res.fence), name.as_str());
+        }
+
+        #[test]
+        fn names_are_accepted_exactly_when_they_fit_the_rules(name in ".{0,40}") {
+            let fits = !name.is_empty() && name.len() <= MAX_NAME_LEN && !name.contains(['{', '}']);
+            proptest::prop_assert_eq!(validate_name("lock", &name).is_ok(), fits);
+        }
+    }
 }

@@ -583,3 +583,28 @@ async fn a_transaction_that_runs_out_of_time_reports_the_conflicts() {
     );
     let _ = get(&mut other, "hot").await;
 }
+
+#[test]
+fn set_max_and_set_min_agree_with_integer_order_for_any_i64() {
+    use proptest::prelude::*;
+    let server = server();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let c = runtime.block_on(client(&server));
+    let config = ProptestConfig {
+        cases: 200,
+        ..ProptestConfig::default()
+    };
+    // A fresh key for every case (shrinking reruns cases, so no generated key is safe).
+    let next = AtomicU64::new(0);
+    proptest!(config, |(a in any::<i64>(), b in any::<i64>())| {
+        let key = next.fetch_add(1, Ordering::Relaxed);
+        runtime.block_on(async {
+            let (max_key, min_key) = (format!("pmax:{key}"), format!("pmin:{key}"));
+            c.set_max(&max_key, a).await.unwrap();
+            prop_assert_eq!(c.set_max(&max_key, b).await.unwrap(), a.max(b));
+            c.set_min(&min_key, a).await.unwrap();
+            prop_assert_eq!(c.set_min(&min_key, b).await.unwrap(), a.min(b));
+            Ok(())
+        })?;
+    });
+}
