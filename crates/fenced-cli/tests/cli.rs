@@ -494,3 +494,53 @@ async fn rediss_with_a_private_ca_works_from_the_command_line() {
     .await;
     assert_eq!(untrusted.code, Some(69), "{}", untrusted.stderr);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_lease_stops_the_commands_children_too() {
+    let s = server();
+    let c = client(&s).await;
+    let dir = tempfile::tempdir().unwrap();
+    let pid_file = dir.path().join("grandchild");
+    // A shell that starts a long job and waits for it: SIGTERM to the shell alone would leave
+    // the job running without the lock.
+    let script = format!("sleep 30 & echo $! > {}; wait", pid_file.display());
+    let mut run = fenced(
+        &s.url(),
+        &["run", "family", "--ttl", "600ms", "--", "sh", "-c", &script],
+    )
+    .spawn()
+    .unwrap();
+    until_held(&c, "family").await;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while std::fs::read_to_string(&pid_file).map_or(true, |p| p.trim().is_empty()) {
+        assert!(Instant::now() < deadline, "the job never started");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let grandchild: i32 = std::fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    c.lock("family").force_release().await.unwrap();
+    assert_eq!(
+        wait_exit(&mut run, Duration::from_secs(10)).await.code(),
+        Some(76)
+    );
+    // The job is gone too: no such process, or a zombie waiting for init to reap it.
+    let alive = |pid: i32| {
+        kill(Pid::from_raw(pid), None).is_ok()
+            && std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+                stat.rsplit(')')
+                    .next()
+                    .is_some_and(|rest| !rest.trim_start().starts_with('Z'))
+            })
+    };
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while alive(grandchild) {
+        assert!(
+            Instant::now() < deadline,
+            "the command's child outlived the lost lease"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}

@@ -13,7 +13,7 @@ use std::process::ExitStatus;
 use std::time::Duration;
 
 use fenced::{Client, Lock, LockGuard, WaitPolicy};
-use nix::sys::signal::{Signal, kill};
+use nix::sys::signal::{Signal, kill, killpg};
 use nix::unistd::Pid;
 use tokio::process::Command;
 use tokio::signal::unix::{SignalKind, signal};
@@ -67,12 +67,21 @@ pub async fn run(global: &Global, args: &RunArgs) -> Result<u8, Failure> {
         );
     }
 
-    let child = Command::new(program)
+    // Off a terminal (cron, CI, scripts) CMD leads a process group of its own, so a lost lease
+    // stops everything CMD started, not just CMD (a shell's children would otherwise go on
+    // working without the lock). On a terminal CMD stays in the foreground group, so that it
+    // can still read the terminal; then only CMD itself is signalled.
+    let terminal = std::io::stdin().is_terminal();
+    let mut command = Command::new(program);
+    command
         .args(program_args)
         .env("FENCED_TOKEN", token.to_string())
         .env("FENCED_NAME", &args.name)
-        .kill_on_drop(false)
-        .spawn();
+        .kill_on_drop(false);
+    if !terminal {
+        command.process_group(0);
+    }
+    let child = command.spawn();
     let mut child = match child {
         Ok(c) => c,
         Err(e) => {
@@ -85,15 +94,17 @@ pub async fn run(global: &Global, args: &RunArgs) -> Result<u8, Failure> {
             return Err(Failure::new(code, format!("cannot run {program:?}: {e}")));
         }
     };
-    let pid = child
+    let target = child
         .id()
         .and_then(|id| i32::try_from(id).ok())
-        .map(Pid::from_raw);
+        .map(|id| Target {
+            pid: Pid::from_raw(id),
+            group: !terminal,
+        });
 
     // Ctrl-C and Ctrl-\ on a terminal reach the whole foreground process group, CMD
     // included: forwarding them again would deliver them twice (and many programs treat a
     // second Ctrl-C as "quit now"). Signals sent to fenced alone are forwarded.
-    let terminal = std::io::stdin().is_terminal();
     let mut lost_at: Option<Instant> = None;
     let mut killed = false;
     let status = loop {
@@ -103,19 +114,19 @@ pub async fn run(global: &Global, args: &RunArgs) -> Result<u8, Failure> {
             status = child.wait() => break status,
             _ = guard.lost(), if lost_at.is_none() => {
                 // Signal first: nothing (not even a closed stderr) may delay stopping CMD.
-                send(pid, Signal::SIGTERM);
+                send(target, Signal::SIGTERM);
                 lost_at = Some(Instant::now());
                 warn!("fenced: the lease on {:?} was lost; sent SIGTERM to the command", args.name);
             }
             _ = sleep_until_opt(kill_at), if kill_at.is_some() && !killed => {
-                send(pid, Signal::SIGKILL);
+                send(target, Signal::SIGKILL);
                 killed = true;
                 warn!("fenced: the command was still running {} after SIGTERM; sent SIGKILL", show(args.kill_after));
             }
             sig = signals.next() => {
                 let from_terminal = terminal && matches!(sig, Signal::SIGINT | Signal::SIGQUIT);
                 if !from_terminal {
-                    send(pid, sig);
+                    send(target, sig);
                 }
                 if global.verbose {
                     warn!("fenced: got {sig}{}", if from_terminal { "; the terminal delivered it to the command too" } else { ", forwarded to the command" });
@@ -183,10 +194,24 @@ fn exit_code(status: ExitStatus) -> u8 {
     }
 }
 
-fn send(pid: Option<Pid>, sig: Signal) {
-    if let Some(pid) = pid {
-        // The command may have exited already; there is nothing to do then.
-        let _ = kill(pid, sig);
+/// Whom a signal for "the command" goes to.
+#[derive(Clone, Copy)]
+struct Target {
+    pid: Pid,
+    /// CMD leads its own process group: signal all of it.
+    group: bool,
+}
+
+fn send(target: Option<Target>, sig: Signal) {
+    // The command may have exited already; there is nothing to do then.
+    match target {
+        Some(Target { pid, group: true }) => {
+            let _ = killpg(pid, sig);
+        }
+        Some(Target { pid, group: false }) => {
+            let _ = kill(pid, sig);
+        }
+        None => {}
     }
 }
 
