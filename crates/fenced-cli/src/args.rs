@@ -65,8 +65,7 @@ pub enum Command {
     ///
     /// CMD gets FENCED_TOKEN (the fencing token: pass it along with every write) and
     /// FENCED_NAME in its environment. If the lease is lost, CMD is sent SIGTERM, then SIGKILL
-    /// after --kill-after, and fenced exits 76 (off a terminal, CMD leads its own process
-    /// group and the whole group is signalled). SIGTERM and SIGHUP sent to fenced are
+    /// after --kill-after, and fenced exits 76; these go to CMD and every process it started. SIGTERM and SIGHUP sent to fenced are
     /// forwarded to CMD, and SIGINT and SIGQUIT too unless fenced runs on a terminal (where
     /// Ctrl-C already reaches CMD).
     #[command(after_help = EXIT_CODES)]

@@ -500,33 +500,49 @@ async fn a_lost_lease_stops_the_commands_children_too() {
     let s = server();
     let c = client(&s).await;
     let dir = tempfile::tempdir().unwrap();
-    let pid_file = dir.path().join("grandchild");
-    // A shell that starts a long job and waits for it: SIGTERM to the shell alone would leave
-    // the job running without the lock.
-    let script = format!("sleep 30 & echo $! > {}; wait", pid_file.display());
+    let (polite, stubborn) = (dir.path().join("polite"), dir.path().join("stubborn"));
+    // A shell with two jobs: one that stops on SIGTERM, one that ignores it. Signalling the
+    // shell alone would leave both working without the lock.
+    let script = format!(
+        "sleep 30 & echo $! > {}; (trap '' TERM; sleep 30) & echo $! > {}; wait",
+        polite.display(),
+        stubborn.display()
+    );
     let mut run = fenced(
         &s.url(),
-        &["run", "family", "--ttl", "600ms", "--", "sh", "-c", &script],
+        &[
+            "run",
+            "family",
+            "--ttl",
+            "600ms",
+            "--kill-after",
+            "500ms",
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ],
     )
     .spawn()
     .unwrap();
     until_held(&c, "family").await;
+    let read_pid = |path: &Path| {
+        std::fs::read_to_string(path)
+            .ok()
+            .and_then(|p| p.trim().parse::<i32>().ok())
+    };
     let deadline = Instant::now() + Duration::from_secs(5);
-    while std::fs::read_to_string(&pid_file).map_or(true, |p| p.trim().is_empty()) {
-        assert!(Instant::now() < deadline, "the job never started");
+    while read_pid(&polite).is_none() || read_pid(&stubborn).is_none() {
+        assert!(Instant::now() < deadline, "the jobs never started");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    let grandchild: i32 = std::fs::read_to_string(&pid_file)
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
+    let jobs = [read_pid(&polite).unwrap(), read_pid(&stubborn).unwrap()];
     c.lock("family").force_release().await.unwrap();
     assert_eq!(
         wait_exit(&mut run, Duration::from_secs(10)).await.code(),
         Some(76)
     );
-    // The job is gone too: no such process, or a zombie waiting for init to reap it.
+    // fenced exits only once the jobs are gone (no such process, or a zombie for init to reap).
     let alive = |pid: i32| {
         kill(Pid::from_raw(pid), None).is_ok()
             && std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
@@ -535,12 +551,7 @@ async fn a_lost_lease_stops_the_commands_children_too() {
                     .is_some_and(|rest| !rest.trim_start().starts_with('Z'))
             })
     };
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while alive(grandchild) {
-        assert!(
-            Instant::now() < deadline,
-            "the command's child outlived the lost lease"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
+    for job in jobs {
+        assert!(!alive(job), "job {job} outlived the lost lease");
     }
 }

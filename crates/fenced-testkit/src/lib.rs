@@ -187,7 +187,9 @@ impl RedisServer {
                 match server_pid(self.port) {
                     Ok(pid) => pid == child.id(),
                     Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+                        // Our own (fresh) log must say we listen, or the answer is a stranger's.
                         matches!(child.try_wait(), Ok(None))
+                            && self.log().contains("Ready to accept connections")
                     }
                     Err(_) => false,
                 }

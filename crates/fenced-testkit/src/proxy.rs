@@ -116,33 +116,61 @@ async fn accept_loop(
     changed: watch::Sender<u64>,
 ) {
     loop {
-        let Ok((client, _)) = listener.accept().await else {
-            continue;
+        let client = match listener.accept().await {
+            Ok((client, _)) => client,
+            Err(_) => {
+                // Out of file descriptors, say: try again shortly rather than spin.
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                continue;
+            }
         };
-        let Ok(server) = TcpStream::connect(target).await else {
-            continue;
-        };
-        let _ = client.set_nodelay(true);
-        let _ = server.set_nodelay(true);
-        let (client_read, client_write) = client.into_split();
-        let (server_read, server_write) = server.into_split();
-        let cut = Arc::new(tokio::sync::Notify::new());
-        tokio::spawn(pump(
-            client_read,
-            server_write,
-            fault.clone(),
-            changed.subscribe(),
-            false,
-            cut.clone(),
-        ));
-        tokio::spawn(pump(
-            server_read,
-            client_write,
-            fault.clone(),
-            changed.subscribe(),
-            true,
-            cut,
-        ));
+        let (fault, changed) = (fault.clone(), changed.clone());
+        // One task per connection: a slow connect (to a paused server) holds up no one else.
+        tokio::spawn(async move {
+            let Ok(server) = TcpStream::connect(target).await else {
+                return;
+            };
+            let _ = client.set_nodelay(true);
+            let _ = server.set_nodelay(true);
+            let (client_read, client_write) = client.into_split();
+            let (server_read, server_write) = server.into_split();
+            let cut = Arc::new(Cut::default());
+            tokio::spawn(pump(
+                client_read,
+                server_write,
+                fault.clone(),
+                changed.subscribe(),
+                false,
+                cut.clone(),
+            ));
+            tokio::spawn(pump(
+                server_read,
+                client_write,
+                fault,
+                changed.subscribe(),
+                true,
+                cut,
+            ));
+        });
+    }
+}
+
+/// Tells both directions of a connection that it was cut. A flag as well as a wake-up, so a
+/// direction busy writing when the cut happens still sees it.
+#[derive(Default)]
+struct Cut {
+    done: std::sync::atomic::AtomicBool,
+    wake: tokio::sync::Notify,
+}
+
+impl Cut {
+    fn cut(&self) {
+        self.done.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.wake.notify_waiters();
+    }
+
+    fn is_cut(&self) -> bool {
+        self.done.load(std::sync::atomic::Ordering::SeqCst)
     }
 }
 
@@ -153,38 +181,55 @@ async fn pump(
     fault: Arc<Mutex<Fault>>,
     mut changed: watch::Receiver<u64>,
     replies: bool,
-    cut: Arc<tokio::sync::Notify>,
+    cut: Arc<Cut>,
 ) {
     let mut buf = vec![0u8; 64 * 1024];
     loop {
-        // While blackholed, read nothing: the kernel buffers fill and the peer stalls.
-        while *lock(&fault) == Fault::Blackhole {
-            tokio::select! {
-                r = changed.changed() => if r.is_err() { return },
-                _ = cut.notified() => return,
-            }
+        if cut.is_cut() || !hold_while_blackholed(&fault, &mut changed, &cut).await {
+            return;
         }
         let n = tokio::select! {
+            // A fault change wins over data that is ready at the same moment.
+            biased;
+            _ = cut.wake.notified() => return,
+            r = changed.changed() => if r.is_err() { return } else { continue },
             r = from.read(&mut buf) => match r {
                 Ok(0) | Err(_) => return,
                 Ok(n) => n,
             },
-            _ = changed.changed() => continue,
-            _ = cut.notified() => return,
         };
         let now = *lock(&fault);
         match now {
             Fault::CutNextReply if replies => {
                 *lock(&fault) = Fault::Pass;
                 // Close both directions of this connection; the reply is lost.
-                cut.notify_waiters();
+                cut.cut();
                 return;
             }
             Fault::DelayReplies(d) if replies => tokio::time::sleep(d).await,
             _ => {}
         }
+        // Bytes read just before a partition began are held until it ends, not delivered.
+        if cut.is_cut() || !hold_while_blackholed(&fault, &mut changed, &cut).await {
+            return;
+        }
         if to.write_all(&buf[..n]).await.is_err() {
             return;
         }
     }
+}
+
+/// Waits while the fault is `Blackhole`; false if the connection was cut meanwhile.
+async fn hold_while_blackholed(
+    fault: &Mutex<Fault>,
+    changed: &mut watch::Receiver<u64>,
+    cut: &Cut,
+) -> bool {
+    while *lock(fault) == Fault::Blackhole {
+        tokio::select! {
+            r = changed.changed() => if r.is_err() { return false },
+            _ = cut.wake.notified() => return false,
+        }
+    }
+    !cut.is_cut()
 }

@@ -13,7 +13,7 @@ use std::process::ExitStatus;
 use std::time::Duration;
 
 use fenced::{Client, Lock, LockGuard, WaitPolicy};
-use nix::sys::signal::{Signal, kill, killpg};
+use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use tokio::process::Command;
 use tokio::signal::unix::{SignalKind, signal};
@@ -67,21 +67,15 @@ pub async fn run(global: &Global, args: &RunArgs) -> Result<u8, Failure> {
         );
     }
 
-    // Off a terminal (cron, CI, scripts) CMD leads a process group of its own, so a lost lease
-    // stops everything CMD started, not just CMD (a shell's children would otherwise go on
-    // working without the lock). On a terminal CMD stays in the foreground group, so that it
-    // can still read the terminal; then only CMD itself is signalled.
+    // CMD stays in fenced's process group, as with flock(1): whoever stops fenced's group (a
+    // terminal's Ctrl-Z, a CI runner's timeout) stops CMD with it.
     let terminal = std::io::stdin().is_terminal();
-    let mut command = Command::new(program);
-    command
+    let child = Command::new(program)
         .args(program_args)
         .env("FENCED_TOKEN", token.to_string())
         .env("FENCED_NAME", &args.name)
-        .kill_on_drop(false);
-    if !terminal {
-        command.process_group(0);
-    }
-    let child = command.spawn();
+        .kill_on_drop(false)
+        .spawn();
     let mut child = match child {
         Ok(c) => c,
         Err(e) => {
@@ -94,17 +88,16 @@ pub async fn run(global: &Global, args: &RunArgs) -> Result<u8, Failure> {
             return Err(Failure::new(code, format!("cannot run {program:?}: {e}")));
         }
     };
-    let target = child
+    let pid = child
         .id()
         .and_then(|id| i32::try_from(id).ok())
-        .map(|id| Target {
-            pid: Pid::from_raw(id),
-            group: !terminal,
-        });
+        .map(Pid::from_raw);
 
-    // Ctrl-C and Ctrl-\ on a terminal reach the whole foreground process group, CMD
-    // included: forwarding them again would deliver them twice (and many programs treat a
-    // second Ctrl-C as "quit now"). Signals sent to fenced alone are forwarded.
+    // On a lost lease, everything CMD started must stop too: a shell's children would
+    // otherwise go on working without the lock. The tree is read when the lease is lost and
+    // remembered, because children whose parent dies are re-parented and cannot be found
+    // from CMD any more.
+    let mut doomed: Vec<Pid> = Vec::new();
     let mut lost_at: Option<Instant> = None;
     let mut killed = false;
     let status = loop {
@@ -114,19 +107,24 @@ pub async fn run(global: &Global, args: &RunArgs) -> Result<u8, Failure> {
             status = child.wait() => break status,
             _ = guard.lost(), if lost_at.is_none() => {
                 // Signal first: nothing (not even a closed stderr) may delay stopping CMD.
-                send(target, Signal::SIGTERM);
+                doomed = pid.map(process_tree).unwrap_or_default();
+                signal_all(&doomed, Signal::SIGTERM);
                 lost_at = Some(Instant::now());
-                warn!("fenced: the lease on {:?} was lost; sent SIGTERM to the command", args.name);
+                warn!("fenced: the lease on {:?} was lost; sent SIGTERM to the command ({} processes)", args.name, doomed.len());
             }
             _ = sleep_until_opt(kill_at), if kill_at.is_some() && !killed => {
-                send(target, Signal::SIGKILL);
+                doomed.extend(pid.map(process_tree).unwrap_or_default());
+                signal_all(&doomed, Signal::SIGKILL);
                 killed = true;
                 warn!("fenced: the command was still running {} after SIGTERM; sent SIGKILL", show(args.kill_after));
             }
             sig = signals.next() => {
+                // Ctrl-C and Ctrl-\ on a terminal reach the whole foreground process group,
+                // CMD included: forwarding them again would deliver them twice (and many
+                // programs treat a second Ctrl-C as "quit now").
                 let from_terminal = terminal && matches!(sig, Signal::SIGINT | Signal::SIGQUIT);
                 if !from_terminal {
-                    send(target, sig);
+                    send(pid, sig);
                 }
                 if global.verbose {
                     warn!("fenced: got {sig}{}", if from_terminal { "; the terminal delivered it to the command too" } else { ", forwarded to the command" });
@@ -134,6 +132,17 @@ pub async fn run(global: &Global, args: &RunArgs) -> Result<u8, Failure> {
             }
         }
     };
+    // CMD is gone; after a lost lease, so must be what it started (SIGKILL at --kill-after).
+    if let Some(lost) = lost_at {
+        let kill_at = lost.checked_add(args.kill_after);
+        while doomed.iter().any(|p| alive(*p)) {
+            if kill_at.is_some_and(|k| Instant::now() >= k) && !killed {
+                signal_all(&doomed, Signal::SIGKILL);
+                killed = true;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
     let status = match status {
         Ok(status) => status,
         Err(e) => {
@@ -194,25 +203,69 @@ fn exit_code(status: ExitStatus) -> u8 {
     }
 }
 
-/// Whom a signal for "the command" goes to.
-#[derive(Clone, Copy)]
-struct Target {
-    pid: Pid,
-    /// CMD leads its own process group: signal all of it.
-    group: bool,
+fn send(pid: Option<Pid>, sig: Signal) {
+    if let Some(pid) = pid {
+        // The command may have exited already; there is nothing to do then.
+        let _ = kill(pid, sig);
+    }
 }
 
-fn send(target: Option<Target>, sig: Signal) {
-    // The command may have exited already; there is nothing to do then.
-    match target {
-        Some(Target { pid, group: true }) => {
-            let _ = killpg(pid, sig);
-        }
-        Some(Target { pid, group: false }) => {
-            let _ = kill(pid, sig);
-        }
-        None => {}
+/// Signals every process of `pids` (those already gone are skipped by the kernel).
+fn signal_all(pids: &[Pid], sig: Signal) {
+    for pid in pids {
+        let _ = kill(*pid, sig);
     }
+}
+
+/// True while `pid` runs (a zombie waiting to be reaped by init does not count).
+fn alive(pid: Pid) -> bool {
+    kill(pid, None).is_ok()
+        && std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+            stat.rsplit(')')
+                .next()
+                .is_some_and(|rest| !rest.trim_start().starts_with('Z'))
+        })
+}
+
+/// `root` and all its descendants, read from `/proc` now (Linux).
+fn process_tree(root: Pid) -> Vec<Pid> {
+    let mut parents: Vec<(i32, i32)> = Vec::new();
+    if let Ok(entries) = std::fs::read_dir("/proc") {
+        for entry in entries.flatten() {
+            let Some(pid) = entry
+                .file_name()
+                .to_str()
+                .and_then(|s| s.parse::<i32>().ok())
+            else {
+                continue;
+            };
+            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+                continue;
+            };
+            // "pid (comm) state ppid …": comm may hold spaces and parentheses, so read after
+            // the last ')'.
+            let ppid = stat
+                .rsplit_once(')')
+                .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+                .and_then(|p| p.parse::<i32>().ok());
+            if let Some(ppid) = ppid {
+                parents.push((pid, ppid));
+            }
+        }
+    }
+    let mut tree = vec![root.as_raw()];
+    let mut i = 0;
+    while i < tree.len() {
+        let parent = tree[i];
+        tree.extend(
+            parents
+                .iter()
+                .filter(|(_, pp)| *pp == parent)
+                .map(|(child, _)| *child),
+        );
+        i += 1;
+    }
+    tree.into_iter().map(Pid::from_raw).collect()
 }
 
 async fn sleep_until_opt(at: Option<Instant>) {
