@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use fenced::{Client, FencedWrite, RetryPolicy, Stock};
+use fenced::{Client, FencedUpdate, RetryPolicy, Stock};
 use tokio::time::Instant;
 
 use crate::report::Row;
@@ -69,20 +69,16 @@ pub(crate) async fn seckill(library: Library, window: Window, env: &Env) -> Resu
                         }
                         Library::FencedTx => buy_by_transaction(&client, &key, &tally).await?,
                         Library::FencedLock => {
+                            // A fenced read-modify-write: the read fences off older holders.
                             let guard = lock.acquire().await?;
-                            let left: i64 = stock
-                                .get("count")
-                                .await?
-                                .and_then(|v| String::from_utf8(v).ok())
-                                .and_then(|v| v.parse().ok())
-                                .unwrap_or(0);
-                            let bought = left > 0
-                                && stock
-                                    .set(guard.fencing_token(), "count", (left - 1).to_string())
-                                    .await?
-                                    == FencedWrite::Applied;
+                            let sold = stock
+                                .update(guard.fencing_token(), "count", |count| {
+                                    let left: i64 = count?.parse().ok()?;
+                                    (left > 0).then(|| (left - 1).to_string().into_bytes())
+                                })
+                                .await?;
                             guard.release().await?;
-                            bought
+                            sold == FencedUpdate::Applied
                         }
                         other => {
                             return Err::<_, BoxError>(

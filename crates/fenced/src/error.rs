@@ -47,6 +47,18 @@ pub enum Error {
         /// The fencing token of the lease that was lost.
         fencing_token: FencingToken,
     },
+    /// The guard gave the lease back (it was released or dropped) while work holding a
+    /// [`Lease`](crate::Lease) clone still ran: from then on somebody else may hold the lock.
+    /// Returned by [`Lease::check`](crate::Lease::check).
+    #[error(
+        "the lease on lock {name:?} (fencing token {fencing_token}) was released by its guard; work using it must stop"
+    )]
+    LeaseEnded {
+        /// The lock's name.
+        name: String,
+        /// The fencing token of the lease that ended.
+        fencing_token: FencingToken,
+    },
     /// An optimistic transaction kept meeting concurrent changes to its watched keys and gave
     /// up: its attempt limit or deadline was reached. Nothing was written.
     #[error(

@@ -10,9 +10,10 @@ use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::keys::LockKeys;
+use crate::lease::{ExpiryReply, LeaseState};
 use crate::options::{ttl_millis, validate_ttl};
-use crate::protocol::ReleaseReply;
-use crate::renew::{LeaseState, release_with_retry};
+use crate::protocol::{ReleaseReply, RenewItem};
+use crate::renew::release_with_retry;
 use crate::token::{FencingToken, OwnerToken};
 
 /// A held lock. Owned, `Send + 'static`: move it into a task, keep it in a struct.
@@ -93,11 +94,22 @@ impl LockGuard {
 
     /// Sets the lease to `ttl` from now (longer or shorter), and uses `ttl` for later renewals.
     ///
+    /// The guard never claims more than Redis grants: from the moment the request is sent, a
+    /// shorter ttl counts (Redis may apply it even if the reply is lost), and a longer one
+    /// counts only once Redis confirms it. Renewals and extends reach Redis in epoch order,
+    /// so a late renewal for the old ttl can never undo this one.
+    ///
     /// # Errors
     ///
     /// [`Error::NotHeld`] if the lease is already gone (it is not re-created);
     /// [`Error::LeaseLost`] if it was declared lost before;
-    /// [`Error::InvalidArgument`] for a bad ttl; transport errors as usual.
+    /// [`Error::InvalidArgument`] for a bad ttl; transport errors as usual (the outcome is
+    /// then unknown, and the deadline stays at the earlier of the old and the new one).
+    ///
+    /// # Cancel safety
+    ///
+    /// If cancelled after the request was sent, the outcome is unknown and is treated as the
+    /// error case above.
     pub async fn extend(&self, ttl: Duration) -> Result<()> {
         validate_ttl(ttl)?;
         let Some(owner) = &self.owner else {
@@ -111,24 +123,26 @@ impl LockGuard {
                 fencing_token: self.lease.fencing_token,
             });
         }
-        let requested_at = Instant::now();
-        let extended = self
-            .client
-            .inner
+        let inner = &self.client.inner;
+        let change = self.lease.state.begin(Some(ttl));
+        inner.renewer.reschedule(self.id);
+        let reply = inner
             .protocol
-            .extend(&self.keys.lock, owner, ttl_millis(ttl))
+            .extend(&RenewItem {
+                keys: &self.keys,
+                owner,
+                ttl_ms: ttl_millis(ttl),
+                epoch: change.epoch,
+            })
             .await?;
-        if extended {
-            self.lease.state.renewed(requested_at, ttl);
-            self.lease.state.set_ttl(ttl);
-            self.client
-                .inner
-                .renewer
-                .extended(self.id, requested_at, ttl);
-            Ok(())
-        } else {
-            self.lease.state.lost.cancel();
-            Err(self.not_held())
+        self.lease.state.settle(&change, reply);
+        match reply {
+            // Superseded: a newer extend (from another task) was applied after this one.
+            ExpiryReply::Applied | ExpiryReply::Superseded => {
+                inner.renewer.reschedule(self.id);
+                Ok(())
+            }
+            ExpiryReply::NotHeld => Err(self.not_held()),
         }
     }
 
@@ -153,8 +167,10 @@ impl LockGuard {
             return Err(self.not_held());
         };
         let inner = &self.client.inner;
-        // Stop renewing first, so the renewal of a lease being released is not mistaken for loss.
+        // Stop renewing first, so the renewal of a lease being released is not mistaken for
+        // loss; and end the lease for every clone before it is given back.
         inner.renewer.untrack(self.id);
+        self.lease.state.end();
         let reply = match release_with_retry(&inner.protocol, &self.keys, &owner).await {
             Ok(reply) => reply,
             Err(e) => {
@@ -191,6 +207,7 @@ impl LockGuard {
 impl Drop for LockGuard {
     fn drop(&mut self) {
         if let Some(owner) = self.owner.take() {
+            self.lease.state.end();
             self.client.inner.renewer.release_in_background(
                 self.id,
                 self.keys.clone(),
@@ -254,17 +271,32 @@ impl Lease {
         self.fencing_token
     }
 
-    /// True once the lease is lost, or its validity deadline has passed.
+    /// True once the lease is over: lost, past its validity deadline, or given back by its
+    /// guard (released or dropped).
     pub fn is_lost(&self) -> bool {
-        self.state.is_lost()
+        self.state.is_over()
     }
 
-    /// `Err(LeaseLost)` once the lease is lost: a checkpoint for long work.
+    /// True once the guard gave the lease back ([`LockGuard::release`] or drop), as opposed to
+    /// losing it.
+    pub fn is_released(&self) -> bool {
+        self.state.is_released()
+    }
+
+    /// `Err` once the lease is over: a checkpoint for long work.
     ///
     /// # Errors
     ///
-    /// [`Error::LeaseLost`] when [`is_lost`](Self::is_lost) is true.
+    /// [`Error::LeaseEnded`] when the guard released the lease (or was dropped) while this
+    /// clone was still in use; [`Error::LeaseLost`] when the lease was lost or its deadline
+    /// passed.
     pub fn check(&self) -> Result<()> {
+        if self.state.is_released() {
+            return Err(Error::LeaseEnded {
+                name: self.name.to_string(),
+                fencing_token: self.fencing_token,
+            });
+        }
         if self.is_lost() {
             return Err(Error::LeaseLost {
                 name: self.name.to_string(),
@@ -274,26 +306,28 @@ impl Lease {
         Ok(())
     }
 
-    /// Completes when the lease is lost: a renewal was refused, or the validity deadline
-    /// passed without a successful renewal (also when Redis is unreachable). Completes at
-    /// once if that already happened. It does not complete on a normal release.
+    /// Completes when the lease is over: a renewal was refused, the validity deadline passed
+    /// without a successful renewal (also when Redis is unreachable), or the guard released
+    /// the lease or was dropped. Completes at once if that already happened, so work holding
+    /// a clone never runs on past its guard.
     pub fn lost(&self) -> WaitForCancellationFutureOwned {
         self.state.lost.clone().cancelled_owned()
     }
 
-    /// A token cancelled when the lease is lost, to hand to code that takes a
-    /// `CancellationToken`. Cancelling it yourself does not affect the lease.
+    /// A token cancelled when the lease is over (see [`lost`](Self::lost)), to hand to code
+    /// that takes a `CancellationToken`. Cancelling it yourself does not affect the lease.
     pub fn cancellation_token(&self) -> CancellationToken {
         self.state.lost.child_token()
     }
 
-    /// The moment (monotonic clock) until which the lease is certainly ours, as of the last
-    /// successful grant or renewal.
+    /// The moment (monotonic clock) until which the lease is certainly ours: as of the last
+    /// grant or renewal Redis confirmed, never later than a shorter `extend` of unknown
+    /// outcome, and never later than the moment the guard gave it back.
     pub fn valid_until(&self) -> Instant {
         self.state.valid_until()
     }
 
-    /// How much of the lease is certainly left (zero once past the deadline).
+    /// How much of the lease is certainly left (zero once past the deadline or given back).
     pub fn remaining(&self) -> Duration {
         self.valid_until().saturating_duration_since(Instant::now())
     }

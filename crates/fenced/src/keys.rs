@@ -10,6 +10,7 @@
 //! | `<ns>{<name>}:released` | pub/sub channel | one message per release, payload = the releasing client's id |
 //! | `<ns>{<name>}:rel:<owner>` | string | a release's record, for a few seconds: lets a retried release recognise its own effect |
 //! | `<ns>{<name>}:void:<owner>` | string | tombstone of an abandoned acquire attempt, until the attempt can no longer arrive |
+//! | `<ns>{<name>}:epoch:<owner>` | string | the newest expiry epoch applied to that owner's lease, after an `extend`; expires with the lease |
 //! | `<ns>res:{<name>}` | hash | a [`FencedResource`](crate::FencedResource)'s fields |
 //! | `<ns>res:{<name>}:fence` | string | the highest fencing token that resource has accepted |
 
@@ -85,6 +86,11 @@ impl LockKeys {
     pub(crate) fn tombstone(&self, owner: &crate::token::OwnerToken) -> String {
         format!("{}:void:{}", self.lock, owner.as_str())
     }
+
+    /// The newest expiry epoch applied to this owner's lease (exists only after an `extend`).
+    pub(crate) fn epoch(&self, owner: &crate::token::OwnerToken) -> String {
+        format!("{}:epoch:{}", self.lock, owner.as_str())
+    }
 }
 
 /// The keys of one fenced resource.
@@ -158,7 +164,7 @@ mod tests {
         ) {
             let keys = LockKeys::new(&ns, &name);
             let owner = crate::token::OwnerToken::generate().expect("OS random source");
-            for key in [keys.lock.clone(), keys.fence.clone(), keys.channel.clone(), keys.release_record(&owner), keys.tombstone(&owner)] {
+            for key in [keys.lock.clone(), keys.fence.clone(), keys.channel.clone(), keys.release_record(&owner), keys.tombstone(&owner), keys.epoch(&owner)] {
                 proptest::prop_assert_eq!(cluster_hash_tag(&key), name.as_str());
             }
             let res = ResourceKeys::new(&ns, &name);

@@ -97,6 +97,7 @@ mod error;
 mod guard;
 mod inspect;
 mod keys;
+mod lease;
 mod lock;
 mod notify;
 mod optimistic;
@@ -117,9 +118,9 @@ pub use optimistic::{
     CasOutcome, MAX_KEY_LEN, MAX_STOCK, RetryPolicy, Stock, Tx, Versioned, VersionedWrite,
 };
 pub use options::{MAX_TTL, MIN_TTL};
-pub use protocol::FencedWrite;
+pub use protocol::{FencedRead, FencedWrite};
 pub use renew::RenewalStats;
-pub use resource::{FencedResource, MAX_FIELDS_PER_WRITE};
+pub use resource::{FencedResource, FencedUpdate, MAX_FIELDS_PER_WRITE};
 pub use token::FencingToken;
 pub use wait::WaitPolicy;
 

@@ -11,9 +11,10 @@ use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::guard::{Lease, LockGuard};
 use crate::keys::{LockKeys, validate_name};
+use crate::lease::LeaseState;
 use crate::options::{ttl_millis, validate_ttl};
 use crate::protocol::AcquireReply;
-use crate::renew::{LeaseState, Tracked};
+use crate::renew::Tracked;
 use crate::token::OwnerToken;
 use crate::wait::{Backoff, WaitPolicy};
 
@@ -195,14 +196,33 @@ impl Lock {
         let out_of_attempts =
             |attempts: u32| self.wait.max_attempts().is_some_and(|max| attempts >= max);
 
+        // A transient failure (reset, timeout, LOADING, failover) is retried within the wait;
+        // it ends the wait only when the deadline or the attempt limit is reached, and then
+        // it is the error returned. Permanent ones (auth, wrong type) end it at once.
+        let retry_or_fail = |e: Error, attempts: u32| {
+            if e.is_transient()
+                && !out_of_attempts(attempts)
+                && deadline.is_none_or(|d| Instant::now() < d)
+            {
+                tracing::debug!(error = %e, "fenced: acquire attempt failed; retrying within the wait");
+                Ok(())
+            } else {
+                Err(e)
+            }
+        };
+        let mut failures = Backoff::new(inner.options.poll_min, inner.options.poll_max);
+
         // Fast path: nobody in this process is queued, so try straight away.
         if !inner.waiters.has_waiters(channel) {
             attempts = attempts.saturating_add(1);
-            if let Ok(guard) = self.attempt(ttl).await? {
-                return Ok(guard);
-            }
-            if out_of_attempts(attempts) || deadline.is_some_and(|d| Instant::now() >= d) {
-                return Err(give_up(attempts));
+            match self.attempt(ttl).await {
+                Ok(Ok(guard)) => return Ok(guard),
+                Ok(Err(_)) => {
+                    if out_of_attempts(attempts) || deadline.is_some_and(|d| Instant::now() >= d) {
+                        return Err(give_up(attempts));
+                    }
+                }
+                Err(e) => retry_or_fail(e, attempts)?,
             }
         }
 
@@ -227,22 +247,26 @@ impl Lock {
             tokio::pin!(notified);
             notified.as_mut().enable(); // register before the attempt: no release is missed
             attempts = attempts.saturating_add(1);
-            let remaining = match self.attempt(ttl).await? {
-                Ok(guard) => {
+            let pause = match self.attempt(ttl).await {
+                Ok(Ok(guard)) => {
                     tracing::debug!(attempts, waited = ?started.elapsed(), "fenced: acquired after waiting");
                     return Ok(guard);
                 }
-                Err(remaining) => remaining,
+                Ok(Err(remaining)) => {
+                    if out_of_attempts(attempts) || deadline.is_some_and(|d| Instant::now() >= d) {
+                        return Err(give_up(attempts));
+                    }
+                    failures.reset();
+                    let pause = backoff.next_wait();
+                    // Retry right when the holder's lease runs out, in case it never releases.
+                    remaining.map_or(pause, |left| pause.min(left + Duration::from_millis(1)))
+                }
+                Err(e) => {
+                    retry_or_fail(e, attempts)?;
+                    failures.next_wait()
+                }
             };
             let now = Instant::now();
-            if out_of_attempts(attempts) || deadline.is_some_and(|d| now >= d) {
-                return Err(give_up(attempts));
-            }
-            let mut pause = backoff.next_wait();
-            if let Some(left) = remaining {
-                // Retry right when the holder's lease runs out, in case it never releases.
-                pause = pause.min(left + Duration::from_millis(1));
-            }
             let mut wake_at = now + pause;
             if let Some(d) = deadline {
                 wake_at = wake_at.min(d);

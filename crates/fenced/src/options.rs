@@ -4,9 +4,14 @@ use std::time::Duration;
 
 use crate::error::{Error, Result};
 
-/// The shortest lease accepted. Shorter leases cannot be renewed in time (renewal runs at a
-/// third of the lease and must leave room for the drift allowance).
-pub const MIN_TTL: Duration = Duration::from_millis(20);
+/// The shortest lease accepted: 150ms.
+///
+/// A lease is renewed when two thirds of its ttl are still left, so a holder survives a stall
+/// (of its process, its runtime, or the round trip) of up to two thirds of the ttl. At 150ms
+/// that is 100ms: a stall of 50ms, or a third of the ttl, whichever is larger, still leaves
+/// the renewal a third of the ttl (at least 50ms) for its round trip. Shorter leases would be
+/// lost to an ordinary scheduling hiccup on a busy machine.
+pub const MIN_TTL: Duration = Duration::from_millis(150);
 
 /// The longest lease accepted (one year); longer values are almost always a unit mistake.
 pub const MAX_TTL: Duration = Duration::from_secs(365 * 24 * 3600);
@@ -82,7 +87,7 @@ impl ClientOptions {
 pub(crate) fn validate_ttl(ttl: Duration) -> Result<()> {
     if ttl.is_zero() {
         return Err(Error::invalid(
-            "ttl is zero; a lease must last at least 20ms",
+            "ttl is zero; a lease must last at least 150ms",
         ));
     }
     check_range("ttl", ttl, MIN_TTL, MAX_TTL)
@@ -120,7 +125,7 @@ mod tests {
     #[test]
     fn ttl_bounds() {
         assert!(validate_ttl(Duration::ZERO).is_err());
-        assert!(validate_ttl(Duration::from_millis(19)).is_err());
+        assert!(validate_ttl(Duration::from_millis(149)).is_err());
         assert!(validate_ttl(MIN_TTL).is_ok());
         assert!(validate_ttl(MAX_TTL).is_ok());
         assert!(validate_ttl(MAX_TTL + Duration::from_millis(1)).is_err());
@@ -133,7 +138,7 @@ mod tests {
             drift_allowance(Duration::from_secs(30)),
             Duration::from_millis(302)
         );
-        assert!(drift_allowance(MIN_TTL) < MIN_TTL / 3);
+        assert!(drift_allowance(MIN_TTL) < MIN_TTL / 30);
     }
 
     #[test]

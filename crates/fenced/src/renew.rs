@@ -6,7 +6,8 @@
 //!    (one `extend` script per lease), at about a third of each lease's ttl.
 //! 2. A lease's validity deadline is measured on the monotonic clock from BEFORE the request
 //!    that granted or renewed it was sent, minus the drift allowance; the server's own expiry
-//!    can only come later.
+//!    can only come later. Renewals and `extend`s are ordered by epoch (`lease.rs`), so a
+//!    reply that arrives late never makes the deadline claim more than Redis applied.
 //! 3. A lease is declared lost (its `CancellationToken` cancelled) when a renewal is refused
 //!    (the key is gone or belongs to somebody else), or when its validity deadline passes
 //!    without a successful renewal, even while Redis does not answer at all. Transport errors
@@ -30,77 +31,14 @@ use futures_util::future::BoxFuture;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use tokio::sync::{Notify, mpsc, oneshot};
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 
 use crate::error::Result;
 use crate::keys::LockKeys;
+use crate::lease::{ExpiryChange, ExpiryReply, LeaseState};
 use crate::notify::LocalWaiters;
-use crate::options::{drift_allowance, ttl_millis};
+use crate::options::ttl_millis;
 use crate::protocol::{Protocol, ReleaseReply, RenewItem};
 use crate::token::{FencingToken, OwnerToken};
-
-/// What a guard and the renewal loop share about one lease.
-#[derive(Debug)]
-pub(crate) struct LeaseState {
-    pub(crate) lost: CancellationToken,
-    timing: Mutex<Timing>,
-}
-
-#[derive(Debug, Clone, Copy)]
-struct Timing {
-    valid_until: Instant,
-    ttl: Duration,
-    /// When the request behind `valid_until` was sent. A reply to an older request (a
-    /// renewal overtaken by an `extend`) must not overwrite a newer one's effect.
-    sent_at: Instant,
-}
-
-impl LeaseState {
-    pub(crate) fn new(requested_at: Instant, ttl: Duration) -> Self {
-        LeaseState {
-            lost: CancellationToken::new(),
-            timing: Mutex::new(Timing {
-                valid_until: requested_at + ttl - drift_allowance(ttl),
-                ttl,
-                sent_at: requested_at,
-            }),
-        }
-    }
-
-    fn timing(&self) -> MutexGuard<'_, Timing> {
-        // Timing is two plain values written together; a poisoned lock still holds a valid pair.
-        self.timing.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    pub(crate) fn valid_until(&self) -> Instant {
-        self.timing().valid_until
-    }
-
-    pub(crate) fn ttl(&self) -> Duration {
-        self.timing().ttl
-    }
-
-    /// Records a successful renewal (or extend) sent at `requested_at` for `ttl`. Requests on
-    /// one connection run in the order sent, so the latest-sent one decides the server's
-    /// expiry, whether it lengthened or shortened the lease.
-    pub(crate) fn renewed(&self, requested_at: Instant, ttl: Duration) {
-        let mut t = self.timing();
-        if requested_at >= t.sent_at {
-            t.valid_until = requested_at + ttl - drift_allowance(ttl);
-            t.sent_at = requested_at;
-        }
-    }
-
-    /// Uses `ttl` for the renewals to come (after an `extend`).
-    pub(crate) fn set_ttl(&self, ttl: Duration) {
-        self.timing().ttl = ttl;
-    }
-
-    /// True when the lease is known lost or its deadline has passed.
-    pub(crate) fn is_lost(&self) -> bool {
-        self.lost.is_cancelled() || Instant::now() >= self.valid_until()
-    }
-}
 
 /// A lease handed to the loop.
 pub(crate) struct Tracked {
@@ -210,7 +148,7 @@ impl Renewer {
             lease.state.lost.cancel();
             return id;
         }
-        let renew_at = Instant::now() + lease.state.ttl() / 3;
+        let renew_at = lease.state.renew_at();
         let deadline = lease.state.valid_until();
         let due = if lease.renew {
             renew_at.min(deadline)
@@ -235,14 +173,15 @@ impl Renewer {
         id
     }
 
-    /// Reschedules a lease's next renewal after an `extend` changed its ttl.
-    pub(crate) fn extended(&self, id: u64, sent_at: Instant, ttl: Duration) {
-        let renew_at = sent_at + ttl / 3;
+    /// Reschedules a lease's next renewal from its deadline, after an `extend` started or
+    /// finished: a shorter ttl (applied, or of unknown outcome) must be renewed sooner.
+    pub(crate) fn reschedule(&self, id: u64) {
         let wake = {
             let mut registry = self.shared.registry();
             let Some(entry) = registry.entries.get_mut(&id) else {
                 return;
             };
+            let renew_at = entry.lease.state.renew_at();
             entry.renew_at = renew_at;
             registry.alarm.is_none_or(|alarm| renew_at < alarm)
         };
@@ -320,8 +259,8 @@ struct Entry {
     in_flight: bool,
 }
 
-/// When a batch was sent, which leases it renewed for which ttl, and the replies.
-type RenewOutcome = (Instant, Vec<(u64, Duration)>, Result<Vec<Result<bool>>>);
+/// Which leases a batch renewed with which request, and the replies.
+type RenewOutcome = (Vec<(u64, ExpiryChange)>, Result<Vec<Result<ExpiryReply>>>);
 
 async fn run(
     protocol: Protocol,
@@ -425,8 +364,9 @@ fn start_batch(
         let ttl = e.lease.state.ttl();
         if e.lease.renew && !e.in_flight && e.renew_at <= now + ttl / 6 {
             e.in_flight = true;
-            ids.push((*id, ttl));
-            batch.push((e.lease.keys.clone(), e.lease.owner.clone(), ttl));
+            let change = e.lease.state.begin(None);
+            ids.push((*id, change));
+            batch.push((e.lease.keys.clone(), e.lease.owner.clone(), change));
         }
     }
     if ids.is_empty() {
@@ -437,57 +377,56 @@ fn start_batch(
         async move {
             let items: Vec<RenewItem<'_>> = batch
                 .iter()
-                .map(|(keys, owner, ttl)| RenewItem {
-                    lock_key: &keys.lock,
+                .map(|(keys, owner, change)| RenewItem {
+                    keys,
                     owner,
-                    ttl_ms: ttl_millis(*ttl),
+                    ttl_ms: ttl_millis(change.ttl),
+                    epoch: change.epoch,
                 })
                 .collect();
-            let sent_at = Instant::now();
             tracing::trace!(leases = items.len(), "fenced: renewing");
             let result = protocol.extend_many(&items).await;
-            (sent_at, ids, result)
+            (ids, result)
         }
         .boxed(),
     )
 }
 
 /// Applies the replies of one renewal round trip.
-fn apply(
-    entries: &mut HashMap<u64, Entry>,
-    (sent_at, ids, result): RenewOutcome,
-    stats: &Counters,
-) {
+fn apply(entries: &mut HashMap<u64, Entry>, (ids, result): RenewOutcome, stats: &Counters) {
     let now = Instant::now();
-    let per_lease: Vec<Option<Result<bool>>> = match result {
+    let per_lease: Vec<Option<Result<ExpiryReply>>> = match result {
         Ok(replies) => replies.into_iter().map(Some).collect(),
         Err(e) => {
             tracing::warn!(error = %e, leases = ids.len(), "fenced: renewal round trip failed; retrying until the leases' deadlines");
             ids.iter().map(|_| None).collect()
         }
     };
-    for ((id, ttl), reply) in ids.into_iter().zip(per_lease) {
+    for ((id, change), reply) in ids.into_iter().zip(per_lease) {
         // Released meanwhile: nothing to update.
         let Some(e) = entries.get_mut(&id) else {
             continue;
         };
         e.in_flight = false;
         match reply {
-            Some(Ok(true)) => {
-                stats.renewed.fetch_add(1, Ordering::Relaxed);
-                e.lease.state.renewed(sent_at, ttl);
-                e.renew_at = sent_at + ttl / 3;
+            Some(Ok(reply @ (ExpiryReply::Applied | ExpiryReply::Superseded))) => {
+                if reply == ExpiryReply::Applied {
+                    stats.renewed.fetch_add(1, Ordering::Relaxed);
+                }
+                e.lease.state.settle(&change, reply);
+                e.renew_at = e.lease.state.renew_at();
             }
-            Some(Ok(false)) => {
+            Some(Ok(ExpiryReply::NotHeld)) => {
                 tracing::warn!(lock = %e.lease.name, fencing_token = %e.lease.fencing_token,
                     "fenced: lease lost: renewal refused (the key expired, was deleted, or belongs to another holder)");
-                e.lease.state.lost.cancel();
+                e.lease.state.settle(&change, ExpiryReply::NotHeld);
                 stats.lost.fetch_add(1, Ordering::Relaxed);
                 entries.remove(&id);
             }
             Some(Err(_)) | None => {
-                // Try again soon; the deadline in `expire` decides when to give up.
-                e.renew_at = now + (ttl / 10).max(Duration::from_millis(5));
+                // Outcome unknown: the request stays unsettled (its deadline counts if it could
+                // shorten the lease). Try again soon; `expire` decides when to give up.
+                e.renew_at = now + (change.ttl / 10).max(Duration::from_millis(5));
             }
         }
     }
@@ -510,13 +449,19 @@ async fn clean_up(
             retry_transient(give_up_at, || protocol.abandon(&keys, &owner, patience)).await
         }
     };
-    match freed {
-        Ok(true) => local.released(&keys.channel),
-        Ok(false) => {}
-        Err(e) => {
-            tracing::debug!(error = %e, "fenced: background clean-up failed; the lease will expire by its ttl")
-        }
+    if wakes_local_waiters(&freed) {
+        local.released(&keys.channel);
     }
+    if let Err(e) = freed {
+        tracing::debug!(error = %e, "fenced: background clean-up failed; the lease will expire by its ttl");
+    }
+}
+
+/// Whether a background clean-up's outcome wakes this process's waiters. A failed one does
+/// too: its first attempt may have freed the lease although every retry errored, and a wake is
+/// only a hint (the woken head retries, and finds the lock held if it still is).
+fn wakes_local_waiters(freed: &Result<bool>) -> bool {
+    !matches!(freed, Ok(false))
 }
 
 /// Releases, retrying transient failures a few times. A retry whose first attempt did take
@@ -562,5 +507,24 @@ async fn sleep_until_opt(at: Option<Instant>) {
     match at {
         Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::Error;
+
+    #[test]
+    fn a_clean_up_that_failed_still_wakes_local_waiters() {
+        // Its first attempt may have freed the lease although its reply and every retry were
+        // lost: a waiter that is not woken would sleep until its next poll.
+        let timeout = Error::Timeout {
+            operation: "release",
+            after: Duration::from_millis(1),
+        };
+        assert!(wakes_local_waiters(&Err(timeout)));
+        assert!(wakes_local_waiters(&Ok(true)));
+        assert!(!wakes_local_waiters(&Ok(false)));
     }
 }

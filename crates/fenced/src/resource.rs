@@ -6,11 +6,35 @@ use std::sync::Arc;
 use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::keys::{ResourceKeys, validate_name};
-use crate::protocol::FencedWrite;
+use crate::protocol::{FencedRead, FencedWrite};
 use crate::token::FencingToken;
 
-/// The most fields one fenced write may carry.
+/// The most fields one fenced write or read may carry.
 pub const MAX_FIELDS_PER_WRITE: usize = 1000;
+
+/// What a fenced read-modify-write ([`FencedResource::update`]) did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FencedUpdate {
+    /// Read and written with a current token.
+    Applied,
+    /// Read with a current token (older holders are fenced off now); the function chose not
+    /// to write.
+    Unchanged,
+    /// A newer token was seen first, at the read or at the write; nothing was written.
+    Stale {
+        /// The highest token the resource has seen.
+        highest: FencingToken,
+    },
+}
+
+fn check_field_count(n: usize) -> Result<()> {
+    if n > MAX_FIELDS_PER_WRITE {
+        return Err(Error::invalid(format!(
+            "{n} fields in one fenced call; the limit is {MAX_FIELDS_PER_WRITE}"
+        )));
+    }
+    Ok(())
+}
 
 /// A Redis hash that accepts a write only if the writer's fencing token is at least the highest
 /// token it has accepted before, checked and applied in one script.
@@ -40,8 +64,37 @@ pub const MAX_FIELDS_PER_WRITE: usize = 1000;
 /// # Ok(()) });
 /// ```
 ///
+/// **A value derived from a read needs a fenced read.** Fencing only the write is not enough
+/// for read-modify-write: holder A reads stock 20 and pauses past its lease; B acquires and
+/// reads 20; A wakes and writes 19 (accepted: B has not written yet); B writes 19 (accepted).
+/// Two sales, one unit gone. [`read`](Self::read) (or [`update`](Self::update)) records the
+/// reader's token as the highest, so after B's read every write of A is refused:
+///
+/// ```
+/// # fenced_testkit::doctest(|url| async move {
+/// use fenced::{FencedRead, FencedUpdate};
+///
+/// let client = fenced::Client::connect(&url).await?;
+/// let stock = client.resource("stock:10100101");
+/// let guard = client.lock("stock:10100101").acquire().await?;
+/// let token = guard.fencing_token();
+/// stock.set(token, "count", "20").await?;
+/// // Read-modify-write in one call: the read fences off older holders, the write is fenced.
+/// let sold = stock
+///     .update(token, "count", |count| {
+///         let left: u32 = count?.parse().ok()?;
+///         (left > 0).then(|| (left - 1).to_string().into_bytes())
+///     })
+///     .await?;
+/// assert_eq!(sold, FencedUpdate::Applied);
+/// assert_eq!(stock.read(token, "count").await?, FencedRead::Current(Some(b"19".to_vec())));
+/// guard.release().await?;
+/// # Ok(()) });
+/// ```
+///
 /// The same rule in SQL, for a resource kept in a database: store the token with the row and
-/// make the update conditional on it.
+/// make the update conditional on it (and read with `SELECT … FOR UPDATE` after raising the
+/// row's fence to your token, for a value derived from a read).
 ///
 /// ```sql
 /// UPDATE stock SET count = $2, fence = $3
@@ -105,12 +158,7 @@ impl FencedResource {
         fields: &[(&str, &[u8])],
     ) -> Result<FencedWrite> {
         validate_name("resource", &self.name)?;
-        if fields.len() > MAX_FIELDS_PER_WRITE {
-            return Err(Error::invalid(format!(
-                "{} fields in one fenced write; the limit is {MAX_FIELDS_PER_WRITE}",
-                fields.len()
-            )));
-        }
+        check_field_count(fields.len())?;
         self.client
             .inner
             .protocol
@@ -118,7 +166,84 @@ impl FencedResource {
             .await
     }
 
-    /// Reads one field.
+    /// Reads one field on behalf of `token`, and fences off every older token: from now on a
+    /// write with an older token is refused, even before this holder writes. Use it for every
+    /// value the holder will derive a write from (see the type's documentation).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for a bad name; transport errors. A refused read is not an
+    /// error: it is [`FencedRead::Stale`], and the holder must stop (its lease was lost).
+    pub async fn read(
+        &self,
+        token: FencingToken,
+        field: &str,
+    ) -> Result<FencedRead<Option<Vec<u8>>>> {
+        Ok(match self.read_many(token, &[field]).await? {
+            FencedRead::Current(mut values) => FencedRead::Current(values.pop().flatten()),
+            FencedRead::Stale { highest } => FencedRead::Stale { highest },
+        })
+    }
+
+    /// [`read`](Self::read) for several fields at once (up to [`MAX_FIELDS_PER_WRITE`]), in
+    /// the order asked.
+    ///
+    /// # Errors
+    ///
+    /// As [`read`](Self::read), plus [`Error::InvalidArgument`] for too many fields.
+    pub async fn read_many(
+        &self,
+        token: FencingToken,
+        fields: &[&str],
+    ) -> Result<FencedRead<Vec<Option<Vec<u8>>>>> {
+        validate_name("resource", &self.name)?;
+        check_field_count(fields.len())?;
+        self.client
+            .inner
+            .protocol
+            .fenced_read(&self.keys, token, fields)
+            .await
+    }
+
+    /// Records `token` as the highest without reading or writing: every older token's writes
+    /// are refused from now on. The same as [`set_many`](Self::set_many) with no fields.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for a bad name; transport errors.
+    pub async fn claim(&self, token: FencingToken) -> Result<FencedWrite> {
+        self.set_many(token, &[]).await
+    }
+
+    /// Fenced read-modify-write of one field: reads it with [`read`](Self::read) (fencing off
+    /// older holders), computes the new value with `f` (`None`: write nothing), and writes it
+    /// with the same token. Between the read and the write no older holder can write, and a
+    /// newer holder's read or write makes this write [`FencedUpdate::Stale`].
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for a bad name; transport errors (after a failed write the
+    /// outcome is unknown, as for [`set`](Self::set)).
+    pub async fn update<F>(&self, token: FencingToken, field: &str, f: F) -> Result<FencedUpdate>
+    where
+        F: FnOnce(Option<&str>) -> Option<Vec<u8>>,
+    {
+        let current = match self.read(token, field).await? {
+            FencedRead::Current(v) => v,
+            FencedRead::Stale { highest } => return Ok(FencedUpdate::Stale { highest }),
+        };
+        let text = current.as_deref().and_then(|v| std::str::from_utf8(v).ok());
+        let Some(new) = f(text) else {
+            return Ok(FencedUpdate::Unchanged);
+        };
+        Ok(match self.set(token, field, new).await? {
+            FencedWrite::Applied => FencedUpdate::Applied,
+            FencedWrite::Stale { highest } => FencedUpdate::Stale { highest },
+        })
+    }
+
+    /// Reads one field, unfenced: for display. A value that a write will be derived from
+    /// must be read with [`read`](Self::read).
     ///
     /// # Errors
     ///

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use fenced::{FencedWrite, FencingToken, WaitPolicy};
+use fenced::{FencedRead, FencedWrite, FencingToken, WaitPolicy};
 
 use crate::support::{client, raw, server};
 
@@ -77,7 +77,7 @@ async fn tokens_increase_across_expiry_counter_loss_and_restart() {
         let c = client(&server).await;
         let lock = c
             .lock("seq")
-            .with_ttl(Duration::from_millis(100))
+            .with_ttl(Duration::from_millis(150))
             .with_auto_renew(false);
         for _ in 0..3 {
             let g = lock.acquire().await.unwrap();
@@ -132,4 +132,116 @@ async fn fencing_compares_every_u64_exactly() {
         FencedWrite::Stale { highest: high }
     );
     assert_eq!(r.get("f").await.unwrap().as_deref(), Some(&b"2"[..]));
+}
+
+/// The review's interleaving (issue 9, item 5): A reads the stock and pauses past its lease;
+/// B acquires and reads the same stock; A's write must be refused although B has not written
+/// yet, or both would sell the same unit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_holders_read_modify_write_is_refused_after_a_newer_fenced_read() {
+    let server = server();
+    let c = client(&server).await;
+    let stock = c.resource("rmw-stock");
+    let lock = c.lock("rmw").with_ttl(Duration::from_millis(150));
+    let a = lock.clone().with_auto_renew(false).acquire().await.unwrap();
+    stock.set(a.fencing_token(), "count", "20").await.unwrap();
+    let FencedRead::Current(Some(a_read)) = stock.read(a.fencing_token(), "count").await.unwrap()
+    else {
+        panic!("A's read was refused");
+    };
+    // A pauses; its lease runs out and B gets the lock.
+    let b = lock
+        .clone()
+        .with_wait(WaitPolicy::up_to(Duration::from_secs(5)))
+        .acquire()
+        .await
+        .unwrap();
+    let FencedRead::Current(Some(b_read)) = stock.read(b.fencing_token(), "count").await.unwrap()
+    else {
+        panic!("B's read was refused");
+    };
+    assert_eq!(a_read, b_read);
+    // A wakes up and writes its derived value: refused, B has read.
+    let a_write = stock.set(a.fencing_token(), "count", "19").await.unwrap();
+    assert_eq!(
+        a_write,
+        FencedWrite::Stale {
+            highest: b.fencing_token()
+        }
+    );
+    let b_write = stock.set(b.fencing_token(), "count", "19").await.unwrap();
+    assert_eq!(b_write, FencedWrite::Applied);
+    // A's further reads are refused too.
+    assert!(matches!(
+        stock.read(a.fencing_token(), "count").await.unwrap(),
+        FencedRead::Stale { .. }
+    ));
+    b.release().await.unwrap();
+}
+
+/// Many holders whose leases run out mid-sale (random pauses up to twice the ttl between read
+/// and write): every accepted sale is exactly one unit of stock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn accepted_sales_always_equal_the_drop_in_stock_when_holders_pause() {
+    let server = server();
+    let c = client(&server).await;
+    let stock = c.resource("rmw-many");
+    let lock = c
+        .lock("rmw-many")
+        .with_ttl(Duration::from_millis(150))
+        .with_auto_renew(false);
+    let setup = lock.acquire().await.unwrap();
+    stock
+        .set(setup.fencing_token(), "count", "1000")
+        .await
+        .unwrap();
+    setup.release().await.unwrap();
+    let applied = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let stale = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let mut tasks = Vec::new();
+    for worker in 0..8u64 {
+        let (lock, stock, applied, stale) =
+            (lock.clone(), stock.clone(), applied.clone(), stale.clone());
+        tasks.push(tokio::spawn(async move {
+            for i in 0..15u64 {
+                let guard = lock.acquire().await.unwrap();
+                let token = guard.fencing_token();
+                let FencedRead::Current(Some(v)) = stock.read(token, "count").await.unwrap() else {
+                    stale.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    continue;
+                };
+                let left: u64 = String::from_utf8(v).unwrap().parse().unwrap();
+                // Every third sale pauses past the lease (up to two ttls).
+                if (worker + i) % 3 == 0 {
+                    tokio::time::sleep(Duration::from_millis(100 + 20 * (i % 10))).await;
+                }
+                match stock
+                    .set(token, "count", (left - 1).to_string())
+                    .await
+                    .unwrap()
+                {
+                    FencedWrite::Applied => {
+                        applied.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+                    }
+                    FencedWrite::Stale { .. } => {
+                        stale.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+                    }
+                };
+                drop(guard);
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let left: u64 = String::from_utf8(stock.get("count").await.unwrap().unwrap())
+        .unwrap()
+        .parse()
+        .unwrap();
+    let applied = applied.load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(applied, 1000 - left, "accepted sales vs the drop in stock");
+    assert!(
+        stale.load(std::sync::atomic::Ordering::Relaxed) > 0,
+        "no holder was ever late: the test did not exercise the fence"
+    );
 }

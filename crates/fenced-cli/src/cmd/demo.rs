@@ -436,22 +436,25 @@ async fn seckill(
     }))
 }
 
-/// One purchase under the lock: read, check, write with the fencing token.
+/// One purchase under the lock: a fenced read-modify-write. The read records the holder's
+/// token, so a holder that lost its lease meanwhile is refused at its write (or its read)
+/// instead of selling a unit that a newer holder has already read.
 async fn buy_under_lock(
     lock: &fenced::Lock,
     stock: &fenced::FencedResource,
 ) -> Result<bool, fenced::Error> {
     let guard = lock.acquire().await?;
-    let left = read_count(stock).await?;
-    // The write carries the fencing token: a holder that lost its lease meanwhile would be
-    // refused here instead of overselling.
-    let bought = left > 0
-        && stock
-            .set(guard.fencing_token(), "count", (left - 1).to_string())
-            .await?
-            == FencedWrite::Applied;
+    let sold = stock
+        .update(guard.fencing_token(), "count", take_one)
+        .await?;
     guard.release().await?;
-    Ok(bought)
+    Ok(sold == fenced::FencedUpdate::Applied)
+}
+
+/// The new stock after one sale, or `None` when sold out.
+fn take_one(count: Option<&str>) -> Option<Vec<u8>> {
+    let left: i64 = count?.parse().ok()?;
+    (left > 0).then(|| (left - 1).to_string().into_bytes())
 }
 
 async fn read_count(stock: &fenced::FencedResource) -> Result<i64, fenced::Error> {

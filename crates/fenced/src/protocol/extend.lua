@@ -1,11 +1,32 @@
--- Renew a lease: compare-and-pexpire. Never re-creates a key that is gone.
+-- Renew or re-time a lease: compare-and-pexpire, in epoch order. Never re-creates a key.
+--
+-- Each `extend` to a new ttl opens a new epoch on the client; renewals carry the epoch whose
+-- ttl they ask for. Requests can reach Redis out of order (one timed out on a dead connection
+-- and ran later than a newer one sent on a fresh connection), so a request of an OLDER epoch
+-- than the newest applied one is refused: the ttl that Redis applies last is always the one
+-- the client asked for last. Requests of one epoch ask for the same ttl, so their order does
+-- not matter. Epoch 0 (the acquire's ttl) writes no epoch key: a lease that is never
+-- extended pays one GET of a missing key.
 --
 -- KEYS[1]  lock key
+-- KEYS[2]  this owner's epoch key: <lock>:epoch:<owner>
 -- ARGV[1]  owner token
 -- ARGV[2]  new lease in ms, counted from now
+-- ARGV[3]  the request's epoch (0, 1, 2, ...)
 --
--- Returns 1 extended, 0 not held by this owner (nothing changed).
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+-- Returns 1 applied,
+--         0 not held by this owner (nothing changed),
+--         2 superseded: a newer epoch was applied before; nothing changed.
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  return 0
 end
-return 0
+local epoch = tonumber(ARGV[3])
+if epoch < (tonumber(redis.call('GET', KEYS[2]) or '0') or 0) then
+  return 2
+end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+if epoch > 0 then
+  -- Lives exactly as long as the lease it orders.
+  redis.call('SET', KEYS[2], ARGV[3], 'PX', ARGV[2])
+end
+return 1

@@ -20,6 +20,7 @@ use redis::{RedisError, Script, Value};
 
 use crate::error::{Error, Result};
 use crate::keys::{LockKeys, ResourceKeys};
+use crate::lease::ExpiryReply;
 use crate::token::{FencingToken, OwnerToken};
 
 static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("acquire.lua")));
@@ -30,6 +31,8 @@ static FORCE_RELEASE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("force_release.lua")));
 static FENCED_WRITE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("fenced_write.lua")));
+static FENCED_READ: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("fenced_read.lua")));
 
 /// What an acquire attempt found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,6 +68,19 @@ pub enum FencedWrite {
     },
 }
 
+/// What a fenced read found: the values, or that a newer token was seen first.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FencedRead<T> {
+    /// The token was at least the highest seen, and is now recorded as the highest: every
+    /// write with an older token is refused from now on. The values read.
+    Current(T),
+    /// A newer token was seen before; nothing was read or changed.
+    Stale {
+        /// The highest token the resource has seen.
+        highest: FencingToken,
+    },
+}
+
 /// A lock's state as read by [`Protocol::inspect`].
 pub(crate) struct Inspection {
     pub(crate) owner: Option<String>,
@@ -73,11 +89,13 @@ pub(crate) struct Inspection {
     pub(crate) subscribers: u64,
 }
 
-/// One lease to renew in a batch.
+/// One lease to renew (or re-time) in a batch.
 pub(crate) struct RenewItem<'a> {
-    pub(crate) lock_key: &'a str,
+    pub(crate) keys: &'a LockKeys,
     pub(crate) owner: &'a OwnerToken,
     pub(crate) ttl_ms: u64,
+    /// The expiry epoch the request belongs to; see `extend.lua`.
+    pub(crate) epoch: u64,
 }
 
 /// The connection and settings every protocol call needs. Cheap to clone.
@@ -215,32 +233,36 @@ impl Protocol {
         Ok(code == 1)
     }
 
-    /// Compare-and-pexpire: true when the lease was ours and now lasts `ttl_ms` from now.
-    pub(crate) async fn extend(
-        &self,
-        lock_key: &str,
-        owner: &OwnerToken,
-        ttl_ms: u64,
-    ) -> Result<bool> {
+    /// Compare-and-pexpire in epoch order (see `extend.lua`).
+    pub(crate) async fn extend(&self, item: &RenewItem<'_>) -> Result<ExpiryReply> {
         let mut conn = self.conn.clone();
         let mut inv = EXTEND.prepare_invoke();
-        inv.key(lock_key).arg(owner.as_str()).arg(ttl_ms);
+        inv.key(&item.keys.lock)
+            .key(item.keys.epoch(item.owner))
+            .arg(item.owner.as_str())
+            .arg(item.ttl_ms)
+            .arg(item.epoch);
         let code: i64 = self.bounded("extend", inv.invoke_async(&mut conn)).await?;
-        Ok(code == 1)
+        expiry_reply(code)
     }
 
     /// Renews many leases in ONE pipelined round trip. The outer error means the round trip
     /// failed as a whole (nothing is known); the inner results are per lease.
-    pub(crate) async fn extend_many(&self, items: &[RenewItem<'_>]) -> Result<Vec<Result<bool>>> {
+    pub(crate) async fn extend_many(
+        &self,
+        items: &[RenewItem<'_>],
+    ) -> Result<Vec<Result<ExpiryReply>>> {
         let mut pipe = redis::pipe();
         pipe.ignore_errors();
         for item in items {
             pipe.cmd("EVALSHA")
                 .arg(EXTEND.get_hash())
-                .arg(1)
-                .arg(item.lock_key)
+                .arg(2)
+                .arg(&item.keys.lock)
+                .arg(item.keys.epoch(item.owner))
                 .arg(item.owner.as_str())
-                .arg(item.ttl_ms);
+                .arg(item.ttl_ms)
+                .arg(item.epoch);
         }
         let mut conn = self.conn.clone();
         let timeout = self.timeout;
@@ -259,8 +281,8 @@ impl Protocol {
         Ok(replies
             .into_iter()
             .map(|r| {
-                r.map(|code| code == 1)
-                    .map_err(|e| Error::from_redis("renew", timeout, e))
+                r.map_err(|e| Error::from_redis("renew", timeout, e))
+                    .and_then(expiry_reply)
             })
             .collect())
     }
@@ -355,6 +377,39 @@ impl Protocol {
         }
     }
 
+    /// Reads `fields` of a resource if `token` is current, and records `token` as the highest.
+    pub(crate) async fn fenced_read(
+        &self,
+        keys: &ResourceKeys,
+        token: FencingToken,
+        fields: &[&str],
+    ) -> Result<FencedRead<Vec<Option<Vec<u8>>>>> {
+        let mut conn = self.conn.clone();
+        let mut inv = FENCED_READ.prepare_invoke();
+        inv.key(&keys.data).key(&keys.fence).arg(token.get());
+        for field in fields {
+            inv.arg(*field);
+        }
+        let reply: Vec<Value> = self
+            .bounded("fenced read", inv.invoke_async(&mut conn))
+            .await?;
+        match reply.split_first() {
+            Some((Value::Int(1), values)) if values.len() == fields.len() => values
+                .iter()
+                .map(|v| match v {
+                    Value::Nil => Ok(None),
+                    Value::BulkString(b) => Ok(Some(b.clone())),
+                    other => Err(unexpected("fenced read", format!("{other:?}"))),
+                })
+                .collect::<Result<Vec<_>>>()
+                .map(FencedRead::Current),
+            Some((Value::Int(0), [Value::BulkString(bytes)])) => Ok(FencedRead::Stale {
+                highest: parse_token("fenced read", bytes)?,
+            }),
+            _ => Err(unexpected("fenced read", format!("{reply:?}"))),
+        }
+    }
+
     /// Reads one field of a resource.
     pub(crate) async fn resource_get(
         &self,
@@ -384,6 +439,15 @@ impl Protocol {
             })
             .await?;
         raw.map(|b| parse_token("resource read", &b)).transpose()
+    }
+}
+
+fn expiry_reply(code: i64) -> Result<ExpiryReply> {
+    match code {
+        1 => Ok(ExpiryReply::Applied),
+        2 => Ok(ExpiryReply::Superseded),
+        0 => Ok(ExpiryReply::NotHeld),
+        other => Err(unexpected("extend", other.to_string())),
     }
 }
 
@@ -576,24 +640,101 @@ mod tests {
             .unwrap();
         let items = [
             RenewItem {
-                lock_key: &held.lock,
+                keys: &held,
                 owner: &a,
                 ttl_ms: 20_000,
+                epoch: 0,
             },
             RenewItem {
-                lock_key: &gone.lock,
+                keys: &gone,
                 owner: &b,
                 ttl_ms: 20_000,
+                epoch: 0,
             },
         ];
         let replies = p.extend_many(&items).await.unwrap();
-        assert!(matches!(replies[0], Ok(true)));
-        assert!(matches!(replies[1], Ok(false)));
+        assert!(matches!(replies[0], Ok(ExpiryReply::Applied)));
+        assert!(matches!(replies[1], Ok(ExpiryReply::NotHeld)));
         let pttl: i64 = redis::cmd("PTTL")
             .arg(&held.lock)
             .query_async(&mut conn)
             .await
             .unwrap();
         assert!(pttl > 15_000);
+    }
+
+    #[tokio::test]
+    async fn a_late_expiry_change_of_an_older_epoch_is_refused() {
+        // The race of a renewal that timed out on a dead connection and reaches Redis after a
+        // newer `extend` sent on a fresh one: the older request must not re-time the lease.
+        let server = fenced_testkit::RedisServer::start().unwrap();
+        let p = protocol(&server).await;
+        let keys = LockKeys::new("t:", "epochs");
+        let me = owner();
+        p.try_acquire(&keys, &me, 3_000).await.unwrap();
+        let item = |ttl_ms, epoch| RenewItem {
+            keys: &keys,
+            owner: &me,
+            ttl_ms,
+            epoch,
+        };
+        // extend(300ms) opens epoch 1 and is applied first ...
+        assert_eq!(p.extend(&item(300, 1)).await.unwrap(), ExpiryReply::Applied);
+        // ... then the delayed epoch-0 renewal for 3s arrives: refused, nothing changes.
+        assert_eq!(
+            p.extend(&item(3_000, 0)).await.unwrap(),
+            ExpiryReply::Superseded
+        );
+        let mut conn = p.conn.clone();
+        let pttl: i64 = redis::cmd("PTTL")
+            .arg(&keys.lock)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert!(
+            pttl <= 300,
+            "the older epoch re-timed the lease: pttl {pttl}"
+        );
+        // The opposite order: a longer epoch 2 applied, then a late epoch-1 (shorter) renewal.
+        assert_eq!(
+            p.extend(&item(20_000, 2)).await.unwrap(),
+            ExpiryReply::Applied
+        );
+        assert_eq!(
+            p.extend(&item(300, 1)).await.unwrap(),
+            ExpiryReply::Superseded
+        );
+        let pttl: i64 = redis::cmd("PTTL")
+            .arg(&keys.lock)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert!(
+            pttl > 15_000,
+            "the older epoch shortened the lease: pttl {pttl}"
+        );
+        // Same epoch in any order is applied; the epoch key expires with the lease.
+        assert_eq!(
+            p.extend(&item(20_000, 2)).await.unwrap(),
+            ExpiryReply::Applied
+        );
+        let epoch_pttl: i64 = redis::cmd("PTTL")
+            .arg(keys.epoch(&me))
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert!(epoch_pttl > 15_000 && epoch_pttl <= 20_000);
+        // Another owner's requests are refused whatever their epoch.
+        assert_eq!(
+            p.extend(&RenewItem {
+                keys: &keys,
+                owner: &owner(),
+                ttl_ms: 1_000,
+                epoch: 9,
+            })
+            .await
+            .unwrap(),
+            ExpiryReply::NotHeld
+        );
     }
 }

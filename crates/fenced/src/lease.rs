@@ -1,0 +1,329 @@
+//! What a guard, its [`Lease`](crate::Lease) clones and the renewal loop share about one held
+//! lease: how long it is certainly valid, and whether it has ended.
+//!
+//! Every change of a lease's expiry (a renewal, or an `extend` to a new ttl) is a request
+//! whose reply may be lost, and requests sent on different connections (one timed out, the
+//! next on a fresh connection) can reach Redis in another order than they were sent. So the
+//! order of expiry changes is made explicit: each `extend` opens a new **epoch** with its own
+//! ttl, every request carries the epoch it belongs to, and the extend script refuses a
+//! request of an older epoch than the newest one it applied (`extend.lua`).
+//!
+//! Invariants:
+//! 1. The deadline never claims more than Redis grants. It is the smaller of (a) the deadline
+//!    set by the newest confirmed request of the newest confirmed epoch, and (b) the deadline
+//!    each request of a NEWER epoch whose outcome is unknown (in flight, timed out, its
+//!    future dropped) would set if it applied. Each deadline counts from before its request
+//!    was sent, minus the drift allowance.
+//! 2. Requests of one epoch all ask for the same ttl, so whichever of them Redis applies last
+//!    leaves an expiry at least as late as any of them promised: their order does not matter.
+//! 3. A confirmed request of epoch E settles every request of epoch E or older: Redis refuses
+//!    the older ones from then on, and the ones of E cannot shorten the lease (2).
+//! 4. A lease ends exactly once, when its guard releases it or is dropped, or when it is lost.
+//!    From then on every clone says so: `check` fails, `remaining` is zero, `lost` resolves.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::options::drift_allowance;
+
+/// What a guard, its lease clones and the renewal loop share about one lease.
+#[derive(Debug)]
+pub(crate) struct LeaseState {
+    /// Cancelled when the lease ends: lost, released, or its guard dropped.
+    pub(crate) lost: CancellationToken,
+    /// Set when the guard gave the lease back (release or drop), as opposed to losing it.
+    released: AtomicBool,
+    timing: Mutex<Timing>,
+}
+
+#[derive(Debug)]
+struct Timing {
+    /// The ttl of the newest epoch: what renewals ask for.
+    ttl: Duration,
+    /// The newest epoch opened (0: the acquire's ttl; each `extend` opens the next).
+    epoch: u64,
+    /// The newest confirmed epoch, and the deadline its newest confirmed request set.
+    confirmed: (u64, Instant),
+    /// For each newer epoch with a request of unknown outcome: the earliest deadline one of
+    /// them would set if it applied. Small: one entry per unsettled `extend`.
+    unknown: Vec<(u64, Instant)>,
+    /// When the lease ended by release or drop.
+    ended_at: Option<Instant>,
+}
+
+/// One request that changes a lease's expiry: what to send, and what it would mean.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ExpiryChange {
+    /// The epoch the request belongs to (sent to the script).
+    pub(crate) epoch: u64,
+    /// The ttl it asks for.
+    pub(crate) ttl: Duration,
+    /// The deadline it sets if Redis applies it.
+    deadline: Instant,
+}
+
+/// How Redis answered an expiry change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ExpiryReply {
+    /// Applied: the lease now lasts the request's ttl from when Redis ran it.
+    Applied,
+    /// Refused without change: a request of a newer epoch was applied before it.
+    Superseded,
+    /// The lease is not ours any more.
+    NotHeld,
+}
+
+impl LeaseState {
+    /// A lease granted by a request sent at `requested_at` for `ttl`.
+    pub(crate) fn new(requested_at: Instant, ttl: Duration) -> Self {
+        LeaseState {
+            lost: CancellationToken::new(),
+            released: AtomicBool::new(false),
+            timing: Mutex::new(Timing {
+                ttl,
+                epoch: 0,
+                confirmed: (0, deadline_of(requested_at, ttl)),
+                unknown: Vec::new(),
+                ended_at: None,
+            }),
+        }
+    }
+
+    fn timing(&self) -> MutexGuard<'_, Timing> {
+        // Every change leaves the fields consistent before the next line can panic, so a
+        // poisoned lock still holds a valid state.
+        self.timing.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The moment (monotonic clock) until which the lease is certainly ours (invariant 1),
+    /// or when it ended, whichever is earlier.
+    pub(crate) fn valid_until(&self) -> Instant {
+        self.timing().valid_until()
+    }
+
+    /// The ttl renewals ask for: the newest epoch's.
+    pub(crate) fn ttl(&self) -> Duration {
+        self.timing().ttl
+    }
+
+    /// When the next renewal is due: two thirds of the newest ttl before the deadline, so a
+    /// stall of a third of the ttl (less the drift allowance) loses nothing.
+    pub(crate) fn renew_at(&self) -> Instant {
+        let t = self.timing();
+        let until = t.valid_until();
+        until.checked_sub(t.ttl * 2 / 3).unwrap_or(until)
+    }
+
+    /// Starts a request sent now: a renewal (`None`, same epoch and ttl) or an extend to a new
+    /// ttl (a new epoch). Until it is settled, its outcome counts as unknown.
+    pub(crate) fn begin(&self, extend_to: Option<Duration>) -> ExpiryChange {
+        let now = Instant::now();
+        let mut t = self.timing();
+        if let Some(ttl) = extend_to {
+            t.epoch += 1;
+            t.ttl = ttl;
+        }
+        let change = ExpiryChange {
+            epoch: t.epoch,
+            ttl: t.ttl,
+            deadline: deadline_of(now, t.ttl),
+        };
+        // A request of the confirmed epoch cannot shorten the lease (invariant 2).
+        if change.epoch > t.confirmed.0 {
+            match t.unknown.iter_mut().find(|(e, _)| *e == change.epoch) {
+                Some((_, d)) => *d = (*d).min(change.deadline),
+                None => t.unknown.push((change.epoch, change.deadline)),
+            }
+        }
+        change
+    }
+
+    /// Records what Redis answered to `change`. A request whose outcome stays unknown (a
+    /// transport error, a dropped future) is simply never settled.
+    pub(crate) fn settle(&self, change: &ExpiryChange, reply: ExpiryReply) {
+        let mut t = self.timing();
+        match reply {
+            ExpiryReply::Applied => {
+                let (epoch, deadline) = t.confirmed;
+                if change.epoch > epoch || (change.epoch == epoch && change.deadline > deadline) {
+                    t.confirmed = (change.epoch, change.deadline);
+                }
+                let newest = t.confirmed.0;
+                t.unknown.retain(|(e, _)| *e > newest);
+            }
+            // A newer epoch was applied: this one and older ones can no longer apply.
+            ExpiryReply::Superseded => t.unknown.retain(|(e, _)| *e > change.epoch),
+            ExpiryReply::NotHeld => {
+                drop(t);
+                self.lost.cancel();
+            }
+        }
+    }
+
+    /// Ends the lease because its guard gave it back: every clone sees it from now on.
+    pub(crate) fn end(&self) {
+        {
+            let mut t = self.timing();
+            t.ended_at.get_or_insert_with(Instant::now);
+        }
+        self.released.store(true, Ordering::Release);
+        self.lost.cancel();
+    }
+
+    /// True once the guard released the lease (or was dropped).
+    pub(crate) fn is_released(&self) -> bool {
+        self.released.load(Ordering::Acquire)
+    }
+
+    /// True when the lease has ended (lost, released) or its deadline has passed.
+    pub(crate) fn is_over(&self) -> bool {
+        self.lost.is_cancelled() || Instant::now() >= self.valid_until()
+    }
+}
+
+impl Timing {
+    fn valid_until(&self) -> Instant {
+        let newest = self.confirmed.0;
+        let mut until = self.confirmed.1;
+        for (_, d) in self.unknown.iter().filter(|(e, _)| *e > newest) {
+            until = until.min(*d);
+        }
+        match self.ended_at {
+            Some(end) => until.min(end),
+            None => until,
+        }
+    }
+}
+
+/// The deadline a request sent at `sent_at` for `ttl` sets: invariant 1's "minus drift".
+fn deadline_of(sent_at: Instant, ttl: Duration) -> Instant {
+    sent_at + ttl - drift_allowance(ttl)
+}
+
+#[cfg(test)]
+mod tests {
+    //! The ordering rules, with the clock paused: no server, no sleeps.
+
+    use super::*;
+
+    const SEC: Duration = Duration::from_secs(1);
+
+    fn drift(ttl: Duration) -> Duration {
+        drift_allowance(ttl)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_shorter_extend_of_unknown_outcome_caps_the_deadline_at_once() {
+        let start = Instant::now();
+        let lease = LeaseState::new(start, 30 * SEC);
+        let short = Duration::from_millis(100);
+        let _never_settled = lease.begin(Some(short));
+        // Sent, never answered (reply cut, future dropped): Redis may have applied it.
+        assert_eq!(lease.valid_until(), start + short - drift(short));
+        tokio::time::advance(short).await;
+        assert!(lease.is_over());
+        // Renewals from now on ask for the new ttl, and fall due from the capped deadline.
+        assert_eq!(lease.ttl(), short);
+        assert!(lease.renew_at() <= start + short / 3);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_late_reply_of_an_older_epoch_never_overrides_a_newer_one() {
+        let start = Instant::now();
+        let lease = LeaseState::new(start, 3 * SEC);
+        let renewal = lease.begin(None); // epoch 0, 3s, in flight
+        tokio::time::advance(Duration::from_millis(10)).await;
+        let short = Duration::from_millis(300);
+        let extend = lease.begin(Some(short)); // epoch 1
+        lease.settle(&extend, ExpiryReply::Applied);
+        let after_extend = lease.valid_until();
+        assert_eq!(
+            after_extend,
+            start + Duration::from_millis(10) + short - drift(short)
+        );
+        // The older renewal's reply comes last. Had Redis run it after the extend, the
+        // script would have answered Superseded; Applied means it ran before the extend.
+        // Either way the extend's ttl is what Redis applied last.
+        lease.settle(&renewal, ExpiryReply::Applied);
+        assert_eq!(lease.valid_until(), after_extend);
+        lease.settle(&renewal, ExpiryReply::Superseded);
+        assert_eq!(lease.valid_until(), after_extend);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_longer_extend_counts_only_once_confirmed() {
+        let start = Instant::now();
+        let lease = LeaseState::new(start, SEC);
+        let extend = lease.begin(Some(60 * SEC));
+        assert_eq!(lease.valid_until(), start + SEC - drift(SEC));
+        lease.settle(&extend, ExpiryReply::Applied);
+        assert_eq!(lease.valid_until(), start + 60 * SEC - drift(60 * SEC));
+        // A renewal of the old epoch that Redis refused changes nothing.
+        let old = ExpiryChange {
+            epoch: 0,
+            ttl: SEC,
+            deadline: start + SEC,
+        };
+        lease.settle(&old, ExpiryReply::Superseded);
+        assert_eq!(lease.valid_until(), start + 60 * SEC - drift(60 * SEC));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn renewals_of_the_confirmed_epoch_only_move_the_deadline_forward() {
+        let start = Instant::now();
+        let lease = LeaseState::new(start, 3 * SEC);
+        tokio::time::advance(SEC).await;
+        let late = lease.begin(None);
+        tokio::time::advance(SEC).await;
+        let later = lease.begin(None);
+        lease.settle(&later, ExpiryReply::Applied);
+        let best = lease.valid_until();
+        lease.settle(&late, ExpiryReply::Applied);
+        assert_eq!(
+            lease.valid_until(),
+            best,
+            "an earlier-sent reply arriving last"
+        );
+        assert_eq!(best, start + 2 * SEC + 3 * SEC - drift(3 * SEC));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_unsettled_extend_is_settled_by_a_later_confirmed_renewal() {
+        let start = Instant::now();
+        let lease = LeaseState::new(start, 30 * SEC);
+        let short = Duration::from_millis(600);
+        let _lost_reply = lease.begin(Some(short));
+        tokio::time::advance(Duration::from_millis(100)).await;
+        let renewal = lease.begin(None); // epoch 1, the new ttl
+        assert_eq!(renewal.epoch, 1);
+        lease.settle(&renewal, ExpiryReply::Applied);
+        assert_eq!(
+            lease.valid_until(),
+            start + Duration::from_millis(100) + short - drift(short)
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn ending_the_lease_shows_in_every_view() {
+        let lease = LeaseState::new(Instant::now(), 30 * SEC);
+        assert!(!lease.is_over());
+        lease.end();
+        assert!(lease.is_over());
+        assert!(lease.is_released());
+        assert!(lease.lost.is_cancelled());
+        assert!(lease.valid_until() <= Instant::now());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn not_held_ends_the_lease_as_lost() {
+        let lease = LeaseState::new(Instant::now(), 30 * SEC);
+        let r = lease.begin(None);
+        lease.settle(&r, ExpiryReply::NotHeld);
+        assert!(lease.is_over());
+        assert!(!lease.is_released());
+    }
+}
