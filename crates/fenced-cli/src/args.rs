@@ -113,9 +113,9 @@ pub struct RunArgs {
     /// After the lease is lost: time between SIGTERM and SIGKILL to CMD (at most 1 day).
     #[arg(long, default_value = "10s", value_parser = kill_after, value_name = "DUR")]
     pub kill_after: Duration,
-    /// The program to run, and its arguments, after `--`.
-    #[arg(last = true, required = true, value_name = "CMD")]
-    pub command: Vec<String>,
+    /// The program to run, and its arguments, after `--` (passed on byte for byte).
+    #[arg(last = true, required = true, value_name = "CMD", value_parser = clap::builder::OsStringValueParser::new())]
+    pub command: Vec<std::ffi::OsString>,
 }
 
 /// `--kill-after`: a duration of at most a day.

@@ -31,6 +31,7 @@ mod args;
 mod cmd;
 mod exit;
 
+use std::ffi::OsString;
 use std::process::ExitCode;
 
 use clap::Parser;
@@ -40,9 +41,15 @@ use crate::args::{Cli, Command};
 use crate::exit::Failure;
 
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    // Arguments as the OS gave them: a name that is not UTF-8 is a usage error (exit 64), and
+    // CMD's arguments reach CMD byte for byte.
+    let argv: Vec<OsString> = std::env::args_os().collect();
+    if argv.get(1).is_some_and(|a| a == cmd::supervise::SUBCOMMAND) {
+        return ExitCode::from(cmd::supervise::main(&argv[2..]));
+    }
+    let cli = match Cli::try_parse_from(&argv) {
         Ok(cli) => cli,
-        Err(e) => return ExitCode::from(usage_error(&e)),
+        Err(e) => return ExitCode::from(usage_error(&e, &argv)),
     };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -71,14 +78,19 @@ fn main() -> ExitCode {
     match outcome {
         Ok(code) => ExitCode::from(code),
         Err(Failure { code, message }) => {
-            warn!("fenced: {message}");
+            warn!("fenced: {}", one_line(&message));
             ExitCode::from(code)
         }
     }
 }
 
+/// A message folded onto one line: a server's multi-line parser error, say.
+fn one_line(message: &str) -> String {
+    message.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
 /// Prints a clap error as one line (help and version go out as they are) and picks the code.
-fn usage_error(e: &clap::Error) -> u8 {
+fn usage_error(e: &clap::Error, argv: &[OsString]) -> u8 {
     match e.kind() {
         ErrorKind::DisplayHelp
         | ErrorKind::DisplayVersion
@@ -97,13 +109,12 @@ fn usage_error(e: &clap::Error) -> u8 {
                 .next()
                 .unwrap_or("bad arguments")
                 .trim_start_matches("error: ");
-            let argv: Vec<String> = std::env::args().collect();
             let hint = if argv.iter().any(|a| a == "run") && !argv.iter().any(|a| a == "--") {
                 " (put `--` before the command: fenced run NAME -- CMD [ARGS...])"
             } else {
                 " (see fenced --help)"
             };
-            warn!("fenced: {first}{hint}");
+            warn!("fenced: {}{hint}", one_line(first));
             exit::USAGE
         }
     }

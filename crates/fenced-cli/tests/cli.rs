@@ -74,6 +74,47 @@ async fn until_held(c: &fenced::Client, name: &str) {
     }
 }
 
+/// True while `pid` runs (no such process, or a zombie waiting to be reaped, is not running).
+fn alive(pid: i32) -> bool {
+    kill(Pid::from_raw(pid), None).is_ok()
+        && std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+            stat.rsplit(')')
+                .next()
+                .is_some_and(|rest| !rest.trim_start().starts_with('Z'))
+        })
+}
+
+/// The pid a script wrote to `path`, once it is there (up to 5s).
+async fn pid_in(path: &Path) -> i32 {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        if let Some(pid) = std::fs::read_to_string(path)
+            .ok()
+            .and_then(|p| p.trim().parse::<i32>().ok())
+        {
+            return pid;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{} never appeared",
+            path.display()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Waits (up to `limit`) until none of `pids` runs.
+async fn until_gone(pids: &[i32], limit: Duration) -> bool {
+    let deadline = Instant::now() + limit;
+    while pids.iter().any(|p| alive(*p)) {
+        if Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    true
+}
+
 fn signal(child: &Child, sig: Signal) {
     let pid = i32::try_from(child.id().expect("running")).unwrap();
     kill(Pid::from_raw(pid), sig).unwrap();
@@ -290,19 +331,44 @@ fn check_no_overlap(log: &Path, sections: usize) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_killed_run_frees_the_lock_after_its_ttl() {
+async fn a_killed_run_takes_its_command_and_every_descendant_with_it() {
+    // Issue 9, items 6 and 7: SIGKILL of `fenced` (nothing of it can run any more) must not
+    // leave CMD, its children, or a double-forked job re-parented away from CMD working on
+    // while the next holder runs.
     let s = server();
     let c = client(&s).await;
+    let dir = tempfile::tempdir().unwrap();
+    let (cmd, child, orphan) = (
+        dir.path().join("cmd"),
+        dir.path().join("child"),
+        dir.path().join("orphan"),
+    );
+    let script = format!(
+        "echo $$ > {}; sleep 300 & echo $! > {}; (sleep 300 & echo $! > {}); wait",
+        cmd.display(),
+        child.display(),
+        orphan.display()
+    );
     let mut run = fenced(
         &s.url(),
-        &["run", "crash", "--ttl", "1s", "--", "sleep", "3"],
+        &["run", "crash", "--ttl", "1s", "--", "sh", "-c", &script],
     )
     .spawn()
     .unwrap();
     until_held(&c, "crash").await;
+    let pids = [
+        pid_in(&cmd).await,
+        pid_in(&child).await,
+        pid_in(&orphan).await,
+    ];
     signal(&run, Signal::SIGKILL);
     wait_exit(&mut run, Duration::from_secs(5)).await;
     let killed_at = Instant::now();
+    assert!(
+        until_gone(&pids, Duration::from_secs(2)).await,
+        "processes started under the lock outlived fenced: {:?}",
+        pids.iter().filter(|p| alive(**p)).collect::<Vec<_>>()
+    );
     let next = finish(
         fenced(&s.url(), &["run", "crash", "--wait", "5s", "--", "true"]),
         Duration::from_secs(10),
@@ -314,6 +380,189 @@ async fn a_killed_run_frees_the_lock_after_its_ttl() {
         after < Duration::from_millis(2500),
         "waited {after:?} for a 1s lease"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_lease_stops_double_forked_jobs_and_a_normal_exit_stops_leftovers() {
+    // Issue 9, item 7: `(job &)` is re-parented away from CMD; it is stopped all the same.
+    let s = server();
+    let c = client(&s).await;
+    let dir = tempfile::tempdir().unwrap();
+    let orphan = dir.path().join("orphan");
+    let script = format!(
+        "(sleep 300 & echo $! > {}); exec sleep 300",
+        orphan.display()
+    );
+    let mut run = fenced(
+        &s.url(),
+        &[
+            "run",
+            "daemon",
+            "--ttl",
+            "600ms",
+            "--kill-after",
+            "500ms",
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ],
+    )
+    .spawn()
+    .unwrap();
+    until_held(&c, "daemon").await;
+    let job = pid_in(&orphan).await;
+    c.lock("daemon").force_release().await.unwrap();
+    assert_eq!(
+        wait_exit(&mut run, Duration::from_secs(10)).await.code(),
+        Some(76)
+    );
+    assert!(!alive(job), "a double-forked job outlived the lost lease");
+
+    // A CMD that exits normally and leaves a job behind: the job is stopped before the lock
+    // is released, so nothing started under the lock runs on without it.
+    let left = dir.path().join("left");
+    let script = format!("(sleep 300 & echo $! > {}); exit 3", left.display());
+    let done = finish(
+        fenced(&s.url(), &["run", "leftover", "--", "sh", "-c", &script]),
+        Duration::from_secs(10),
+    )
+    .await;
+    assert_eq!(done.code, Some(3), "{}", done.stderr);
+    assert!(
+        !alive(pid_in(&left).await),
+        "a leftover job outlived the lock"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn non_utf8_names_are_usage_errors_and_command_arguments_pass_byte_exact() {
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt;
+    // Issue 9, item 13.
+    let s = server();
+    let bad = OsStr::from_bytes(b"bad\xffname");
+    for args in [
+        vec![OsStr::new("run"), bad, OsStr::new("--"), OsStr::new("true")],
+        vec![
+            OsStr::new("--namespace"),
+            bad,
+            OsStr::new("run"),
+            OsStr::new("x"),
+            OsStr::new("--"),
+            OsStr::new("true"),
+        ],
+        vec![OsStr::new("status"), bad],
+    ] {
+        let mut cmd = fenced(&s.url(), &[]);
+        cmd.args(&args);
+        let done = finish(cmd, Duration::from_secs(10)).await;
+        assert_eq!(done.code, Some(64), "{args:?}: {}", done.stderr);
+        assert_eq!(
+            done.stderr.trim_end().lines().count(),
+            1,
+            "{:?}",
+            done.stderr
+        );
+    }
+    // A file whose name is not UTF-8 reaches CMD intact.
+    let dir = tempfile::tempdir().unwrap();
+    let name = OsStr::from_bytes(b"caf\xe9.txt");
+    let mut cmd = fenced(&s.url(), &["run", "bytes", "--", "touch"]);
+    cmd.arg(dir.path().join(name));
+    let done = finish(cmd, Duration::from_secs(10)).await;
+    assert_eq!(done.code, Some(0), "{}", done.stderr);
+    assert!(
+        dir.path().join(name).exists(),
+        "CMD got a different file name"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_does_not_speak_resp_gives_69_in_one_line() {
+    // Issue 9, item 14: a web server where Redis was expected.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        use std::io::{Read, Write};
+        for mut conn in listener.incoming().flatten().take(20) {
+            let mut buf = [0u8; 512];
+            let _ = conn.read(&mut buf);
+            let _ = conn.write_all(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n");
+        }
+    });
+    let url = format!("redis://127.0.0.1:{port}");
+    let done = finish(
+        fenced(&url, &["--timeout", "500ms", "status", "x"]),
+        Duration::from_secs(10),
+    )
+    .await;
+    assert_eq!(done.code, Some(69), "{}", done.stderr);
+    assert_eq!(
+        done.stderr.trim_end().lines().count(),
+        1,
+        "{:?}",
+        done.stderr
+    );
+    assert!(
+        done.stderr.contains(&format!("127.0.0.1:{port}")),
+        "{}",
+        done.stderr
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_two_second_partition_during_the_wait_does_not_end_it() {
+    // Issue 9, item 11: `--wait 30s` rides out a connection blip.
+    let s = server();
+    let proxy = fenced_testkit::Proxy::start(s.addr()).unwrap();
+    let c = client(&s).await;
+    let held = c.lock("blip").acquire().await.unwrap();
+    let mut run = fenced(
+        &proxy.url(),
+        &[
+            "--timeout",
+            "300ms",
+            "run",
+            "blip",
+            "--wait",
+            "30s",
+            "--",
+            "true",
+        ],
+    )
+    .spawn()
+    .unwrap();
+    // It waits: subscribed to the lock's release channel.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let n: Vec<(String, i64)> = fenced::redis::cmd("PUBSUB")
+            .arg("NUMSUB")
+            .arg("fenced:{blip}:released")
+            .query_async(&mut raw(&s).await)
+            .await
+            .unwrap();
+        if n[0].1 > 0 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "fenced run never waited");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    const CUT: Duration = Duration::from_secs(2);
+    proxy.set(fenced_testkit::Fault::Blackhole);
+    held.release().await.unwrap();
+    tokio::time::sleep(CUT).await;
+    proxy.set(fenced_testkit::Fault::Pass);
+    let status = wait_exit(&mut run, Duration::from_secs(20)).await;
+    assert_eq!(status.code(), Some(0));
+}
+
+async fn raw(s: &RedisServer) -> fenced::redis::aio::MultiplexedConnection {
+    fenced::redis::Client::open(s.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -543,15 +792,44 @@ async fn a_lost_lease_stops_the_commands_children_too() {
         Some(76)
     );
     // fenced exits only once the jobs are gone (no such process, or a zombie for init to reap).
-    let alive = |pid: i32| {
-        kill(Pid::from_raw(pid), None).is_ok()
-            && std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
-                stat.rsplit(')')
-                    .next()
-                    .is_some_and(|rest| !rest.trim_start().starts_with('Z'))
-            })
-    };
     for job in jobs {
         assert!(!alive(job), "job {job} outlived the lost lease");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ctrl_c_on_a_terminal_reaches_the_command_once_even_with_stdin_redirected() {
+    // Issue 9, item 10: whether Ctrl-C already reached CMD is decided from the controlling
+    // terminal's foreground process group, not from stdin. `script` gives fenced a terminal
+    // (a pty, with fenced in its foreground group); stdin comes from /dev/null.
+    let s = server();
+    let dir = tempfile::tempdir().unwrap();
+    let (ints, ready) = (dir.path().join("ints"), dir.path().join("ready"));
+    let body = format!(
+        "trap \"echo INT >> {}\" INT; echo $$ > {}; i=0; while [ $i -lt 30 ]; do sleep 0.05; i=$((i+1)); done",
+        ints.display(),
+        ready.display()
+    );
+    let line = format!(
+        "{} --redis {} run tty -- sh -c '{body}' < /dev/null",
+        env!("CARGO_BIN_EXE_fenced"),
+        s.url()
+    );
+    let mut script = Command::new("script")
+        .args(["-qfc", &line, "/dev/null"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("`script` (util-linux) gives the test a terminal");
+    pid_in(&ready).await; // the trap is set
+    use tokio::io::AsyncWriteExt;
+    let mut keys = script.stdin.take().unwrap();
+    keys.write_all(b"\x03").await.unwrap(); // Ctrl-C typed on the terminal
+    keys.flush().await.unwrap();
+    let status = wait_exit(&mut script, Duration::from_secs(10)).await;
+    assert!(status.success(), "{status:?}");
+    let got = std::fs::read_to_string(&ints).unwrap_or_default();
+    assert_eq!(got.lines().count(), 1, "CMD got {got:?}");
 }

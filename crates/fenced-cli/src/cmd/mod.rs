@@ -3,6 +3,7 @@
 pub mod demo;
 pub mod inspect;
 pub mod run;
+pub mod supervise;
 
 use fenced::Client;
 

@@ -1,18 +1,22 @@
 //! `fenced run NAME -- CMD`: hold a lock while a program runs.
 //!
 //! Order of events: check arguments (64) → connect (69) → acquire, waiting by `--wait`
-//! (75; a signal here aborts the wait) → spawn CMD with FENCED_TOKEN and FENCED_NAME → while
-//! it runs, forward signals to it and watch the lease → if the lease is lost: SIGTERM, then
-//! SIGKILL after `--kill-after`, exit 76 → when CMD exits: release, exit with its code.
-//! Every exit path after the acquire releases the lock (or hands the release to the client's
-//! background clean-up, which `flush` waits for).
+//! (75; a signal here aborts the wait) → start the supervisor (`supervise.rs`), which starts
+//! CMD with FENCED_TOKEN and FENCED_NAME → while it runs, forward signals to it and watch the
+//! lease → if the lease is lost: the supervisor sends SIGTERM to everything CMD started, then
+//! SIGKILL after `--kill-after`, and we exit 76 → when CMD exits (and what it left behind has
+//! been stopped): release, exit with its code. Every exit path after the acquire releases the
+//! lock (or hands the release to the client's background clean-up, which `flush` waits for).
+//! If `fenced` itself is killed, the supervisor SIGKILLs the whole subtree at once.
 
 use std::io::IsTerminal;
 use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
 use std::time::Duration;
 
-use fenced::{Client, Lock, LockGuard, WaitPolicy};
+use fenced::{Client, Lock, LockGuard, LockStatus, WaitPolicy};
+use futures_util::FutureExt;
+use futures_util::future::BoxFuture;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use tokio::process::Command;
@@ -20,6 +24,7 @@ use tokio::signal::unix::{SignalKind, signal};
 use tokio::time::Instant;
 
 use crate::args::{Global, RunArgs};
+use crate::cmd::supervise;
 use crate::cmd::{address, check_name, check_url, connect};
 use crate::exit::{self, Failure, show};
 
@@ -67,10 +72,18 @@ pub async fn run(global: &Global, args: &RunArgs) -> Result<u8, Failure> {
         );
     }
 
-    // CMD stays in fenced's process group, as with flock(1): whoever stops fenced's group (a
-    // terminal's Ctrl-Z, a CI runner's timeout) stops CMD with it.
-    let terminal = std::io::stdin().is_terminal();
-    let child = Command::new(program)
+    // The supervisor (and CMD under it) stays in fenced's process group, as with flock(1):
+    // whoever stops fenced's group (a terminal's Ctrl-Z, a CI runner's timeout) stops CMD too.
+    // It is started from this, the main thread (`run` is awaited by `block_on` in `main`):
+    // its parent-death signal follows the thread that forked it.
+    let terminal = in_terminal_foreground();
+    let child = Command::new("/proc/self/exe")
+        .arg0("fenced")
+        .arg(supervise::SUBCOMMAND)
+        .arg(std::process::id().to_string())
+        .arg(args.kill_after.as_millis().to_string())
+        .arg("--")
+        .arg(program)
         .args(program_args)
         .env("FENCED_TOKEN", token.to_string())
         .env("FENCED_NAME", &args.name)
@@ -79,44 +92,28 @@ pub async fn run(global: &Global, args: &RunArgs) -> Result<u8, Failure> {
     let mut child = match child {
         Ok(c) => c,
         Err(e) => {
-            let code = if e.kind() == std::io::ErrorKind::NotFound {
-                exit::NOT_FOUND
-            } else {
-                exit::CANNOT_EXECUTE
-            };
             release(&client, guard, global).await;
-            return Err(Failure::new(code, format!("cannot run {program:?}: {e}")));
+            return Err(Failure::new(
+                exit::SOFTWARE,
+                format!("cannot start the supervisor: {e}"),
+            ));
         }
     };
-    let pid = child
+    // Our own child until we reap it: its pid cannot be reused while we signal it.
+    let supervisor = child
         .id()
         .and_then(|id| i32::try_from(id).ok())
         .map(Pid::from_raw);
 
-    // On a lost lease, everything CMD started must stop too: a shell's children would
-    // otherwise go on working without the lock. The tree is read when the lease is lost and
-    // remembered, because children whose parent dies are re-parented and cannot be found
-    // from CMD any more.
-    let mut doomed: Vec<Pid> = Vec::new();
-    let mut lost_at: Option<Instant> = None;
-    let mut killed = false;
+    let mut lost = false;
     let status = loop {
-        // A --kill-after too large to add means "never SIGKILL".
-        let kill_at = lost_at.and_then(|t| t.checked_add(args.kill_after));
         tokio::select! {
             status = child.wait() => break status,
-            _ = guard.lost(), if lost_at.is_none() => {
+            _ = guard.lost(), if !lost => {
                 // Signal first: nothing (not even a closed stderr) may delay stopping CMD.
-                doomed = pid.map(process_tree).unwrap_or_default();
-                signal_all(&doomed, Signal::SIGTERM);
-                lost_at = Some(Instant::now());
-                warn!("fenced: the lease on {:?} was lost; sent SIGTERM to the command ({} processes)", args.name, doomed.len());
-            }
-            _ = sleep_until_opt(kill_at), if kill_at.is_some() && !killed => {
-                doomed.extend(pid.map(process_tree).unwrap_or_default());
-                signal_all(&doomed, Signal::SIGKILL);
-                killed = true;
-                warn!("fenced: the command was still running {} after SIGTERM; sent SIGKILL", show(args.kill_after));
+                send(supervisor, supervise::LEASE_LOST);
+                lost = true;
+                warn!("fenced: the lease on {:?} was lost; stopping the command and everything it started (SIGTERM, SIGKILL after {})", args.name, show(args.kill_after));
             }
             sig = signals.next() => {
                 // Ctrl-C and Ctrl-\ on a terminal reach the whole foreground process group,
@@ -124,7 +121,7 @@ pub async fn run(global: &Global, args: &RunArgs) -> Result<u8, Failure> {
                 // programs treat a second Ctrl-C as "quit now").
                 let from_terminal = terminal && matches!(sig, Signal::SIGINT | Signal::SIGQUIT);
                 if !from_terminal {
-                    send(pid, sig);
+                    send(supervisor, sig);
                 }
                 if global.verbose {
                     warn!("fenced: got {sig}{}", if from_terminal { "; the terminal delivered it to the command too" } else { ", forwarded to the command" });
@@ -132,17 +129,6 @@ pub async fn run(global: &Global, args: &RunArgs) -> Result<u8, Failure> {
             }
         }
     };
-    // CMD is gone; after a lost lease, so must be what it started (SIGKILL at --kill-after).
-    if let Some(lost) = lost_at {
-        let kill_at = lost.checked_add(args.kill_after);
-        while doomed.iter().any(|p| alive(*p)) {
-            if kill_at.is_some_and(|k| Instant::now() >= k) && !killed {
-                signal_all(&doomed, Signal::SIGKILL);
-                killed = true;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
     let status = match status {
         Ok(status) => status,
         Err(e) => {
@@ -156,7 +142,7 @@ pub async fn run(global: &Global, args: &RunArgs) -> Result<u8, Failure> {
         }
     };
 
-    if lost_at.is_some() || guard.is_lost() {
+    if lost || guard.is_lost() {
         drop(guard);
         client.flush().await;
         return Ok(exit::LEASE_LOST);
@@ -205,74 +191,19 @@ fn exit_code(status: ExitStatus) -> u8 {
 
 fn send(pid: Option<Pid>, sig: Signal) {
     if let Some(pid) = pid {
-        // The command may have exited already; there is nothing to do then.
+        // The supervisor may have exited already; there is nothing to do then.
         let _ = kill(pid, sig);
     }
 }
 
-/// Signals every process of `pids` (those already gone are skipped by the kernel).
-fn signal_all(pids: &[Pid], sig: Signal) {
-    for pid in pids {
-        let _ = kill(*pid, sig);
-    }
-}
-
-/// True while `pid` runs (a zombie waiting to be reaped by init does not count).
-fn alive(pid: Pid) -> bool {
-    kill(pid, None).is_ok()
-        && std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
-            stat.rsplit(')')
-                .next()
-                .is_some_and(|rest| !rest.trim_start().starts_with('Z'))
-        })
-}
-
-/// `root` and all its descendants, read from `/proc` now (Linux).
-fn process_tree(root: Pid) -> Vec<Pid> {
-    let mut parents: Vec<(i32, i32)> = Vec::new();
-    if let Ok(entries) = std::fs::read_dir("/proc") {
-        for entry in entries.flatten() {
-            let Some(pid) = entry
-                .file_name()
-                .to_str()
-                .and_then(|s| s.parse::<i32>().ok())
-            else {
-                continue;
-            };
-            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-                continue;
-            };
-            // "pid (comm) state ppid …": comm may hold spaces and parentheses, so read after
-            // the last ')'.
-            let ppid = stat
-                .rsplit_once(')')
-                .and_then(|(_, rest)| rest.split_whitespace().nth(1))
-                .and_then(|p| p.parse::<i32>().ok());
-            if let Some(ppid) = ppid {
-                parents.push((pid, ppid));
-            }
-        }
-    }
-    let mut tree = vec![root.as_raw()];
-    let mut i = 0;
-    while i < tree.len() {
-        let parent = tree[i];
-        tree.extend(
-            parents
-                .iter()
-                .filter(|(_, pp)| *pp == parent)
-                .map(|(child, _)| *child),
-        );
-        i += 1;
-    }
-    tree.into_iter().map(Pid::from_raw).collect()
-}
-
-async fn sleep_until_opt(at: Option<Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
-    }
+/// True when `fenced` runs in the foreground process group of its controlling terminal:
+/// then a Ctrl-C or Ctrl-\\ typed there reaches CMD (same group) without our help, whatever
+/// stdin is redirected from.
+fn in_terminal_foreground() -> bool {
+    let Ok(tty) = std::fs::File::open("/dev/tty") else {
+        return false; // no controlling terminal
+    };
+    nix::unistd::tcgetpgrp(&tty).is_ok_and(|fg| fg == nix::unistd::getpgrp())
 }
 
 /// Acquires; on a terminal, shows a spinner with the holder and the time waited; with `-v`
@@ -292,28 +223,36 @@ async fn acquire_showing_progress(lock: &Lock, verbose: bool) -> Result<LockGuar
     );
     let mut holder = String::from("somebody");
     let mut last_status = None::<Instant>;
+    // The holder is looked up beside the acquire, never instead of polling it: a lease granted
+    // meanwhile is tracked and renewed at once.
+    let mut lookup: Option<BoxFuture<'_, Result<LockStatus, fenced::Error>>> = None;
     let mut said = false;
     let frames = ['|', '/', '-', '\\'];
     let mut frame = 0;
     loop {
         tokio::select! {
+            biased;
             result = &mut acquire => {
                 if terminal && said {
                     warn_inline!("\r\x1b[2K");
                 }
                 return result;
             }
+            status = poll_opt(&mut lookup) => {
+                lookup = None;
+                if let Ok(status) = status
+                    && let Some(h) = status.holder
+                {
+                    holder = match h.ttl_left {
+                        Some(ttl) => format!("{} ({} left)", h.owner_prefix, show(ttl)),
+                        None => format!("{} (no expiry)", h.owner_prefix),
+                    };
+                }
+            }
             _ = tick.tick() => {
-                if last_status.is_none_or(|t| t.elapsed() >= Duration::from_secs(1)) {
+                if lookup.is_none() && last_status.is_none_or(|t| t.elapsed() >= Duration::from_secs(1)) {
                     last_status = Some(Instant::now());
-                    if let Ok(status) = lock.status().await
-                        && let Some(h) = status.holder
-                    {
-                        holder = match h.ttl_left {
-                            Some(ttl) => format!("{} ({} left)", h.owner_prefix, show(ttl)),
-                            None => format!("{} (no expiry)", h.owner_prefix),
-                        };
-                    }
+                    lookup = Some(lock.status().boxed());
                 }
                 if terminal {
                     frame = (frame + 1) % frames.len();
@@ -325,6 +264,13 @@ async fn acquire_showing_progress(lock: &Lock, verbose: bool) -> Result<LockGuar
                 }
             }
         }
+    }
+}
+
+async fn poll_opt<T>(fut: &mut Option<BoxFuture<'_, T>>) -> T {
+    match fut {
+        Some(f) => f.await,
+        None => std::future::pending().await,
     }
 }
 

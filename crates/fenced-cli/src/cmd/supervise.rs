@@ -1,0 +1,309 @@
+//! `fenced __supervise`: the small process between `fenced run` and CMD that makes sure
+//! nothing started under the lock outlives the lease, however `fenced` ends.
+//!
+//! `fenced run` starts this (its own binary, through `/proc/self/exe`) once it holds the
+//! lease; this starts CMD. The supervisor is a child subreaper, so every process CMD starts
+//! stays in its subtree, daemonising helpers and `(job &)` included: they are re-parented to
+//! the supervisor, not to init.
+//!
+//! Invariants:
+//! 1. When `fenced` dies, whatever kills it (SIGKILL included), the whole subtree is
+//!    SIGKILLed at once: the lease is no longer renewed, so not one more write may happen.
+//!    The kernel tells us by the parent-death signal (SIGUSR1), set up before CMD starts,
+//!    and checked against a parent that had already died before it was set up. The signal
+//!    follows the THREAD that forked us, so `fenced` starts us from its main thread, which
+//!    lives as long as the process.
+//! 2. On a lost lease (SIGUSR2 from `fenced`) and when CMD exits leaving processes behind, the
+//!    subtree gets SIGTERM, then SIGKILL after `--kill-after`; the supervisor exits (and
+//!    `fenced` releases or reports the loss) only once the subtree is empty.
+//! 3. Only our own unreaped children are signalled by pid (their pids cannot be reused until
+//!    we reap them). Deeper descendants are reached by pidfd, opened and then checked to be
+//!    a child of a process in our subtree, so a pid recycled meanwhile is never hit. A
+//!    SIGKILL pass repeats until no child is left: killing a child re-parents its own
+//!    children to us, where the next pass finds them.
+//! 4. SIGINT, SIGTERM, SIGHUP and SIGQUIT are forwarded to CMD only when `fenced` sent them
+//!    (`fenced` decides what a terminal already delivered); any other sender's copy (a
+//!    terminal, a process-group kill) reached CMD directly, so CMD gets each signal once.
+//! 5. Our exit code is CMD's (128+N when signal N ended it; 127/126 when it could not start).
+
+use std::ffi::OsString;
+use std::os::fd::AsFd;
+use std::process::Command;
+use std::time::Duration;
+
+use nix::errno::Errno;
+use nix::sys::prctl;
+use nix::sys::signal::{Signal, kill};
+use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+use nix::unistd::{Pid, getpid, getppid};
+use signal_hook::consts::signal::{
+    SIGALRM, SIGCHLD, SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1, SIGUSR2,
+};
+use signal_hook::iterator::SignalsInfo;
+use signal_hook::iterator::exfiltrator::WithOrigin;
+
+use crate::exit;
+
+/// The hidden subcommand's name.
+pub const SUBCOMMAND: &str = "__supervise";
+
+/// The signal the kernel sends us when `fenced` dies.
+pub const PARENT_DIED: Signal = Signal::SIGUSR1;
+
+/// The signal `fenced` sends us when the lease is lost.
+pub const LEASE_LOST: Signal = Signal::SIGUSR2;
+
+/// What brought the subtree down.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Ending {
+    /// CMD exited: stop what it left behind, gently first.
+    CmdDone,
+    /// The lease was lost: SIGTERM, then SIGKILL after `--kill-after`.
+    LeaseLost,
+    /// `fenced` is gone: SIGKILL everything now.
+    ParentGone,
+}
+
+/// Runs the supervisor; returns the exit code. `args` is what follows the subcommand:
+/// `PARENT_PID KILL_AFTER_MS -- CMD [ARGS...]`.
+pub fn main(args: &[OsString]) -> u8 {
+    let parsed = (|| {
+        let parent: i32 = args.first()?.to_str()?.parse().ok()?;
+        let kill_after: u64 = args.get(1)?.to_str()?.parse().ok()?;
+        if args.get(2)? != "--" {
+            return None;
+        }
+        let (program, rest) = args.get(3..)?.split_first()?;
+        Some((
+            Pid::from_raw(parent),
+            Duration::from_millis(kill_after),
+            program,
+            rest,
+        ))
+    })();
+    let Some((parent, kill_after, program, rest)) = parsed else {
+        warn!("fenced: {SUBCOMMAND} is internal to `fenced run`");
+        return exit::USAGE;
+    };
+    match supervise(parent, kill_after, program, rest) {
+        Ok(code) => code,
+        Err(message) => {
+            warn!("fenced: {message}");
+            // Whatever went wrong, nothing may outlive us.
+            kill_subtree_now();
+            exit::SOFTWARE
+        }
+    }
+}
+
+fn supervise(
+    parent: Pid,
+    kill_after: Duration,
+    program: &OsString,
+    args: &[OsString],
+) -> Result<u8, String> {
+    prctl::set_child_subreaper(true).map_err(|e| format!("cannot become a subreaper: {e}"))?;
+    prctl::set_pdeathsig(PARENT_DIED).map_err(|e| format!("cannot watch fenced: {e}"))?;
+    // Registered before CMD starts, so no SIGCHLD or forwarded signal is missed.
+    let mut signals = SignalsInfo::<WithOrigin>::new([
+        SIGUSR1, SIGUSR2, SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGCHLD, SIGALRM,
+    ])
+    .map_err(|e| format!("cannot watch signals: {e}"))?;
+    if getppid() != parent {
+        // fenced died before the death signal was armed: do not start CMD at all.
+        return Ok(exit::LEASE_LOST);
+    }
+    let cmd = match Command::new(program).args(args).spawn() {
+        Ok(child) => Pid::from_raw(child.id() as i32),
+        Err(e) => {
+            let code = if e.kind() == std::io::ErrorKind::NotFound {
+                exit::NOT_FOUND
+            } else {
+                exit::CANNOT_EXECUTE
+            };
+            warn!("fenced: cannot run {program:?}: {e}");
+            return Ok(code);
+        }
+    };
+
+    let mut cmd_status: Option<u8> = None;
+    let mut ending: Option<Ending> = None;
+    let mut killing = false;
+    loop {
+        // Reap whatever has exited; learn CMD's status; stop once nothing is left.
+        if reap(cmd, &mut cmd_status) {
+            return Ok(cmd_status.unwrap_or(exit::SOFTWARE));
+        }
+        if cmd_status.is_some() && ending.is_none() {
+            ending = Some(Ending::CmdDone);
+            term_subtree();
+            arm_alarm(kill_after);
+        }
+        if killing {
+            // A SIGKILL pass re-parents grandchildren to us: kill them on the next pass.
+            kill_children(Signal::SIGKILL);
+        }
+        let Some(origin) = wait_signal(&mut signals, killing) else {
+            continue;
+        };
+        let from_parent = origin.process.is_some_and(|p| p.pid == parent.as_raw());
+        match origin.signal {
+            // SIGCHLD: reaped at the top of the loop. SIGUSR1 (fenced died): handled below.
+            SIGCHLD | SIGUSR1 => {}
+            SIGUSR2 if from_parent && ending.is_none_or(|e| e == Ending::CmdDone) => {
+                ending = Some(Ending::LeaseLost);
+                term_subtree();
+                arm_alarm(kill_after);
+            }
+            SIGALRM => {
+                killing = true;
+                kill_children(Signal::SIGKILL);
+            }
+            sig @ (SIGINT | SIGTERM | SIGHUP | SIGQUIT) if from_parent && cmd_status.is_none() => {
+                if let Ok(sig) = Signal::try_from(sig) {
+                    // CMD is our unreaped child: its pid is still its own.
+                    let _ = kill(cmd, sig);
+                }
+            }
+            _ => {}
+        }
+        if getppid() != parent && !killing {
+            ending = Some(Ending::ParentGone);
+            killing = true;
+            kill_children(Signal::SIGKILL);
+        }
+    }
+}
+
+/// Waits for the next signal; while killing, only briefly, so the kill passes repeat.
+fn wait_signal(
+    signals: &mut SignalsInfo<WithOrigin>,
+    killing: bool,
+) -> Option<signal_hook::low_level::siginfo::Origin> {
+    if killing {
+        let next = signals.pending().next();
+        if next.is_none() {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        return next;
+    }
+    signals.wait().next()
+}
+
+/// Reaps every exited child; records CMD's status. True when no child is left.
+fn reap(cmd: Pid, cmd_status: &mut Option<u8>) -> bool {
+    loop {
+        match waitpid(None, Some(WaitPidFlag::WNOHANG)) {
+            Ok(WaitStatus::Exited(pid, code)) => {
+                if pid == cmd {
+                    *cmd_status = Some(u8::try_from(code).unwrap_or(1));
+                }
+            }
+            Ok(WaitStatus::Signaled(pid, sig, _)) => {
+                if pid == cmd {
+                    *cmd_status = Some(128u8.saturating_add(sig as u8));
+                }
+            }
+            Ok(WaitStatus::StillAlive) => return false,
+            Ok(_) => {}
+            Err(Errno::ECHILD) => return true,
+            Err(Errno::EINTR) => {}
+            Err(_) => return false,
+        }
+    }
+}
+
+/// Sends SIGALRM to ourselves after `after`: the SIGKILL stage.
+fn arm_alarm(after: Duration) {
+    let me = getpid();
+    std::thread::spawn(move || {
+        std::thread::sleep(after);
+        let _ = kill(me, Signal::SIGALRM);
+    });
+}
+
+/// Signals our own children, found in `/proc` now. They are unreaped, so each pid is still
+/// the process we started or adopted (invariant 3).
+fn kill_children(sig: Signal) {
+    let me = getpid().as_raw();
+    for (pid, ppid) in processes() {
+        if ppid == me {
+            let _ = kill(Pid::from_raw(pid), sig);
+        }
+    }
+}
+
+/// SIGTERM to every process of our subtree: children by pid, deeper ones by a pidfd that is
+/// checked to still belong to a child of the subtree after it was opened (invariant 3).
+fn term_subtree() {
+    let me = getpid().as_raw();
+    let table = processes();
+    let mut tree = vec![me];
+    let mut i = 0;
+    while i < tree.len() {
+        let parent = tree[i];
+        for &(pid, ppid) in &table {
+            if ppid != parent {
+                continue;
+            }
+            tree.push(pid);
+            if parent == me {
+                let _ = kill(Pid::from_raw(pid), Signal::SIGTERM);
+            } else {
+                signal_by_pidfd(pid, parent, rustix::process::Signal::TERM);
+            }
+        }
+        i += 1;
+    }
+}
+
+/// Signals `pid` only if, once pinned by a pidfd, it is still the child of `parent`.
+fn signal_by_pidfd(pid: i32, parent: i32, sig: rustix::process::Signal) {
+    let Some(raw) = rustix::process::Pid::from_raw(pid) else {
+        return;
+    };
+    let Ok(fd) = rustix::process::pidfd_open(raw, rustix::process::PidfdFlags::empty()) else {
+        return; // gone already
+    };
+    if parent_of(pid) == Some(parent) {
+        let _ = rustix::process::pidfd_send_signal(fd.as_fd(), sig);
+    }
+}
+
+/// SIGKILL to everything we can reach, for the error path.
+fn kill_subtree_now() {
+    for _ in 0..100 {
+        kill_children(Signal::SIGKILL);
+        let mut status = None;
+        if reap(Pid::from_raw(0), &mut status) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// `(pid, ppid)` of every process, read from `/proc` (Linux).
+fn processes() -> Vec<(i32, i32)> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|entry| {
+            let pid = entry.file_name().to_str()?.parse::<i32>().ok()?;
+            Some((pid, parent_of(pid)?))
+        })
+        .collect()
+}
+
+/// The parent of `pid`, from `/proc/<pid>/stat`.
+fn parent_of(pid: i32) -> Option<i32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // "pid (comm) state ppid …": comm may hold spaces and parentheses, so read after the last ')'.
+    stat.rsplit_once(')')?
+        .1
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
