@@ -833,3 +833,67 @@ async fn ctrl_c_on_a_terminal_reaches_the_command_once_even_with_stdin_redirecte
     let got = std::fs::read_to_string(&ints).unwrap_or_default();
     assert_eq!(got.lines().count(), 1, "CMD got {got:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_kill_or_a_killed_supervisor_leaves_nothing_running() {
+    let s = server();
+    let c = client(&s).await;
+    let dir = tempfile::tempdir().unwrap();
+
+    // A CI runner's `kill -9 -PGID`: fenced and CMD die together; a job that left the group
+    // (setsid) is stopped by the supervisor, which is not in that group.
+    let escaped = dir.path().join("escaped");
+    let script = format!("setsid sleep 300 & echo $! > {}; wait", escaped.display());
+    let mut cmd = fenced(
+        &s.url(),
+        &["run", "group", "--ttl", "1s", "--", "sh", "-c", &script],
+    );
+    cmd.process_group(0);
+    let mut run = cmd.spawn().unwrap();
+    until_held(&c, "group").await;
+    let job = pid_in(&escaped).await;
+    let group = i32::try_from(run.id().unwrap()).unwrap();
+    kill(Pid::from_raw(-group), Signal::SIGKILL).unwrap();
+    wait_exit(&mut run, Duration::from_secs(5)).await;
+    assert!(
+        until_gone(&[job], Duration::from_secs(2)).await,
+        "a job outlived a group kill of fenced"
+    );
+
+    // The supervisor itself killed: fenced inherits CMD's tree, stops it, then releases.
+    let (cmd_pid, child) = (dir.path().join("cmd"), dir.path().join("child"));
+    let script = format!(
+        "echo $$ > {}; sleep 300 & echo $! > {}; wait",
+        cmd_pid.display(),
+        child.display()
+    );
+    let mut run = fenced(&s.url(), &["run", "orphaned", "--", "sh", "-c", &script])
+        .spawn()
+        .unwrap();
+    until_held(&c, "orphaned").await;
+    let pids = [pid_in(&cmd_pid).await, pid_in(&child).await];
+    let fenced_pid = i32::try_from(run.id().unwrap()).unwrap();
+    let supervisor = std::fs::read_to_string(format!("/proc/{}/stat", pids[0]))
+        .ok()
+        .and_then(|stat| {
+            stat.rsplit_once(')')?
+                .1
+                .split_whitespace()
+                .nth(1)?
+                .parse::<i32>()
+                .ok()
+        })
+        .unwrap();
+    assert_ne!(supervisor, fenced_pid, "CMD runs under the supervisor");
+    kill(Pid::from_raw(supervisor), Signal::SIGKILL).unwrap();
+    let status = wait_exit(&mut run, Duration::from_secs(10)).await;
+    assert_eq!(status.code(), Some(70));
+    assert!(
+        !pids.iter().any(|p| alive(*p)),
+        "CMD outlived its supervisor"
+    );
+    assert!(
+        c.lock("orphaned").status().await.unwrap().holder.is_none(),
+        "released once nothing runs"
+    );
+}

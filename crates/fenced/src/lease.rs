@@ -115,7 +115,10 @@ impl LeaseState {
     pub(crate) fn renew_at(&self) -> Instant {
         let t = self.timing();
         let until = t.valid_until();
-        until.checked_sub(t.ttl * 2 / 3).unwrap_or(until)
+        // Before the clock's start (a long extend of unknown outcome on a fresh host): now.
+        until
+            .checked_sub(t.ttl * 2 / 3)
+            .unwrap_or_else(Instant::now)
     }
 
     /// Starts a request sent now: a renewal (`None`, same epoch and ttl) or an extend to a new

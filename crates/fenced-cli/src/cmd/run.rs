@@ -77,6 +77,15 @@ pub async fn run(global: &Global, args: &RunArgs) -> Result<u8, Failure> {
     // It is started from this, the main thread (`run` is awaited by `block_on` in `main`):
     // its parent-death signal follows the thread that forked it.
     let terminal = in_terminal_foreground();
+    // Should the supervisor itself be killed, what it started is re-parented to us, not to
+    // init, and is stopped below.
+    if let Err(e) = nix::sys::prctl::set_child_subreaper(true) {
+        release(&client, guard, global).await;
+        return Err(Failure::new(
+            exit::SOFTWARE,
+            format!("cannot become a subreaper: {e}"),
+        ));
+    }
     let child = Command::new("/proc/self/exe")
         .arg0("fenced")
         .arg(supervise::SUBCOMMAND)
@@ -142,6 +151,18 @@ pub async fn run(global: &Global, args: &RunArgs) -> Result<u8, Failure> {
         }
     };
 
+    if status.signal().is_some() {
+        // The supervisor was killed: CMD and its descendants are ours now. Nothing started
+        // under the lock may outlive it.
+        supervise::kill_subtree_now();
+        if !lost && !guard.is_lost() {
+            release(&client, guard, global).await;
+            return Err(Failure::new(
+                exit::SOFTWARE,
+                "the supervisor was killed; stopped the command and everything it started",
+            ));
+        }
+    }
     if lost || guard.is_lost() {
         drop(guard);
         client.flush().await;

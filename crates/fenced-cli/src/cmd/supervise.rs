@@ -7,7 +7,7 @@
 //! the supervisor, not to init.
 //!
 //! Invariants:
-//! 1. When `fenced` dies, whatever kills it (SIGKILL included), the whole subtree is
+//! 1. When `fenced` dies, whatever kills it (SIGKILL, a group kill), the whole subtree is
 //!    SIGKILLed at once: the lease is no longer renewed, so not one more write may happen.
 //!    The kernel tells us by the parent-death signal (SIGUSR1), set up before CMD starts,
 //!    and checked against a parent that had already died before it was set up. The signal
@@ -24,10 +24,14 @@
 //! 4. SIGINT, SIGTERM, SIGHUP and SIGQUIT are forwarded to CMD only when `fenced` sent them
 //!    (`fenced` decides what a terminal already delivered); any other sender's copy (a
 //!    terminal, a process-group kill) reached CMD directly, so CMD gets each signal once.
-//! 5. Our exit code is CMD's (128+N when signal N ended it; 127/126 when it could not start).
+//! 5. The supervisor has a process group of its own (CMD joins fenced's), so a signal to
+//!    fenced's group never takes the supervisor down with fenced. Should the supervisor be
+//!    killed anyway, `fenced run` is a subreaper too and SIGKILLs what it inherits.
+//! 6. Our exit code is CMD's (128+N when signal N ended it; 127/126 when it could not start).
 
 use std::ffi::OsString;
 use std::os::fd::AsFd;
+use std::os::unix::process::CommandExt;
 use std::process::Command;
 use std::time::Duration;
 
@@ -35,7 +39,7 @@ use nix::errno::Errno;
 use nix::sys::prctl;
 use nix::sys::signal::{Signal, kill};
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
-use nix::unistd::{Pid, getpid, getppid};
+use nix::unistd::{Pid, getpgrp, getpid, getppid, setpgid};
 use signal_hook::consts::signal::{
     SIGALRM, SIGCHLD, SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1, SIGUSR2,
 };
@@ -102,6 +106,12 @@ fn supervise(
     program: &OsString,
     args: &[OsString],
 ) -> Result<u8, String> {
+    // Out of fenced's process group, so a group kill (a CI runner's `kill -9 -PGID`, Ctrl-C)
+    // reaches fenced and CMD but never the supervisor, which then cleans up after fenced.
+    // CMD joins fenced's group, as with flock(1).
+    let group = getpgrp();
+    setpgid(Pid::from_raw(0), Pid::from_raw(0))
+        .map_err(|e| format!("cannot leave fenced's process group: {e}"))?;
     prctl::set_child_subreaper(true).map_err(|e| format!("cannot become a subreaper: {e}"))?;
     prctl::set_pdeathsig(PARENT_DIED).map_err(|e| format!("cannot watch fenced: {e}"))?;
     // Registered before CMD starts, so no SIGCHLD or forwarded signal is missed.
@@ -113,7 +123,11 @@ fn supervise(
         // fenced died before the death signal was armed: do not start CMD at all.
         return Ok(exit::LEASE_LOST);
     }
-    let cmd = match Command::new(program).args(args).spawn() {
+    let cmd = match Command::new(program)
+        .args(args)
+        .process_group(group.as_raw())
+        .spawn()
+    {
         Ok(child) => Pid::from_raw(child.id() as i32),
         Err(e) => {
             let code = if e.kind() == std::io::ErrorKind::NotFound {
@@ -143,29 +157,31 @@ fn supervise(
             // A SIGKILL pass re-parents grandchildren to us: kill them on the next pass.
             kill_children(Signal::SIGKILL);
         }
-        let Some(origin) = wait_signal(&mut signals, killing) else {
-            continue;
-        };
-        let from_parent = origin.process.is_some_and(|p| p.pid == parent.as_raw());
-        match origin.signal {
-            // SIGCHLD: reaped at the top of the loop. SIGUSR1 (fenced died): handled below.
-            SIGCHLD | SIGUSR1 => {}
-            SIGUSR2 if from_parent && ending.is_none_or(|e| e == Ending::CmdDone) => {
-                ending = Some(Ending::LeaseLost);
-                term_subtree();
-                arm_alarm(kill_after);
-            }
-            SIGALRM => {
-                killing = true;
-                kill_children(Signal::SIGKILL);
-            }
-            sig @ (SIGINT | SIGTERM | SIGHUP | SIGQUIT) if from_parent && cmd_status.is_none() => {
-                if let Ok(sig) = Signal::try_from(sig) {
-                    // CMD is our unreaped child: its pid is still its own.
-                    let _ = kill(cmd, sig);
+        // Every signal of the wake-up: one left behind would wait for the next signal.
+        for origin in wait_signals(&mut signals, killing) {
+            let from_parent = origin.process.is_some_and(|p| p.pid == parent.as_raw());
+            match origin.signal {
+                // SIGCHLD: reaped at the top of the loop. SIGUSR1 (fenced died): handled below.
+                SIGCHLD | SIGUSR1 => {}
+                SIGUSR2 if from_parent && ending.is_none_or(|e| e == Ending::CmdDone) => {
+                    ending = Some(Ending::LeaseLost);
+                    term_subtree();
+                    arm_alarm(kill_after);
                 }
+                SIGALRM => {
+                    killing = true;
+                    kill_children(Signal::SIGKILL);
+                }
+                sig @ (SIGINT | SIGTERM | SIGHUP | SIGQUIT)
+                    if from_parent && cmd_status.is_none() =>
+                {
+                    if let Ok(sig) = Signal::try_from(sig) {
+                        // CMD is our unreaped child: its pid is still its own.
+                        let _ = kill(cmd, sig);
+                    }
+                }
+                _ => {}
             }
-            _ => {}
         }
         if getppid() != parent && !killing {
             ending = Some(Ending::ParentGone);
@@ -175,19 +191,19 @@ fn supervise(
     }
 }
 
-/// Waits for the next signal; while killing, only briefly, so the kill passes repeat.
-fn wait_signal(
+/// Waits for the next signals; while killing, only briefly, so the kill passes repeat.
+fn wait_signals(
     signals: &mut SignalsInfo<WithOrigin>,
     killing: bool,
-) -> Option<signal_hook::low_level::siginfo::Origin> {
+) -> Vec<signal_hook::low_level::siginfo::Origin> {
     if killing {
-        let next = signals.pending().next();
-        if next.is_none() {
+        let batch: Vec<_> = signals.pending().collect();
+        if batch.is_empty() {
             std::thread::sleep(Duration::from_millis(10));
         }
-        return next;
+        return batch;
     }
-    signals.wait().next()
+    signals.wait().collect()
 }
 
 /// Reaps every exited child; records CMD's status. True when no child is left.
@@ -224,7 +240,7 @@ fn arm_alarm(after: Duration) {
 
 /// Signals our own children, found in `/proc` now. They are unreaped, so each pid is still
 /// the process we started or adopted (invariant 3).
-fn kill_children(sig: Signal) {
+pub fn kill_children(sig: Signal) {
     let me = getpid().as_raw();
     for (pid, ppid) in processes() {
         if ppid == me {
@@ -270,8 +286,10 @@ fn signal_by_pidfd(pid: i32, parent: i32, sig: rustix::process::Signal) {
     }
 }
 
-/// SIGKILL to everything we can reach, for the error path.
-fn kill_subtree_now() {
+/// SIGKILL to our children, in passes until none is left (each pass re-parents the next
+/// generation to us, as a subreaper): for the error path, and for `fenced run` when its
+/// supervisor was killed.
+pub fn kill_subtree_now() {
     for _ in 0..100 {
         kill_children(Signal::SIGKILL);
         let mut status = None;
