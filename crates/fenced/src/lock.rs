@@ -153,7 +153,11 @@ impl Lock {
     ///
     /// [`Error::NotAcquired`] when the deadline or the attempt limit is reached, with how long
     /// it waited; [`Error::InvalidArgument`] for bad settings or a deadline that overflows the
-    /// clock; [`Error::Unavailable`], [`Error::Timeout`] or [`Error::Redis`] when Redis fails.
+    /// clock. Transient failures (a reset connection, a timeout, `LOADING`, a failover) are
+    /// retried with jittered backoff within the deadline and the attempt limit, and the last
+    /// one ([`Error::Unavailable`], [`Error::Timeout`]) is returned when they run out; with
+    /// [`WaitPolicy::forever`] the wait goes on until Redis answers. Permanent ones
+    /// ([`Error::Redis`]: `NOPERM`, `WRONGTYPE`, …) end the wait at once.
     ///
     /// # Cancel safety
     ///
