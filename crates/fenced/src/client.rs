@@ -6,14 +6,16 @@ use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
+use crate::backend::{Backend, Node};
+use crate::core::Core;
+use crate::core::renew::RenewalStats;
 use crate::error::{Error, Result};
 use crate::lock::Lock;
-use crate::notify::{self, LocalWaiters};
 use crate::optimistic::pool::TxPool;
 use crate::options::ClientOptions;
-use crate::protocol::Protocol;
-use crate::renew::{RenewalStats, Renewer};
+use crate::reentrant::ReentrantLock;
 use crate::resource::FencedResource;
+use crate::semaphore::Semaphore;
 use crate::token::hex;
 
 /// A handle on one Redis server: cheap to clone, `Send + Sync`, and meant to be shared by a
@@ -36,22 +38,15 @@ use crate::token::hex;
 /// ```
 #[derive(Clone)]
 pub struct Client {
-    pub(crate) inner: Arc<Inner>,
-}
-
-pub(crate) struct Inner {
-    pub(crate) protocol: Protocol,
-    pub(crate) tx_pool: Arc<TxPool>,
-    pub(crate) options: ClientOptions,
-    pub(crate) waiters: Arc<LocalWaiters>,
-    pub(crate) renewer: Renewer,
+    core: Arc<Core>,
+    tx_pool: Arc<TxPool>,
 }
 
 impl fmt::Debug for Client {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Client")
-            .field("namespace", &self.inner.options.namespace)
-            .field("timeout", &self.inner.options.timeout)
+            .field("namespace", &self.core.options().namespace)
+            .field("timeout", &self.core.options().timeout)
             .finish_non_exhaustive()
     }
 }
@@ -84,12 +79,33 @@ impl Client {
     /// `products`. Names are up to [`MAX_NAME_LEN`](crate::MAX_NAME_LEN) bytes and may not
     /// contain `{` or `}`.
     pub fn lock(&self, name: impl Into<String>) -> Lock {
-        Lock::new(self.clone(), name.into())
+        Lock::new(self, name.into())
+    }
+
+    /// A reentrant lock named `name`: its holder may take it again (through its guard or an
+    /// owner handle) without waiting for itself. Excludes plain [`Lock`]s of the same name.
+    pub fn reentrant_lock(&self, name: impl Into<String>) -> ReentrantLock {
+        ReentrantLock::new(self, name.into())
+    }
+
+    /// A semaphore named `name` with `permits` leased permits in all.
+    pub fn semaphore(&self, name: impl Into<String>, permits: u32) -> Semaphore {
+        Semaphore::new(self, name.into(), permits)
     }
 
     /// A resource that accepts writes only with a current fencing token.
     pub fn resource(&self, name: impl Into<String>) -> FencedResource {
-        FencedResource::new(self.clone(), name.into())
+        FencedResource::new(self, name.into())
+    }
+
+    /// The lease core: the primitives' only way into the client.
+    pub(crate) fn core(&self) -> &Arc<Core> {
+        &self.core
+    }
+
+    /// The transactions' connection pool.
+    pub(crate) fn tx_pool(&self) -> &Arc<TxPool> {
+        &self.tx_pool
     }
 
     /// Waits until the background clean-ups handed over so far are done: releases of guards
@@ -97,30 +113,22 @@ impl Client {
     /// Call it before a short-lived process exits, so it does not leave a lock behind to
     /// expire by its ttl. Bounded by twice the client's timeout.
     pub async fn flush(&self) {
-        let bound = self.inner.options.timeout * 2;
-        if tokio::time::timeout(bound, self.inner.renewer.flush())
-            .await
-            .is_err()
-        {
-            tracing::debug!(
-                "fenced: flush gave up waiting; leases left behind expire by their ttl"
-            );
-        }
+        self.core.flush().await;
     }
 
     /// What this client's renewal loop has done: leases held, round trips, renewals, losses.
     pub fn stats(&self) -> RenewalStats {
-        self.inner.renewer.stats()
+        self.core.stats()
     }
 
     /// The key prefix of this client.
     pub fn namespace(&self) -> &str {
-        &self.inner.options.namespace
+        &self.core.options().namespace
     }
 
     /// The bound on every Redis call.
     pub fn timeout(&self) -> Duration {
-        self.inner.options.timeout
+        self.core.options().timeout
     }
 }
 
@@ -214,28 +222,20 @@ impl ClientBuilder {
             .map_err(|e| Error::invalid(format!("the OS random source failed: {e}")))?;
         let client_id: Arc<str> = hex(&id).into();
 
-        let protocol = Protocol::new(
-            conn,
-            options.timeout,
-            options.fence_retention,
-            client_id.clone(),
-        );
-        protocol.ping().await?;
+        let node = Node::new(conn, options.timeout);
+        let _: String = node.query("ping", &redis::cmd("PING")).await?;
+        let backend = Backend::Single {
+            node,
+            client: redis_client,
+        };
         let tx_pool = Arc::new(TxPool::new(
-            redis_client.clone(),
+            backend.dedicated().clone(),
             options.transaction_connections,
             options.timeout,
         ));
-        let waiters = notify::start(redis_client, client_id, options.timeout);
-        let renewer = Renewer::start(protocol.clone(), waiters.clone());
         Ok(Client {
-            inner: Arc::new(Inner {
-                protocol,
-                tx_pool,
-                options,
-                waiters,
-                renewer,
-            }),
+            core: Core::start(backend, options, client_id),
+            tx_pool,
         })
     }
 }

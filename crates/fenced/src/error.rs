@@ -86,6 +86,18 @@ pub enum Error {
         /// The timeout that was exceeded.
         after: Duration,
     },
+    /// Too few of several independent Redis nodes agreed (Redlock over N masters): a
+    /// majority is needed, and could not be had before the call's bound. Partial grants were
+    /// given back. Transient: a retry may find a majority.
+    #[error("only {granted} of {nodes} Redis nodes agreed; {needed} are needed")]
+    NoQuorum {
+        /// Nodes that granted.
+        granted: usize,
+        /// Nodes needed: a strict majority.
+        needed: usize,
+        /// Nodes asked.
+        nodes: usize,
+    },
     /// An argument was rejected before anything was sent to Redis.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
@@ -109,7 +121,10 @@ impl Error {
     /// True for errors where Redis could not be reached or did not answer in time, so retrying
     /// later may succeed.
     pub fn is_transient(&self) -> bool {
-        matches!(self, Error::Unavailable { .. } | Error::Timeout { .. })
+        matches!(
+            self,
+            Error::Unavailable { .. } | Error::Timeout { .. } | Error::NoQuorum { .. }
+        )
     }
 
     /// Maps a client error of an `operation` onto our variants.

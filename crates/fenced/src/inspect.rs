@@ -4,11 +4,16 @@
 
 use std::time::Duration;
 
+use redis::Value;
+
+use crate::backend::Node;
 use crate::client::Client;
+use crate::core::Wake;
 use crate::error::Result;
 use crate::keys::{LockKeys, validate_name};
+use crate::kind::{parse_token, unexpected};
 use crate::lock::Lock;
-use crate::protocol::Inspection;
+use crate::scripts::{FORCE_RELEASE, ScriptCall};
 use crate::token::FencingToken;
 
 /// How many locks `Client::locks` inspects per round trip.
@@ -31,6 +36,9 @@ pub struct LockStatus {
     /// How many clients (processes, usually) are subscribed to this lock's releases, that is,
     /// have a waiter for it.
     pub waiting_clients: u64,
+    /// How many holds a [`ReentrantLock`](crate::ReentrantLock) holder has (0 for a plain
+    /// lock).
+    pub holds: u64,
 }
 
 /// The current holder of a lock.
@@ -53,7 +61,54 @@ fn status(name: String, seen: Inspection) -> LockStatus {
         holder,
         last_fencing_token: seen.last_token,
         waiting_clients: seen.subscribers,
+        holds: seen.holds,
     }
+}
+
+/// A lock's state as read by [`inspect`].
+struct Inspection {
+    owner: Option<String>,
+    pttl: i64,
+    last_token: Option<FencingToken>,
+    subscribers: u64,
+    holds: u64,
+}
+
+/// Reads the state of several locks in one round trip (not atomically: for display only).
+async fn inspect(node: &Node, locks: &[LockKeys]) -> Result<Vec<Inspection>> {
+    let mut pipe = redis::pipe();
+    for keys in locks {
+        pipe.cmd("GET")
+            .arg(&keys.lock)
+            .cmd("PTTL")
+            .arg(&keys.lock)
+            .cmd("HGET")
+            .arg(&keys.fence)
+            .arg("last")
+            .cmd("PUBSUB")
+            .arg("NUMSUB")
+            .arg(&keys.channel)
+            .cmd("HLEN")
+            .arg(&keys.holds);
+    }
+    type Reply = (Option<String>, i64, Option<Vec<u8>>, (String, u64), u64);
+    let replies: Vec<Value> = node.query_pipe("inspect", &pipe).await?;
+    replies
+        .chunks(5)
+        .map(|five| {
+            let (owner, pttl, last, numsub, hlen): Reply =
+                redis::from_redis_value(Value::Array(five.to_vec()))
+                    .map_err(|e| unexpected("inspect", e.to_string()))?;
+            Ok(Inspection {
+                owner,
+                pttl,
+                last_token: last.map(|b| parse_token("inspect", &b)).transpose()?,
+                subscribers: numsub.1,
+                // The hash holds `token` and one field per hold.
+                holds: hlen.saturating_sub(1),
+            })
+        })
+        .collect()
 }
 
 impl Lock {
@@ -65,18 +120,10 @@ impl Lock {
     /// errors.
     pub async fn status(&self) -> Result<LockStatus> {
         validate_name("lock", self.name())?;
-        let mut seen = self
-            .client()
-            .inner
-            .protocol
-            .inspect(std::slice::from_ref(self.keys()))
-            .await?;
+        let mut seen = inspect(self.core().node(), std::slice::from_ref(self.keys())).await?;
         let seen = seen
             .pop()
-            .ok_or_else(|| crate::error::Error::UnexpectedReply {
-                script: "inspect",
-                detail: "no reply".into(),
-            })?;
+            .ok_or_else(|| unexpected("inspect", "no reply".into()))?;
         Ok(status(self.name().to_owned(), seen))
     }
 
@@ -93,15 +140,17 @@ impl Lock {
     /// errors.
     pub async fn force_release(&self) -> Result<Option<String>> {
         validate_name("lock", self.name())?;
-        let owner = self
-            .client()
-            .inner
-            .protocol
-            .force_release(self.keys())
-            .await?;
+        let keys = self.keys();
+        let core = self.core();
+        let call = ScriptCall::new(&FORCE_RELEASE)
+            .key(&keys.lock)
+            .key(&keys.holds)
+            .arg(&keys.channel)
+            .arg(core.release_message(Wake::One));
+        let owner: Option<String> = core.node().run(&call).await?;
         if owner.is_some() {
             tracing::warn!(lock = %self.name(), "fenced: lock broken by force");
-            self.client().inner.waiters.released(&self.keys().channel);
+            core.wake_local(&keys.channel, Wake::One);
         }
         Ok(owner.map(|o| o.chars().take(OWNER_PREFIX_LEN).collect()))
     }
@@ -116,14 +165,22 @@ impl Client {
     /// Transport errors. Each `SCAN` step is bounded by the timeout; a namespace with millions
     /// of keys takes many steps.
     pub async fn locks(&self, pattern: &str) -> Result<Vec<LockStatus>> {
-        let ns = &self.inner.options.namespace;
+        let ns = &self.core().options().namespace;
         let prefix = format!("{}{{", escape_glob(ns));
         let match_pattern = format!("{prefix}{pattern}}}");
-        let protocol = &self.inner.protocol;
+        let node = self.core().node();
         let mut cursor = 0;
         let mut names = Vec::new();
         loop {
-            let (next, keys) = protocol.scan_strings(cursor, &match_pattern).await?;
+            let mut scan = redis::cmd("SCAN");
+            scan.arg(cursor)
+                .arg("MATCH")
+                .arg(&match_pattern)
+                .arg("COUNT")
+                .arg(1000)
+                .arg("TYPE")
+                .arg("string");
+            let (next, keys): (u64, Vec<String>) = node.query("scan", &scan).await?;
             for key in keys {
                 // `<ns>{name}` exactly: names never contain braces, so this is unambiguous.
                 if let Some(name) = key
@@ -146,7 +203,7 @@ impl Client {
         // One round trip per batch of names, not one per name.
         for batch in names.chunks(INSPECT_BATCH) {
             let keys: Vec<LockKeys> = batch.iter().map(|name| LockKeys::new(ns, name)).collect();
-            let seen = protocol.inspect(&keys).await?;
+            let seen = inspect(node, &keys).await?;
             for (name, seen) in batch.iter().zip(seen) {
                 // Released between the scan and now: not held any more.
                 if seen.owner.is_some() {

@@ -11,6 +11,10 @@
 //! | `<ns>{<name>}:rel:<owner>` | string | a release's record, for a few seconds: lets a retried release recognise its own effect |
 //! | `<ns>{<name>}:void:<owner>` | string | tombstone of an abandoned acquire attempt, until the attempt can no longer arrive |
 //! | `<ns>{<name>}:epoch:<owner>` | string | the newest expiry epoch applied to that owner's lease, after an `extend`; expires with the lease |
+//! | `<ns>{<name>}:holds` | hash | a reentrant lock's holds: `token`, and `h:<id>` per hold |
+//! | `<ns>{<name>}:permits` | zset | a semaphore's holders, scored by the end of their lease (server ms) |
+//! | `<ns>{<name>}:permits:n` | hash | permits held, per holder |
+//! | `<ns>{<name>}:permits:released` | pub/sub channel | one message per semaphore release |
 //! | `<ns>res:{<name>}` | hash | a [`FencedResource`](crate::FencedResource)'s fields |
 //! | `<ns>res:{<name>}:fence` | string | the highest fencing token that resource has accepted |
 
@@ -63,6 +67,8 @@ pub(crate) struct LockKeys {
     pub(crate) lock: String,
     pub(crate) fence: String,
     pub(crate) channel: String,
+    /// The holds of a reentrant lock (hash), next to its lock key.
+    pub(crate) holds: String,
 }
 
 impl LockKeys {
@@ -70,6 +76,7 @@ impl LockKeys {
         let lock = format!("{namespace}{{{name}}}");
         LockKeys {
             fence: format!("{lock}:fence"),
+            holds: format!("{lock}:holds"),
             channel: format!("{lock}:released"),
             lock,
         }
@@ -164,7 +171,7 @@ mod tests {
         ) {
             let keys = LockKeys::new(&ns, &name);
             let owner = crate::token::OwnerToken::generate().expect("OS random source");
-            for key in [keys.lock.clone(), keys.fence.clone(), keys.channel.clone(), keys.release_record(&owner), keys.tombstone(&owner), keys.epoch(&owner)] {
+            for key in [keys.lock.clone(), keys.fence.clone(), keys.channel.clone(), keys.release_record(&owner), keys.tombstone(&owner), keys.epoch(&owner), keys.holds.clone()] {
                 proptest::prop_assert_eq!(cluster_hash_tag(&key), name.as_str());
             }
             let res = ResourceKeys::new(&ns, &name);

@@ -92,23 +92,30 @@
 //! Redis is down, slow or paused: calls fail with [`Error::Timeout`] or
 //! [`Error::Unavailable`].
 
+// The lease core and what it stands on.
+mod backend;
+pub(crate) mod core;
+mod kind;
+mod scripts;
+mod util;
+
+// The client, and the primitives on the core.
 mod client;
 mod error;
 mod guard;
 mod inspect;
 mod keys;
-mod lease;
 mod lock;
-mod notify;
 mod optimistic;
 mod options;
-mod protocol;
-mod renew;
+mod reentrant;
 mod resource;
+mod semaphore;
 mod token;
 mod wait;
 
 pub use client::{Client, ClientBuilder};
+pub use core::renew::RenewalStats;
 pub use error::{Error, Result};
 pub use guard::{Lease, LockGuard};
 pub use inspect::{Holder, LockStatus, OWNER_PREFIX_LEN};
@@ -118,9 +125,9 @@ pub use optimistic::{
     CasOutcome, MAX_KEY_LEN, MAX_STOCK, RetryPolicy, Stock, Tx, Versioned, VersionedWrite,
 };
 pub use options::{MAX_TTL, MIN_TTL};
-pub use protocol::{FencedRead, FencedWrite};
-pub use renew::RenewalStats;
-pub use resource::{FencedResource, FencedUpdate, MAX_FIELDS_PER_WRITE};
+pub use reentrant::{HolderHandle, ReentrantGuard, ReentrantLock};
+pub use resource::{FencedRead, FencedResource, FencedUpdate, FencedWrite, MAX_FIELDS_PER_WRITE};
+pub use semaphore::{MAX_PERMITS, Semaphore, SemaphorePermit, SemaphoreStatus};
 pub use token::FencingToken;
 pub use wait::WaitPolicy;
 

@@ -4,19 +4,17 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::client::Client;
+use crate::core::{AcquireRequest, Core};
 use crate::error::{Error, Result};
 use crate::guard::{Lease, LockGuard};
 use crate::keys::{LockKeys, validate_name};
-use crate::lease::LeaseState;
-use crate::options::{ttl_millis, validate_ttl};
-use crate::protocol::AcquireReply;
-use crate::renew::Tracked;
+use crate::kind::exclusive::Exclusive;
+use crate::options::validate_ttl;
 use crate::token::OwnerToken;
-use crate::wait::{Backoff, WaitPolicy};
+use crate::wait::WaitPolicy;
 
 /// An exclusive, time-bounded lease on one name, with a fencing token per grant.
 ///
@@ -44,7 +42,7 @@ use crate::wait::{Backoff, WaitPolicy};
 /// ```
 #[derive(Clone)]
 pub struct Lock {
-    client: Client,
+    core: Arc<Core>,
     name: Arc<str>,
     keys: Arc<LockKeys>,
     ttl: Option<Duration>,
@@ -64,10 +62,11 @@ impl fmt::Debug for Lock {
 }
 
 impl Lock {
-    pub(crate) fn new(client: Client, name: String) -> Self {
-        let keys = Arc::new(LockKeys::new(&client.inner.options.namespace, &name));
+    pub(crate) fn new(client: &Client, name: String) -> Self {
+        let core = client.core().clone();
+        let keys = Arc::new(LockKeys::new(&core.options().namespace, &name));
         Lock {
-            client,
+            core,
             name: name.into(),
             keys,
             ttl: None,
@@ -101,8 +100,8 @@ impl Lock {
         &self.name
     }
 
-    pub(crate) fn client(&self) -> &Client {
-        &self.client
+    pub(crate) fn core(&self) -> &Arc<Core> {
+        &self.core
     }
 
     pub(crate) fn keys(&self) -> &LockKeys {
@@ -111,7 +110,7 @@ impl Lock {
 
     /// The lease length this lock asks for.
     pub fn ttl(&self) -> Duration {
-        self.ttl.unwrap_or(self.client.inner.options.default_ttl)
+        self.ttl.unwrap_or(self.core.options().default_ttl)
     }
 
     fn checked_ttl(&self) -> Result<Duration> {
@@ -137,9 +136,13 @@ impl Lock {
     pub async fn try_acquire(&self) -> Result<Option<LockGuard>> {
         let ttl = self.checked_ttl()?;
         let span = tracing::debug_span!("fenced.try_acquire", lock = %self.name);
-        async move { Ok(self.attempt(ttl).await?.ok()) }
-            .instrument(span)
-            .await
+        async move {
+            let (kind, owner) = self.next_attempt()?;
+            let granted = self.core.try_once(&self.request(ttl), kind, owner).await?;
+            Ok(granted.ok().map(LockGuard::new))
+        }
+        .instrument(span)
+        .await
     }
 
     /// Takes the lease, waiting for it by the lock's [`WaitPolicy`].
@@ -165,177 +168,33 @@ impl Lock {
     /// background if it took the lease.
     pub async fn acquire(&self) -> Result<LockGuard> {
         let ttl = self.checked_ttl()?;
-        let started = Instant::now();
-        let deadline = match self.wait.deadline() {
-            Some(d) => Some(started.checked_add(d).ok_or_else(|| {
-                Error::invalid(format!("wait deadline {d:?} overflows the clock; use WaitPolicy::forever() to wait without limit"))
-            })?),
-            None => None,
-        };
-        if self.wait.max_attempts() == Some(0) {
-            return Err(Error::invalid(
-                "max_attempts is 0; at least one attempt is needed",
-            ));
-        }
         let span = tracing::debug_span!("fenced.acquire", lock = %self.name);
-        self.acquire_waiting(ttl, started, deadline)
+        self.core
+            .acquire_with(&self.request(ttl), || self.next_attempt())
             .instrument(span)
             .await
+            .map(LockGuard::new)
     }
 
-    async fn acquire_waiting(
-        &self,
-        ttl: Duration,
-        started: Instant,
-        deadline: Option<Instant>,
-    ) -> Result<LockGuard> {
-        let inner = &self.client.inner;
-        let channel = &self.keys.channel;
-        let mut attempts = 0u32;
-        let give_up = |attempts: u32| Error::NotAcquired {
-            name: self.name.to_string(),
-            waited: started.elapsed(),
-            attempts,
-        };
-        let out_of_attempts =
-            |attempts: u32| self.wait.max_attempts().is_some_and(|max| attempts >= max);
-
-        // A transient failure (reset, timeout, LOADING, failover) is retried within the wait;
-        // it ends the wait only when the deadline or the attempt limit is reached, and then
-        // it is the error returned. Permanent ones (auth, wrong type) end it at once.
-        let retry_or_fail = |e: Error, attempts: u32| {
-            if e.is_transient()
-                && !out_of_attempts(attempts)
-                && deadline.is_none_or(|d| Instant::now() < d)
-            {
-                tracing::debug!(error = %e, "fenced: acquire attempt failed; retrying within the wait");
-                Ok(())
-            } else {
-                Err(e)
-            }
-        };
-        let mut failures = Backoff::new(inner.options.poll_min, inner.options.poll_max);
-
-        // Fast path: nobody in this process is queued, so try straight away.
-        if !inner.waiters.has_waiters(channel) {
-            attempts = attempts.saturating_add(1);
-            match self.attempt(ttl).await {
-                Ok(Ok(guard)) => return Ok(guard),
-                Ok(Err(_)) => {
-                    if out_of_attempts(attempts) || deadline.is_some_and(|d| Instant::now() >= d) {
-                        return Err(give_up(attempts));
-                    }
-                }
-                Err(e) => retry_or_fail(e, attempts)?,
-            }
-        }
-
-        // Queue behind this process's other waiters; only the head talks to Redis.
-        let ticket = inner.waiters.join(channel);
-        let head = match deadline {
-            Some(d) => match tokio::time::timeout_at(d, ticket.head()).await {
-                Ok(permit) => permit,
-                Err(_) => return Err(give_up(attempts)),
-            },
-            None => ticket.head().await,
-        };
-        let _head = head.ok_or_else(|| give_up(attempts))?;
-        let subscribed = inner
-            .waiters
-            .subscribe(channel, inner.options.timeout)
-            .await;
-        tracing::debug!(subscribed, "fenced: waiting");
-        let mut backoff = Backoff::new(inner.options.poll_min, inner.options.poll_max);
-        loop {
-            let notified = ticket.wake().notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable(); // register before the attempt: no release is missed
-            attempts = attempts.saturating_add(1);
-            let pause = match self.attempt(ttl).await {
-                Ok(Ok(guard)) => {
-                    tracing::debug!(attempts, waited = ?started.elapsed(), "fenced: acquired after waiting");
-                    return Ok(guard);
-                }
-                Ok(Err(remaining)) => {
-                    if out_of_attempts(attempts) || deadline.is_some_and(|d| Instant::now() >= d) {
-                        return Err(give_up(attempts));
-                    }
-                    failures.reset();
-                    let pause = backoff.next_wait();
-                    // Retry right when the holder's lease runs out, in case it never releases.
-                    remaining.map_or(pause, |left| pause.min(left + Duration::from_millis(1)))
-                }
-                Err(e) => {
-                    retry_or_fail(e, attempts)?;
-                    failures.next_wait()
-                }
-            };
-            let now = Instant::now();
-            let mut wake_at = now + pause;
-            if let Some(d) = deadline {
-                wake_at = wake_at.min(d);
-            }
-            tokio::select! {
-                _ = &mut notified => backoff.reset(),
-                _ = tokio::time::sleep_until(wake_at) => {}
-            }
+    fn request(&self, ttl: Duration) -> AcquireRequest<'_> {
+        AcquireRequest {
+            name: &self.name,
+            channel: &self.keys.channel,
+            ttl,
+            auto_renew: self.auto_renew,
+            wait: self.wait,
+            heads: 1,
         }
     }
 
-    /// One acquire round trip. `Ok(Err(remaining))` when held by somebody else.
-    async fn attempt(&self, ttl: Duration) -> Result<Result<LockGuard, Option<Duration>>> {
-        let inner = &self.client.inner;
-        let owner = OwnerToken::generate()
-            .map_err(|e| Error::invalid(format!("the OS random source failed: {e}")))?;
-        // Until Redis answers, the outcome is unknown: if this future is dropped or the call
-        // fails, the lease may exist without a guard, so release it in the background.
-        let mut pending = PendingAcquire {
-            client: &self.client,
-            keys: &self.keys,
-            owner: Some(owner.clone()),
-            // Long enough to outlast a typical outage; should the attempt run later still,
-            // it holds the lock for one ttl at most, like a crashed holder.
-            patience: ttl.max(inner.options.timeout * 10),
+    /// The lease kind and a fresh owner for one attempt.
+    fn next_attempt(&self) -> Result<(Exclusive, OwnerToken)> {
+        let kind = Exclusive {
+            name: self.name.clone(),
+            keys: self.keys.clone(),
+            fence_retention_ms: self.core.fence_retention_ms(),
         };
-        let requested_at = Instant::now();
-        let reply = inner
-            .protocol
-            .try_acquire(&self.keys, &owner, ttl_millis(ttl))
-            .await;
-        let reply = match reply {
-            Ok(r) => {
-                pending.owner = None;
-                r
-            }
-            Err(e) => return Err(e),
-        };
-        match reply {
-            AcquireReply::Acquired(fencing_token) => {
-                tracing::debug!(%fencing_token, "fenced: acquired");
-                tracing::trace!(owner = owner.as_str(), "fenced: owner token");
-                let state = Arc::new(LeaseState::new(requested_at, ttl));
-                let id = inner.renewer.track(Tracked {
-                    name: self.name.clone(),
-                    keys: self.keys.clone(),
-                    owner: owner.clone(),
-                    fencing_token,
-                    renew: self.auto_renew,
-                    state: state.clone(),
-                });
-                let lease = Lease::new(self.name.clone(), fencing_token, state);
-                Ok(Ok(LockGuard::new(
-                    self.client.clone(),
-                    self.keys.clone(),
-                    owner,
-                    id,
-                    lease,
-                )))
-            }
-            AcquireReply::Held { remaining } => Ok(Err(remaining)),
-            // Only an attempt this client gave up on is answered so, and its reply is never
-            // awaited; should one arrive anyway, nothing was taken.
-            AcquireReply::Abandoned => Ok(Err(None)),
-        }
+        Ok((kind, OwnerToken::fresh()?))
     }
 
     /// Runs `work` while holding the lock: acquires (waiting by the policy), runs the work,
@@ -394,26 +253,6 @@ impl Lock {
                 tracing::warn!(lock = %self.name, error = %e, "fenced: release after the work failed; the lease will expire by its ttl");
                 Ok(out)
             }
-        }
-    }
-}
-
-/// Releases an acquire whose outcome is unknown when dropped still armed.
-struct PendingAcquire<'a> {
-    client: &'a Client,
-    keys: &'a Arc<LockKeys>,
-    owner: Option<OwnerToken>,
-    patience: Duration,
-}
-
-impl Drop for PendingAcquire<'_> {
-    fn drop(&mut self) {
-        if let Some(owner) = self.owner.take() {
-            self.client.inner.renewer.abandon_in_background(
-                self.keys.clone(),
-                owner,
-                self.patience,
-            );
         }
     }
 }

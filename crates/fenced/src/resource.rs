@@ -3,11 +3,40 @@
 use std::fmt;
 use std::sync::Arc;
 
+use redis::Value;
+
 use crate::client::Client;
+use crate::core::Core;
 use crate::error::{Error, Result};
 use crate::keys::{ResourceKeys, validate_name};
-use crate::protocol::{FencedRead, FencedWrite};
+use crate::kind::{parse_token, unexpected};
+use crate::scripts::{FENCED_READ, FENCED_WRITE, ScriptCall};
 use crate::token::FencingToken;
+
+/// What a fenced write did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FencedWrite {
+    /// The token was at least the highest seen; the fields were written.
+    Applied,
+    /// A write with a higher token was accepted before; nothing was written.
+    Stale {
+        /// The highest token the resource has accepted.
+        highest: FencingToken,
+    },
+}
+
+/// What a fenced read found: the values, or that a newer token was seen first.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FencedRead<T> {
+    /// The token was at least the highest seen, and is now recorded as the highest: every
+    /// write with an older token is refused from now on. The values read.
+    Current(T),
+    /// A newer token was seen before; nothing was read or changed.
+    Stale {
+        /// The highest token the resource has seen.
+        highest: FencingToken,
+    },
+}
 
 /// The most fields one fenced write or read may carry.
 pub const MAX_FIELDS_PER_WRITE: usize = 1000;
@@ -102,7 +131,7 @@ fn check_field_count(n: usize) -> Result<()> {
 /// ```
 #[derive(Clone)]
 pub struct FencedResource {
-    client: Client,
+    core: Arc<Core>,
     name: Arc<str>,
     keys: Arc<ResourceKeys>,
 }
@@ -116,10 +145,11 @@ impl fmt::Debug for FencedResource {
 }
 
 impl FencedResource {
-    pub(crate) fn new(client: Client, name: String) -> Self {
-        let keys = Arc::new(ResourceKeys::new(&client.inner.options.namespace, &name));
+    pub(crate) fn new(client: &Client, name: String) -> Self {
+        let core = client.core().clone();
+        let keys = Arc::new(ResourceKeys::new(&core.options().namespace, &name));
         FencedResource {
-            client,
+            core,
             name: name.into(),
             keys,
         }
@@ -159,11 +189,21 @@ impl FencedResource {
     ) -> Result<FencedWrite> {
         validate_name("resource", &self.name)?;
         check_field_count(fields.len())?;
-        self.client
-            .inner
-            .protocol
-            .fenced_write(&self.keys, token, fields)
-            .await
+        let mut call = ScriptCall::new(&FENCED_WRITE)
+            .key(&self.keys.data)
+            .key(&self.keys.fence)
+            .arg(token.get());
+        for (field, value) in fields {
+            call = call.arg(*field).arg(*value);
+        }
+        let (applied, value): (i64, Value) = self.core.node().run(&call).await?;
+        match (applied, value) {
+            (1, _) => Ok(FencedWrite::Applied),
+            (0, Value::BulkString(bytes)) => Ok(FencedWrite::Stale {
+                highest: parse_token("fenced write", &bytes)?,
+            }),
+            (a, v) => Err(unexpected("fenced write", format!("{a}, {v:?}"))),
+        }
     }
 
     /// Reads one field on behalf of `token`, and fences off every older token: from now on a
@@ -198,11 +238,29 @@ impl FencedResource {
     ) -> Result<FencedRead<Vec<Option<Vec<u8>>>>> {
         validate_name("resource", &self.name)?;
         check_field_count(fields.len())?;
-        self.client
-            .inner
-            .protocol
-            .fenced_read(&self.keys, token, fields)
-            .await
+        let mut call = ScriptCall::new(&FENCED_READ)
+            .key(&self.keys.data)
+            .key(&self.keys.fence)
+            .arg(token.get());
+        for field in fields {
+            call = call.arg(*field);
+        }
+        let reply: Vec<Value> = self.core.node().run(&call).await?;
+        match reply.split_first() {
+            Some((Value::Int(1), values)) if values.len() == fields.len() => values
+                .iter()
+                .map(|v| match v {
+                    Value::Nil => Ok(None),
+                    Value::BulkString(b) => Ok(Some(b.clone())),
+                    other => Err(unexpected("fenced read", format!("{other:?}"))),
+                })
+                .collect::<Result<Vec<_>>>()
+                .map(FencedRead::Current),
+            Some((Value::Int(0), [Value::BulkString(bytes)])) => Ok(FencedRead::Stale {
+                highest: parse_token("fenced read", bytes)?,
+            }),
+            _ => Err(unexpected("fenced read", format!("{reply:?}"))),
+        }
     }
 
     /// Records `token` as the highest without reading or writing: every older token's writes
@@ -250,11 +308,9 @@ impl FencedResource {
     /// [`Error::InvalidArgument`] for a bad name; transport errors.
     pub async fn get(&self, field: &str) -> Result<Option<Vec<u8>>> {
         validate_name("resource", &self.name)?;
-        self.client
-            .inner
-            .protocol
-            .resource_get(&self.keys, field)
-            .await
+        let mut cmd = redis::cmd("HGET");
+        cmd.arg(&self.keys.data).arg(field);
+        self.core.node().query("resource read", &cmd).await
     }
 
     /// The highest fencing token this resource has accepted, if any.
@@ -264,6 +320,9 @@ impl FencedResource {
     /// [`Error::InvalidArgument`] for a bad name; transport errors.
     pub async fn highest_token(&self) -> Result<Option<FencingToken>> {
         validate_name("resource", &self.name)?;
-        self.client.inner.protocol.resource_fence(&self.keys).await
+        let mut cmd = redis::cmd("GET");
+        cmd.arg(&self.keys.fence);
+        let raw: Option<Vec<u8>> = self.core.node().query("resource read", &cmd).await?;
+        raw.map(|b| parse_token("resource read", &b)).transpose()
     }
 }

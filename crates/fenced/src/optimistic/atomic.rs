@@ -1,21 +1,13 @@
 //! One-round-trip atomic updates (Lua scripts): compare-and-set, versioned values, keeping a
 //! maximum or minimum, taking from a stock. No retry loop, no lock.
 
-use std::sync::LazyLock;
-
-use redis::{Script, Value};
+use redis::Value;
 
 use crate::client::Client;
 use crate::error::{Error, Result};
-
-static COMPARE_AND_SET: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("compare_and_set.lua")));
-static SET_IF_VERSION: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("set_if_version.lua")));
-static SET_EXTREME: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("set_extreme.lua")));
-static DECREMENT_IF_AT_LEAST: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("decrement_if_at_least.lua")));
+use crate::scripts::{
+    COMPARE_AND_SET, DECREMENT_IF_AT_LEAST, SET_EXTREME, SET_IF_VERSION, ScriptCall,
+};
 
 /// The longest key accepted by the atomic operations and transactions, in bytes.
 pub const MAX_KEY_LEN: usize = 64 * 1024;
@@ -87,23 +79,12 @@ pub(crate) fn check_key(key: &str) -> Result<()> {
 }
 
 fn unexpected(script: &'static str, reply: impl std::fmt::Debug) -> Error {
-    Error::UnexpectedReply {
-        script,
-        detail: format!("{reply:?}"),
-    }
+    crate::kind::unexpected(script, format!("{reply:?}"))
 }
 
 impl Client {
-    async fn eval<T: redis::FromRedisValue>(
-        &self,
-        operation: &'static str,
-        inv: redis::ScriptInvocation<'_>,
-    ) -> Result<T> {
-        let mut conn = self.inner.protocol.connection();
-        self.inner
-            .protocol
-            .bounded(operation, inv.invoke_async(&mut conn))
-            .await
+    async fn eval<T: redis::FromRedisValue>(&self, call: &ScriptCall) -> Result<T> {
+        self.core().node().run(call).await
     }
 
     /// Sets `key` to `new` if it holds `expected` (`None`: if it does not exist), in one
@@ -136,8 +117,8 @@ impl Client {
         new: &[u8],
     ) -> Result<CasOutcome> {
         check_key(key)?;
-        let mut inv = COMPARE_AND_SET.prepare_invoke();
-        inv.key(key)
+        let call = ScriptCall::new(&COMPARE_AND_SET)
+            .key(key)
             .arg(if expected.is_some() {
                 "equals"
             } else {
@@ -145,7 +126,7 @@ impl Client {
             })
             .arg(expected.unwrap_or_default())
             .arg(new);
-        let reply: Vec<Value> = self.eval("compare and set", inv).await?;
+        let reply: Vec<Value> = self.eval(&call).await?;
         match reply.as_slice() {
             [Value::Int(1)] => Ok(CasOutcome::Swapped),
             [Value::Int(0)] => Ok(CasOutcome::Mismatch { current: None }),
@@ -164,14 +145,10 @@ impl Client {
     /// type; transport errors.
     pub async fn get_versioned(&self, key: &str) -> Result<Option<Versioned>> {
         check_key(key)?;
-        let mut conn = self.inner.protocol.connection();
         let mut cmd = redis::cmd("HMGET");
         cmd.arg(key).arg("v").arg("d");
-        let (version, value): (Option<u64>, Option<Vec<u8>>) = self
-            .inner
-            .protocol
-            .bounded("versioned read", cmd.query_async(&mut conn))
-            .await?;
+        let (version, value): (Option<u64>, Option<Vec<u8>>) =
+            self.core().node().query("versioned read", &cmd).await?;
         Ok(match (version, value) {
             (Some(version), Some(value)) => Some(Versioned { version, value }),
             _ => None,
@@ -194,9 +171,11 @@ impl Client {
         value: &[u8],
     ) -> Result<VersionedWrite> {
         check_key(key)?;
-        let mut inv = SET_IF_VERSION.prepare_invoke();
-        inv.key(key).arg(expected).arg(value);
-        let (written, version): (i64, u64) = self.eval("versioned write", inv).await?;
+        let call = ScriptCall::new(&SET_IF_VERSION)
+            .key(key)
+            .arg(expected)
+            .arg(value);
+        let (written, version): (i64, u64) = self.eval(&call).await?;
         Ok(if written == 1 {
             VersionedWrite::Written { version }
         } else {
@@ -241,9 +220,11 @@ impl Client {
 
     async fn set_extreme(&self, key: &str, value: i64, which: &'static str) -> Result<i64> {
         check_key(key)?;
-        let mut inv = SET_EXTREME.prepare_invoke();
-        inv.key(key).arg(value.to_string()).arg(which);
-        let stored: String = self.eval("set max/min", inv).await?;
+        let call = ScriptCall::new(&SET_EXTREME)
+            .key(key)
+            .arg(value.to_string())
+            .arg(which);
+        let stored: String = self.eval(&call).await?;
         stored
             .parse()
             .map_err(|_| unexpected("set_extreme", stored))
@@ -280,9 +261,8 @@ impl Client {
                 "cannot take {n} items: n must be from 1 to {MAX_STOCK}"
             )));
         }
-        let mut inv = DECREMENT_IF_AT_LEAST.prepare_invoke();
-        inv.key(key).arg(n);
-        let (taken, left): (i64, i64) = self.eval("decrement if at least", inv).await?;
+        let call = ScriptCall::new(&DECREMENT_IF_AT_LEAST).key(key).arg(n);
+        let (taken, left): (i64, i64) = self.eval(&call).await?;
         Ok(if taken == 1 {
             Stock::Left(left)
         } else {

@@ -9,10 +9,11 @@ use redis::aio::MultiplexedConnection;
 use redis::{Cmd, FromRedisValue, ToRedisArgs, Value};
 use tokio::time::Instant;
 
+use crate::backend::bounded;
 use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::optimistic::pool::Pooled;
-use crate::wait::Backoff;
+use crate::util::Backoff;
 
 /// How a transaction retries after a conflict: exponential backoff with full jitter, up to an
 /// attempt limit and/or a deadline, whichever comes first.
@@ -144,13 +145,7 @@ impl Tx {
         self.check_live()?;
         let mut conn = self.conn.clone();
         let timeout = self.state.timeout;
-        match tokio::time::timeout(timeout, cmd.query_async(&mut conn)).await {
-            Ok(r) => r.map_err(|e| Error::from_redis("transaction read", timeout, e)),
-            Err(_) => Err(Error::Timeout {
-                operation: "transaction read",
-                after: timeout,
-            }),
-        }
+        bounded(timeout, "transaction read", cmd.query_async(&mut conn)).await
     }
 
     /// Queues `SET key value`.
@@ -285,8 +280,8 @@ impl Client {
             })?),
             None => None,
         };
-        let pool = &self.inner.tx_pool;
-        let timeout = self.inner.options.timeout;
+        let pool = self.tx_pool();
+        let timeout = self.timeout();
         let mut backoff = Backoff::new(policy.backoff_min, policy.backoff_max);
         let mut attempt = 0u32;
         loop {
@@ -373,13 +368,7 @@ async fn watch(
         cmd.arg(keys);
         pooled.dirty();
         let mut conn = pooled.conn();
-        let result = match tokio::time::timeout(timeout, cmd.query_async::<()>(&mut conn)).await {
-            Ok(r) => r.map_err(|e| Error::from_redis("watch", timeout, e)),
-            Err(_) => Err(Error::Timeout {
-                operation: "watch",
-                after: timeout,
-            }),
-        };
+        let result = bounded(timeout, "watch", cmd.query_async::<()>(&mut conn)).await;
         match result {
             Ok(()) => return Ok(pooled),
             Err(e) if e.is_transient() && !fresh => fresh = true,
@@ -407,15 +396,7 @@ async fn exec(pooled: &mut Pooled, writes: &[Cmd], timeout: Duration) -> Result<
     }
     let mut conn = pooled.conn();
     let reply: Option<Value> =
-        match tokio::time::timeout(timeout, pipe.query_async(&mut conn)).await {
-            Ok(r) => r.map_err(|e| Error::from_redis("transaction exec", timeout, e))?,
-            Err(_) => {
-                return Err(Error::Timeout {
-                    operation: "transaction exec",
-                    after: timeout,
-                });
-            }
-        };
+        bounded(timeout, "transaction exec", pipe.query_async(&mut conn)).await?;
     // EXEC answered (committed or refused): the server holds no state for this connection.
     pooled.cleaned();
     Ok(reply.is_some())

@@ -9,12 +9,9 @@
 -- Returns {1, token}   accepted and written
 --         {0, highest} refused: a newer holder has written already; nothing changed.
 --
+-- `older` comes from tokens.lua, prepended when the script is built (scripts/mod.rs).
 -- Tokens are compared as decimal strings (length first, then bytes), which is exact for every
 -- u64, where Lua's doubles are exact only up to 2^53.
-local function older(a, b)
-  if #a ~= #b then return #a < #b end
-  return a < b
-end
 local highest = redis.call('GET', KEYS[2])
 if highest and older(ARGV[1], highest) then
   return {0, highest}

@@ -32,18 +32,20 @@ use futures_util::stream::{FuturesUnordered, StreamExt};
 use tokio::sync::{Notify, mpsc, oneshot};
 use tokio::time::Instant;
 
+use crate::backend::Backend;
+use crate::core::cleanup::{self, CleanUp, Job};
+use crate::core::lease::{ExpiryChange, ExpiryReply, LeaseState};
+use crate::core::notify::LocalWaiters;
 use crate::error::Result;
-use crate::keys::LockKeys;
-use crate::lease::{ExpiryChange, ExpiryReply, LeaseState};
-use crate::notify::LocalWaiters;
+use crate::kind::{LeaseKind, expiry_reply};
 use crate::options::ttl_millis;
-use crate::protocol::{Protocol, ReleaseReply, RenewItem};
+use crate::scripts::ScriptCall;
 use crate::token::{FencingToken, OwnerToken};
+use crate::util::{lock_unpoisoned, sleep_until_opt};
 
-/// A lease handed to the loop.
+/// A lease handed to the loop, of any kind: the kind builds its renewal request.
 pub(crate) struct Tracked {
-    pub(crate) name: Arc<str>,
-    pub(crate) keys: Arc<LockKeys>,
+    pub(crate) kind: Arc<dyn LeaseKind>,
     pub(crate) owner: OwnerToken,
     pub(crate) fencing_token: FencingToken,
     pub(crate) renew: bool,
@@ -53,21 +55,7 @@ pub(crate) struct Tracked {
 enum Command {
     /// Answer once no clean-up is pending.
     Flush(oneshot::Sender<()>),
-    CleanUp {
-        keys: Arc<LockKeys>,
-        owner: OwnerToken,
-        how: CleanUp,
-        patience: Duration,
-    },
-}
-
-/// What to do with a lease nobody waits for any more.
-#[derive(Clone, Copy)]
-enum CleanUp {
-    /// A guard was dropped: release its lease.
-    Release,
-    /// An acquire attempt of unknown outcome: release it if it took the lease, void it if not.
-    Abandon,
+    CleanUp(Job),
 }
 
 /// The leases the loop watches, shared with the guards. Adding or removing a lease is a map
@@ -111,9 +99,7 @@ struct Registry {
 
 impl Shared {
     fn registry(&self) -> MutexGuard<'_, Registry> {
-        // Every change is a single insert, remove or field update: a poisoned lock still
-        // guards a consistent map.
-        self.registry.lock().unwrap_or_else(|e| e.into_inner())
+        lock_unpoisoned(&self.registry)
     }
 }
 
@@ -125,14 +111,15 @@ pub(crate) struct Renewer {
 }
 
 impl Renewer {
-    pub(crate) fn start(protocol: Protocol, local: Arc<LocalWaiters>) -> Self {
+    pub(crate) fn start(backend: Backend, local: Arc<LocalWaiters>, timeout: Duration) -> Self {
         let (commands, rx) = mpsc::unbounded_channel();
         let shared = Arc::new(Shared {
             registry: Mutex::new(Registry::default()),
             changed: Notify::new(),
             stats: Counters::default(),
         });
-        tokio::spawn(run(protocol, local, shared.clone(), rx));
+        let record_ms = ttl_millis(timeout * 3);
+        tokio::spawn(run(backend, local, record_ms, shared.clone(), rx));
         Renewer {
             shared,
             commands,
@@ -213,12 +200,17 @@ impl Renewer {
     pub(crate) fn release_in_background(
         &self,
         id: u64,
-        keys: Arc<LockKeys>,
+        kind: Arc<dyn LeaseKind>,
         owner: OwnerToken,
         ttl: Duration,
     ) {
         self.untrack(id);
-        self.clean_up(keys, owner, CleanUp::Release, ttl);
+        self.clean_up(Job {
+            kind,
+            owner,
+            how: CleanUp::Release,
+            patience: ttl,
+        });
     }
 
     /// Abandons, without waiting, an acquire attempt whose outcome is unknown (it timed out,
@@ -226,11 +218,16 @@ impl Renewer {
     /// outage, so this keeps trying for `patience`.
     pub(crate) fn abandon_in_background(
         &self,
-        keys: Arc<LockKeys>,
+        kind: Arc<dyn LeaseKind>,
         owner: OwnerToken,
         patience: Duration,
     ) {
-        self.clean_up(keys, owner, CleanUp::Abandon, patience);
+        self.clean_up(Job {
+            kind,
+            owner,
+            how: CleanUp::Abandon,
+            patience,
+        });
     }
 
     /// Completes once every background clean-up handed over so far has finished (or given
@@ -242,14 +239,9 @@ impl Renewer {
         }
     }
 
-    fn clean_up(&self, keys: Arc<LockKeys>, owner: OwnerToken, how: CleanUp, patience: Duration) {
+    fn clean_up(&self, job: Job) {
         // If the task is gone the runtime is shutting down; the lease then simply expires.
-        let _ = self.commands.send(Command::CleanUp {
-            keys,
-            owner,
-            how,
-            patience,
-        });
+        let _ = self.commands.send(Command::CleanUp(job));
     }
 }
 
@@ -263,8 +255,9 @@ struct Entry {
 type RenewOutcome = (Vec<(u64, ExpiryChange)>, Result<Vec<Result<ExpiryReply>>>);
 
 async fn run(
-    protocol: Protocol,
+    backend: Backend,
     local: Arc<LocalWaiters>,
+    record_ms: u64,
     shared: Arc<Shared>,
     mut commands: mpsc::UnboundedReceiver<Command>,
 ) {
@@ -282,8 +275,8 @@ async fn run(
         tokio::select! {
             biased;
             command = commands.recv(), if !closed => match command {
-                Some(Command::CleanUp { keys, owner, how, patience }) => {
-                    releases.push(clean_up(protocol.clone(), local.clone(), keys, owner, how, patience));
+                Some(Command::CleanUp(job)) => {
+                    releases.push(cleanup::run(backend.clone(), local.clone(), record_ms, job));
                 }
                 Some(Command::Flush(done)) => flushes.push(done),
                 None => closed = true,
@@ -298,7 +291,7 @@ async fn run(
                 let mut registry = shared.registry();
                 expire(&mut registry.entries, &shared.stats);
                 if in_flight.is_none() {
-                    in_flight = start_batch(&protocol, &mut registry.entries);
+                    in_flight = start_batch(&backend, &mut registry.entries);
                     if in_flight.is_some() {
                         shared.stats.batches.fetch_add(1, Ordering::Relaxed);
                     }
@@ -343,7 +336,7 @@ fn expire(entries: &mut HashMap<u64, Entry>, stats: &Counters) {
         if now < e.lease.state.valid_until() {
             return true;
         }
-        tracing::warn!(lock = %e.lease.name, fencing_token = %e.lease.fencing_token,
+        tracing::warn!(name = %e.lease.kind.name(), fencing_token = %e.lease.fencing_token,
             "fenced: lease lost: its validity deadline passed without a successful renewal");
         e.lease.state.lost.cancel();
         stats.lost.fetch_add(1, Ordering::Relaxed);
@@ -351,45 +344,58 @@ fn expire(entries: &mut HashMap<u64, Entry>, stats: &Counters) {
     });
 }
 
+async fn run_batch(backend: &Backend, batch: &[ScriptCall]) -> Result<Vec<Result<ExpiryReply>>> {
+    let replies = backend.node().run_batch("renew", batch).await?;
+    Ok(replies
+        .into_iter()
+        .map(|r| r.and_then(expiry_reply))
+        .collect())
+}
+
 /// Sends one pipelined renewal for every lease that is due (or nearly due).
 fn start_batch(
-    protocol: &Protocol,
+    backend: &Backend,
     entries: &mut HashMap<u64, Entry>,
 ) -> Option<BoxFuture<'static, RenewOutcome>> {
-    let now = Instant::now();
+    let (ids, batch) = take_due(entries, Instant::now());
+    if ids.is_empty() {
+        return None;
+    }
+    let backend = backend.clone();
+    Some(
+        async move {
+            tracing::trace!(leases = batch.len(), "fenced: renewing");
+            // One pipeline per node; a single server is one node. (Cluster and Redlock
+            // backends group the batch by node here.)
+            let result = run_batch(&backend, &batch).await;
+            (ids, result)
+        }
+        .boxed(),
+    )
+}
+
+/// Marks in flight, and builds the requests of, every lease due by `now` (or nearly due:
+/// renewing a little early lets leases that fall due close together share a round trip).
+fn take_due(
+    entries: &mut HashMap<u64, Entry>,
+    now: Instant,
+) -> (Vec<(u64, ExpiryChange)>, Vec<ScriptCall>) {
     let mut ids = Vec::new();
     let mut batch = Vec::new();
     for (id, e) in entries.iter_mut() {
-        // Renewing a little early lets leases that fall due close together share a round trip.
         let ttl = e.lease.state.ttl();
         if e.lease.renew && !e.in_flight && e.renew_at <= now + ttl / 6 {
             e.in_flight = true;
             let change = e.lease.state.begin(None);
             ids.push((*id, change));
-            batch.push((e.lease.keys.clone(), e.lease.owner.clone(), change));
+            batch.push(
+                e.lease
+                    .kind
+                    .extend(&e.lease.owner, ttl_millis(change.ttl), change.epoch),
+            );
         }
     }
-    if ids.is_empty() {
-        return None;
-    }
-    let protocol = protocol.clone();
-    Some(
-        async move {
-            let items: Vec<RenewItem<'_>> = batch
-                .iter()
-                .map(|(keys, owner, change)| RenewItem {
-                    keys,
-                    owner,
-                    ttl_ms: ttl_millis(change.ttl),
-                    epoch: change.epoch,
-                })
-                .collect();
-            tracing::trace!(leases = items.len(), "fenced: renewing");
-            let result = protocol.extend_many(&items).await;
-            (ids, result)
-        }
-        .boxed(),
-    )
+    (ids, batch)
 }
 
 /// Applies the replies of one renewal round trip.
@@ -417,7 +423,7 @@ fn apply(entries: &mut HashMap<u64, Entry>, (ids, result): RenewOutcome, stats: 
                 e.renew_at = e.lease.state.renew_at();
             }
             Some(Ok(ExpiryReply::NotHeld)) => {
-                tracing::warn!(lock = %e.lease.name, fencing_token = %e.lease.fencing_token,
+                tracing::warn!(name = %e.lease.kind.name(), fencing_token = %e.lease.fencing_token,
                     "fenced: lease lost: renewal refused (the key expired, was deleted, or belongs to another holder)");
                 e.lease.state.settle(&change, ExpiryReply::NotHeld);
                 stats.lost.fetch_add(1, Ordering::Relaxed);
@@ -432,70 +438,6 @@ fn apply(entries: &mut HashMap<u64, Entry>, (ids, result): RenewOutcome, stats: 
     }
 }
 
-async fn clean_up(
-    protocol: Protocol,
-    local: Arc<LocalWaiters>,
-    keys: Arc<LockKeys>,
-    owner: OwnerToken,
-    how: CleanUp,
-    patience: Duration,
-) {
-    let give_up_at = Instant::now() + patience;
-    let freed = match how {
-        CleanUp::Release => retry_transient(give_up_at, || protocol.release(&keys, &owner))
-            .await
-            .map(|reply| reply != ReleaseReply::NotHeld),
-        CleanUp::Abandon => {
-            retry_transient(give_up_at, || protocol.abandon(&keys, &owner, patience)).await
-        }
-    };
-    if wakes_local_waiters(&freed) {
-        local.released(&keys.channel);
-    }
-    if let Err(e) = freed {
-        tracing::debug!(error = %e, "fenced: background clean-up failed; the lease will expire by its ttl");
-    }
-}
-
-/// Whether a background clean-up's outcome wakes this process's waiters. A failed one does
-/// too: its first attempt may have freed the lease although every retry errored, and a wake is
-/// only a hint (the woken head retries, and finds the lock held if it still is).
-fn wakes_local_waiters(freed: &Result<bool>) -> bool {
-    !matches!(freed, Ok(false))
-}
-
-/// Releases, retrying transient failures a few times. A retry whose first attempt did take
-/// effect is answered `AlreadyReleased` by the script, never a false "not held".
-pub(crate) async fn release_with_retry(
-    protocol: &Protocol,
-    keys: &LockKeys,
-    owner: &OwnerToken,
-) -> Result<ReleaseReply> {
-    // A short burst: the caller is waiting. What is left after it goes to the background.
-    let give_up_at = Instant::now() + protocol.timeout() * 2;
-    retry_transient(give_up_at, || protocol.release(keys, owner)).await
-}
-
-/// Runs an idempotent call again, with backoff, while it fails with a transient error and
-/// `give_up_at` has not passed.
-async fn retry_transient<T, F, Fut>(give_up_at: Instant, mut call: F) -> Result<T>
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Result<T>>,
-{
-    let mut pause = Duration::from_millis(10);
-    loop {
-        match call().await {
-            Err(e) if e.is_transient() && Instant::now() + pause < give_up_at => {
-                tracing::debug!(error = %e, "fenced: call failed; retrying");
-                tokio::time::sleep(pause).await;
-                pause = (pause * 2).min(Duration::from_secs(1));
-            }
-            other => return other,
-        }
-    }
-}
-
 async fn poll_opt<T>(fut: &mut Option<BoxFuture<'static, T>>) -> T {
     match fut {
         Some(f) => f.await,
@@ -503,28 +445,127 @@ async fn poll_opt<T>(fut: &mut Option<BoxFuture<'static, T>>) -> T {
     }
 }
 
-async fn sleep_until_opt(at: Option<Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
-    }
-}
-
 #[cfg(test)]
 mod tests {
-    use super::*;
-    use crate::error::Error;
+    //! The loop's decisions under paused time, without a server: which leases a tick renews,
+    //! when the loop wakes, and what a reply or a passed deadline does to a lease.
 
-    #[test]
-    fn a_clean_up_that_failed_still_wakes_local_waiters() {
-        // Its first attempt may have freed the lease although its reply and every retry were
-        // lost: a waiter that is not woken would sleep until its next poll.
-        let timeout = Error::Timeout {
-            operation: "release",
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::keys::LockKeys;
+    use crate::kind::exclusive::Exclusive;
+
+    fn lease(name: &str, ttl_ms: u64, renew: bool) -> Entry {
+        let state = Arc::new(LeaseState::new(
+            Instant::now(),
+            Duration::from_millis(ttl_ms),
+        ));
+        let renew_at = state.renew_at();
+        Entry {
+            lease: Tracked {
+                kind: Arc::new(Exclusive {
+                    name: name.into(),
+                    keys: Arc::new(LockKeys::new("t:", name)),
+                    fence_retention_ms: 1_000,
+                }),
+                owner: OwnerToken::generate().expect("OS random source"),
+                fencing_token: FencingToken::new(1),
+                renew,
+                state,
+            },
+            renew_at,
+            in_flight: false,
+        }
+    }
+
+    fn registry(leases: Vec<Entry>) -> HashMap<u64, Entry> {
+        leases
+            .into_iter()
+            .enumerate()
+            .map(|(i, e)| (i as u64, e))
+            .collect()
+    }
+
+    fn ids(due: &[(u64, ExpiryChange)]) -> Vec<u64> {
+        let mut ids: Vec<u64> = due.iter().map(|(id, _)| *id).collect();
+        ids.sort();
+        ids
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_tick_renews_what_is_due_and_what_falls_due_soon_in_one_batch() {
+        // ttl 3s: renew at 1s (deadline minus two thirds, less drift). ttl 3.3s: renew at
+        // 1.1s, within a sixth of its ttl of the first, so it rides along. ttl 30s: not yet.
+        let mut entries = registry(vec![
+            lease("a", 3_000, true),
+            lease("b", 3_300, true),
+            lease("c", 30_000, true),
+            lease("d", 3_000, false),
+        ]);
+        assert_eq!(
+            next_wake(&entries, false),
+            entries.get(&0).map(|e| e.renew_at)
+        );
+        tokio::time::advance(Duration::from_millis(1_000)).await;
+        let (due, calls) = take_due(&mut entries, Instant::now());
+        assert_eq!(
+            ids(&due),
+            vec![0, 1],
+            "a is due, b nearly; c is not, d never renews"
+        );
+        assert_eq!(calls.len(), 2);
+        // While they are in flight, only deadlines wake the loop.
+        let wake = next_wake(&entries, true);
+        assert_eq!(
+            wake,
+            entries.values().map(|e| e.lease.state.valid_until()).min()
+        );
+        // A confirmed renewal moves the next renewal a third of the ttl on.
+        let stats = Counters::default();
+        let replies = due.iter().map(|_| Ok(ExpiryReply::Applied)).collect();
+        apply(&mut entries, (due, Ok(replies)), &stats);
+        let a = &entries[&0];
+        assert!(!a.in_flight);
+        assert_eq!(
+            a.renew_at,
+            Instant::now() + Duration::from_millis(1_000)
+                - crate::options::drift_allowance(Duration::from_millis(3_000))
+        );
+        assert_eq!(stats.renewed.load(Ordering::Relaxed), 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_refused_renewal_loses_the_lease_and_a_failed_one_retries_until_the_deadline() {
+        let mut entries = registry(vec![lease("a", 3_000, true), lease("b", 3_000, true)]);
+        let stats = Counters::default();
+        tokio::time::advance(Duration::from_millis(1_000)).await;
+        let (due, _) = take_due(&mut entries, Instant::now());
+        let lost_a = entries[&0].lease.state.lost.clone();
+        let timeout = crate::error::Error::Timeout {
+            operation: "renew",
             after: Duration::from_millis(1),
         };
-        assert!(wakes_local_waiters(&Err(timeout)));
-        assert!(wakes_local_waiters(&Ok(true)));
-        assert!(!wakes_local_waiters(&Ok(false)));
+        let replies = vec![Ok(ExpiryReply::NotHeld), Err(timeout)];
+        let mut ordered = due;
+        ordered.sort_by_key(|(id, _)| *id);
+        apply(&mut entries, (ordered, Ok(replies)), &stats);
+        assert!(lost_a.is_cancelled(), "refused: lost at once");
+        assert!(!entries.contains_key(&0));
+        // b's outcome is unknown: retried soon, and lost only when its deadline passes.
+        let b = &entries[&1];
+        assert_eq!(b.renew_at, Instant::now() + Duration::from_millis(300));
+        let lost_b = b.lease.state.lost.clone();
+        let deadline = b.lease.state.valid_until();
+        tokio::time::advance(deadline - Instant::now() - Duration::from_millis(1)).await;
+        expire(&mut entries, &stats);
+        assert!(!lost_b.is_cancelled());
+        tokio::time::advance(Duration::from_millis(1)).await;
+        expire(&mut entries, &stats);
+        assert!(
+            lost_b.is_cancelled(),
+            "past its deadline without a renewal: lost"
+        );
+        assert_eq!(stats.lost.load(Ordering::Relaxed), 2);
     }
 }

@@ -13,11 +13,8 @@
 -- Returns {1, value or false, ...} the token is current (and now recorded); the values,
 --         {0, highest}             refused: a newer token was seen; nothing read or changed.
 --
+-- `older` comes from tokens.lua, prepended when the script is built (scripts/mod.rs).
 -- Tokens are compared as decimal strings (length first, then bytes), exact for every u64.
-local function older(a, b)
-  if #a ~= #b then return #a < #b end
-  return a < b
-end
 local highest = redis.call('GET', KEYS[2])
 if highest and older(ARGV[1], highest) then
   return {0, highest}

@@ -1,12 +1,17 @@
-//! Waking waiters when a lock is released, without polling.
+//! Waking waiters when a lease is released, without polling.
 //!
 //! Two layers:
-//! - **In this process**, the waiters for one lock name form a FIFO queue ([`WaitQueue`]). Only
-//!   the head of the queue talks to Redis; the others wait for their turn without sending a
-//!   single command. A release by this process wakes the head directly.
-//! - **Across processes**, the release script publishes on the lock's channel. One pub/sub
-//!   connection per [`Client`](crate::Client), owned by one task, carries the subscriptions of
-//!   every name this client waits on, and each message wakes one head.
+//! - **In this process**, the waiters for one name form a FIFO queue ([`WaitQueue`]). Only the
+//!   heads of the queue talk to Redis: one for an exclusive lock, up to the number of permits
+//!   for a semaphore (the queue's width); the others wait for their turn without sending a
+//!   single command. A release by this process wakes heads directly.
+//! - **Across processes**, the release script publishes on the primitive's channel. One
+//!   pub/sub connection per [`Client`](crate::Client), owned by one task, carries the
+//!   subscriptions of every name this client waits on.
+//!
+//! A release says whom it wakes ([`Wake`]): one head (a lock), N heads (N permits came back),
+//! or all of them. The message is `<client id> <wake>`; a message without a wake part (from
+//! an older client) wakes one.
 //!
 //! Invariants:
 //! 1. A head registers for a wake-up (`Notified::enable`) BEFORE each acquire attempt, so a
@@ -18,8 +23,8 @@
 //!    head that hears nothing polls with jittered backoff capped by the holder's remaining
 //!    lease, so a lost message, a foreign holder that does not publish, or an expired lease
 //!    never strands it.
-//! 4. A message published by this client is skipped (the release already woke the local head),
-//!    so one release costs one wake-up, not two.
+//! 4. A message published by this client is skipped (the release already woke the local
+//!    heads), so one release costs one wake-up, not two.
 //! 5. A queue and its subscription live while at least one waiter holds a [`Ticket`]; the last
 //!    ticket dropped removes the queue and unsubscribes.
 
@@ -32,9 +37,50 @@ use redis::aio::{PubSubSink, PubSubStream};
 use tokio::sync::{Notify, Semaphore, SemaphorePermit, mpsc, oneshot};
 use tokio::time::Instant;
 
-/// The waiters of one lock name in this process.
+use crate::util::{Backoff, lock_unpoisoned, sleep_until_opt};
+
+/// Whom a release wakes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Wake {
+    /// One head: an exclusive lease came back.
+    One,
+    /// Up to N heads: N permits came back.
+    N(u32),
+    /// Every head: for example all readers after a writer.
+    #[allow(dead_code)] // the read-write lock and the latch (issue 11) wake all
+    All,
+}
+
+impl Wake {
+    /// The message a release publishes: `<client id> <wake>`.
+    pub(crate) fn message(self, client_id: &str) -> String {
+        match self {
+            Wake::One => format!("{client_id} 1"),
+            Wake::N(n) => format!("{client_id} {n}"),
+            Wake::All => format!("{client_id} all"),
+        }
+    }
+
+    /// Reads a message: who sent it, and whom it wakes.
+    fn parse(payload: &[u8]) -> (&[u8], Wake) {
+        let Some(space) = payload.iter().position(|&b| b == b' ') else {
+            return (payload, Wake::One);
+        };
+        let (sender, wake) = (&payload[..space], &payload[space + 1..]);
+        let wake = match wake {
+            b"all" => Wake::All,
+            digits => std::str::from_utf8(digits)
+                .ok()
+                .and_then(|d| d.parse::<u32>().ok())
+                .map_or(Wake::One, |n| if n == 1 { Wake::One } else { Wake::N(n) }),
+        };
+        (sender, wake)
+    }
+}
+
+/// The waiters of one name in this process.
 pub(crate) struct WaitQueue {
-    /// One permit: whoever holds it is the head, the only waiter that talks to Redis.
+    /// As many permits as heads may talk to Redis at once (the queue's width).
     gate: Semaphore,
     /// Wakes the head: on a release by this process, or on a pub/sub message.
     wake: Notify,
@@ -50,7 +96,7 @@ pub(crate) struct Ticket {
 }
 
 impl Ticket {
-    /// Waits to become the head of the queue (FIFO).
+    /// Waits to become a head of the queue (FIFO).
     pub(crate) async fn head(&self) -> Option<SemaphorePermit<'_>> {
         self.queue.gate.acquire().await.ok()
     }
@@ -81,9 +127,12 @@ enum Command {
 
 impl LocalWaiters {
     fn queues(&self) -> MutexGuard<'_, HashMap<String, Arc<WaitQueue>>> {
-        // A panic while holding this lock cannot leave the map inconsistent (every change is a
-        // single insert or remove), so a poisoned lock is still usable.
-        self.queues.lock().unwrap_or_else(|e| e.into_inner())
+        lock_unpoisoned(&self.queues)
+    }
+
+    /// This client's id, the sender part of its release messages.
+    pub(crate) fn client_id(&self) -> &str {
+        &self.client_id
     }
 
     /// True when some task of this process already waits for `channel`'s lock; a newcomer then
@@ -92,14 +141,14 @@ impl LocalWaiters {
         self.queues().contains_key(channel)
     }
 
-    /// Joins (or creates) the queue for `channel`.
-    pub(crate) fn join(self: &Arc<Self>, channel: &str) -> Ticket {
+    /// Joins (or creates, `width` heads wide) the queue for `channel`.
+    pub(crate) fn join(self: &Arc<Self>, channel: &str, width: usize) -> Ticket {
         let mut queues = self.queues();
         let queue = queues
             .entry(channel.to_owned())
             .or_insert_with(|| {
                 Arc::new(WaitQueue {
-                    gate: Semaphore::new(1),
+                    gate: Semaphore::new(width.clamp(1, MAX_HEADS)),
                     wake: Notify::new(),
                     users: 0.into(),
                 })
@@ -142,26 +191,58 @@ impl LocalWaiters {
         matches!(tokio::time::timeout(timeout, confirmed).await, Ok(Ok(true)))
     }
 
-    /// Wakes the head waiting for `channel`, if any: called after this process released the lock.
-    pub(crate) fn released(&self, channel: &str) {
-        if let Some(q) = self.queues().get(channel) {
-            q.wake.notify_one();
+    /// Wakes the heads waiting for `channel` that `wake` names: called after this process
+    /// released, and for every release message of another client.
+    pub(crate) fn released(&self, channel: &str, wake: Wake) {
+        let Some(q) = self.queues().get(channel).cloned() else {
+            return;
+        };
+        match wake {
+            Wake::One => q.wake.notify_one(),
+            // `notify_one` wakes one registered head (or leaves one permit for the next to
+            // register); heads beyond the queue's width are not waiting on `wake` anyway.
+            Wake::N(n) => {
+                for _ in 0..n.min(MAX_HEADS as u32) {
+                    q.wake.notify_one();
+                }
+            }
+            Wake::All => {
+                q.wake.notify_waiters();
+                q.wake.notify_one();
+            }
         }
     }
 
     fn wake_all_heads(&self) {
         for q in self.queues().values() {
+            q.wake.notify_waiters();
             q.wake.notify_one();
         }
     }
 
     fn on_message(&self, channel: &str, payload: &[u8]) {
-        if payload == self.client_id.as_bytes() {
-            return; // our own release; the head was woken directly
+        let (sender, wake) = Wake::parse(payload);
+        if sender == self.client_id.as_bytes() {
+            return; // our own release; the heads were woken directly
         }
-        self.released(channel);
+        self.released(channel, wake);
+    }
+
+    /// A registry without a pub/sub task: waiters rely on local wake-ups and polling. For
+    /// engine tests without a server.
+    #[cfg(test)]
+    pub(crate) fn detached(client_id: &str) -> Arc<LocalWaiters> {
+        let (commands, _) = mpsc::unbounded_channel();
+        Arc::new(LocalWaiters {
+            queues: Mutex::new(HashMap::new()),
+            client_id: client_id.into(),
+            commands,
+        })
     }
 }
+
+/// The most heads one queue lets talk to Redis at once, however many permits a semaphore has.
+const MAX_HEADS: usize = 64;
 
 /// Starts the pub/sub task of one client and returns the registry it serves.
 pub(crate) fn start(
@@ -191,7 +272,7 @@ async fn run(
     let mut sink: Option<PubSubSink> = None;
     let mut stream: Option<PubSubStream> = None;
     let mut reconnect_at: Option<Instant> = None;
-    let mut reconnect_delay = Duration::from_millis(50);
+    let mut reconnect = Backoff::new(Duration::from_millis(50), Duration::from_secs(2));
 
     loop {
         tokio::select! {
@@ -209,7 +290,7 @@ async fn run(
                             true
                         };
                         if !ok {
-                            reconnect_at = Some(Instant::now() + reconnect_delay);
+                            reconnect_at = Some(Instant::now() + reconnect.next_wait());
                         }
                         let _ = ack.send(ok);
                     }
@@ -244,15 +325,14 @@ async fn run(
             _ = sleep_until_opt(reconnect_at), if reconnect_at.is_some() && sink.is_none() && !wanted.is_empty() => {
                 if connect(&client, &wanted, timeout, &mut sink, &mut stream).await {
                     reconnect_at = None;
-                    reconnect_delay = Duration::from_millis(50);
+                    reconnect.reset();
                     // A release may have been published while we were away: let every head
                     // retry now instead of waiting out its poll interval.
                     if let Some(local) = local.upgrade() {
                         local.wake_all_heads();
                     }
                 } else {
-                    reconnect_delay = (reconnect_delay * 2).min(Duration::from_secs(2));
-                    reconnect_at = Some(Instant::now() + reconnect_delay);
+                    reconnect_at = Some(Instant::now() + reconnect.next_wait());
                 }
             }
         }
@@ -262,13 +342,6 @@ async fn run(
 async fn next_message(stream: &mut Option<PubSubStream>) -> Option<redis::Msg> {
     match stream {
         Some(s) => s.next().await,
-        None => std::future::pending().await,
-    }
-}
-
-async fn sleep_until_opt(at: Option<Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,
     }
 }
@@ -322,4 +395,63 @@ async fn subscribe_one(
     *sink = None;
     *stream = None;
     false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn release_messages_say_who_sent_them_and_whom_they_wake() {
+        for wake in [Wake::One, Wake::N(3), Wake::All] {
+            let message = wake.message("c1");
+            assert_eq!(Wake::parse(message.as_bytes()), (&b"c1"[..], wake));
+        }
+        // An older client's message is its id alone: it wakes one.
+        assert_eq!(Wake::parse(b"c2"), (&b"c2"[..], Wake::One));
+        assert_eq!(Wake::parse(b"c2 junk"), (&b"c2"[..], Wake::One));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_release_of_n_permits_wakes_n_heads_and_a_lock_release_one() {
+        let local = LocalWaiters::detached("me");
+        let tickets: Vec<Ticket> = (0..5).map(|_| local.join("ch", 4)).collect();
+        let mut heads = Vec::new();
+        for t in &tickets[..4] {
+            heads.push(t.head().await.expect("a width-4 gate has 4 heads"));
+        }
+        assert!(
+            tokio::time::timeout(Duration::from_millis(10), tickets[4].head())
+                .await
+                .is_err(),
+            "the fifth waiter queues behind the four heads"
+        );
+        let woken = |local: Arc<LocalWaiters>, wake: Wake| {
+            let tickets = &tickets;
+            async move {
+                let mut waits: Vec<_> = tickets[..4]
+                    .iter()
+                    .map(|t| Box::pin(t.wake().notified()))
+                    .collect();
+                for w in &mut waits {
+                    w.as_mut().enable();
+                }
+                local.released("ch", wake);
+                let mut count = 0;
+                for w in waits {
+                    if tokio::time::timeout(Duration::from_millis(1), w)
+                        .await
+                        .is_ok()
+                    {
+                        count += 1;
+                    }
+                }
+                count
+            }
+        };
+        assert_eq!(woken(local.clone(), Wake::N(2)).await, 2);
+        assert_eq!(woken(local.clone(), Wake::One).await, 1);
+        assert_eq!(woken(local.clone(), Wake::All).await, 4);
+        drop(heads);
+    }
 }

@@ -1,0 +1,434 @@
+//! The one acquire engine. Every primitive calls [`Core::acquire_with`] (or
+//! [`Core::try_once`]) with its own lease kind; the engine owns waiting, the local queue, the
+//! deadline and the clean-up of attempts whose outcome is unknown.
+//!
+//! Invariants:
+//! 1. A waiter registers for a wake-up BEFORE each attempt (notify.rs, 1), so a release
+//!    between the attempt and the wait is never missed.
+//! 2. With no notification, a waiter polls with jittered backoff, but never sleeps past the
+//!    moment the blocking lease runs out: a holder that dies without releasing costs its
+//!    waiters at most its remaining ttl.
+//! 3. Until Redis answers an attempt, its outcome is unknown: if the call fails or the future
+//!    is dropped, the attempt is abandoned in the background (released if it took the lease,
+//!    voided by a tombstone if it is still on its way). A lease is never left without a
+//!    guard or a clean-up.
+//! 4. Transient failures (reset, timeout, `LOADING`, failover) are retried within the wait;
+//!    they end it only at the deadline or the attempt limit. Permanent ones end it at once.
+//! 5. Newcomers queue behind this process's waiters instead of barging in; only the queue's
+//!    heads (1 for exclusive leases, up to the permits for shared ones) send commands.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::Value;
+use tokio::time::Instant;
+
+use crate::core::Core;
+use crate::core::held::{Held, Lease};
+use crate::core::lease::LeaseState;
+use crate::core::notify::LocalWaiters;
+use crate::core::renew::Tracked;
+use crate::error::{Error, Result};
+use crate::kind::{AcquireReply, LeaseKind, acquire_reply};
+use crate::options::ttl_millis;
+use crate::token::OwnerToken;
+use crate::util::Backoff;
+use crate::wait::WaitPolicy;
+
+/// What a primitive asks the engine for.
+pub(crate) struct AcquireRequest<'a> {
+    /// The primitive's name, for errors and the lease.
+    pub(crate) name: &'a Arc<str>,
+    /// Where releases are announced (and the key of the local queue).
+    pub(crate) channel: &'a str,
+    /// The lease length.
+    pub(crate) ttl: Duration,
+    /// Whether the held lease is renewed in the background.
+    pub(crate) auto_renew: bool,
+    /// How long to wait.
+    pub(crate) wait: WaitPolicy,
+    /// How many of this process's waiters may try at once.
+    pub(crate) heads: usize,
+}
+
+/// One attempt's outcome: the lease, or how long the blocking lease has left (`None`: unknown).
+pub(crate) type Attempt<G> = Result<G, Option<Duration>>;
+
+impl Core {
+    /// Takes a lease, waiting by the request's policy. `next` gives the lease kind and owner of
+    /// each attempt.
+    pub(crate) async fn acquire_with<K, F>(
+        self: &Arc<Self>,
+        req: &AcquireRequest<'_>,
+        mut next: F,
+    ) -> Result<Held>
+    where
+        K: LeaseKind,
+        F: FnMut() -> Result<(K, OwnerToken)>,
+    {
+        let wait = WaitSpec {
+            name: req.name,
+            channel: req.channel,
+            heads: req.heads,
+            policy: req.wait,
+            poll: (self.options.poll_min, self.options.poll_max),
+            timeout: self.options.timeout,
+        };
+        wait_for(&self.waiters, &wait, || {
+            let next = next();
+            async move {
+                let (kind, owner) = next?;
+                self.try_once(req, kind, owner).await
+            }
+        })
+        .await
+    }
+
+    /// One attempt, never waits.
+    pub(crate) async fn try_once<K: LeaseKind>(
+        self: &Arc<Self>,
+        req: &AcquireRequest<'_>,
+        kind: K,
+        owner: OwnerToken,
+    ) -> Result<Attempt<Held>> {
+        let kind: Arc<dyn LeaseKind> = Arc::new(kind);
+        // Until Redis answers, the outcome is unknown: if this future is dropped or the call
+        // fails, the lease may exist without a guard, so abandon it in the background.
+        let mut pending = PendingAcquire {
+            core: self,
+            armed: Some((kind.clone(), owner.clone())),
+            // Long enough to outlast a typical outage; should the attempt run later still,
+            // it holds the lease for one ttl at most, like a crashed holder.
+            patience: req.ttl.max(self.options.timeout * 10),
+        };
+        let requested_at = Instant::now();
+        let call = kind.acquire(&owner, ttl_millis(req.ttl));
+        let reply = acquire_reply(self.node().run::<Value>(&call).await?)?;
+        pending.armed = None;
+        match reply {
+            AcquireReply::Acquired(fencing_token) => {
+                tracing::debug!(name = %req.name, %fencing_token, "fenced: acquired");
+                tracing::trace!(owner = owner.as_str(), "fenced: owner token");
+                let state = Arc::new(LeaseState::new(requested_at, req.ttl));
+                let id = self.renewer.track(Tracked {
+                    kind: kind.clone(),
+                    owner: owner.clone(),
+                    fencing_token,
+                    renew: req.auto_renew,
+                    state: state.clone(),
+                });
+                let lease = Lease::new(req.name.clone(), fencing_token, state);
+                Ok(Ok(Held::new(self.clone(), kind, owner, id, lease)))
+            }
+            AcquireReply::Busy { remaining } => Ok(Err(remaining)),
+            // Only an attempt this client gave up on is answered so, and its reply is never
+            // awaited; should one arrive anyway, nothing was taken.
+            AcquireReply::Abandoned => Ok(Err(None)),
+            AcquireReply::NotHeld => Err(Error::NotHeld {
+                name: req.name.to_string(),
+            }),
+        }
+    }
+}
+
+/// Abandons an attempt whose outcome is unknown when dropped still armed.
+struct PendingAcquire<'a> {
+    core: &'a Core,
+    armed: Option<(Arc<dyn LeaseKind>, OwnerToken)>,
+    patience: Duration,
+}
+
+impl Drop for PendingAcquire<'_> {
+    fn drop(&mut self) {
+        if let Some((kind, owner)) = self.armed.take() {
+            self.core
+                .renewer
+                .abandon_in_background(kind, owner, self.patience);
+        }
+    }
+}
+
+/// How one acquisition waits.
+pub(crate) struct WaitSpec<'a> {
+    pub(crate) name: &'a str,
+    pub(crate) channel: &'a str,
+    pub(crate) heads: usize,
+    pub(crate) policy: WaitPolicy,
+    /// Bounds of the fallback poll.
+    pub(crate) poll: (Duration, Duration),
+    /// Bound on the pub/sub subscription.
+    pub(crate) timeout: Duration,
+}
+
+/// The wait loop, generic over the attempt so it can be tested without a server.
+pub(crate) async fn wait_for<G, F, Fut>(
+    waiters: &Arc<LocalWaiters>,
+    spec: &WaitSpec<'_>,
+    mut attempt: F,
+) -> Result<G>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<Attempt<G>>>,
+{
+    let started = Instant::now();
+    let deadline = match spec.policy.deadline() {
+        Some(d) => Some(started.checked_add(d).ok_or_else(|| {
+            Error::invalid(format!("wait deadline {d:?} overflows the clock; use WaitPolicy::forever() to wait without limit"))
+        })?),
+        None => None,
+    };
+    if spec.policy.max_attempts() == Some(0) {
+        return Err(Error::invalid(
+            "max_attempts is 0; at least one attempt is needed",
+        ));
+    }
+    let mut attempts = 0u32;
+    let give_up = |attempts: u32| Error::NotAcquired {
+        name: spec.name.to_owned(),
+        waited: started.elapsed(),
+        attempts,
+    };
+    let out_of_attempts = |attempts: u32| {
+        spec.policy
+            .max_attempts()
+            .is_some_and(|max| attempts >= max)
+    };
+    let past_deadline = || deadline.is_some_and(|d| Instant::now() >= d);
+    let retry_or_fail = |e: Error, attempts: u32| {
+        if e.is_transient() && !out_of_attempts(attempts) && !past_deadline() {
+            tracing::debug!(error = %e, "fenced: acquire attempt failed; retrying within the wait");
+            Ok(())
+        } else {
+            Err(e)
+        }
+    };
+    let (poll_min, poll_max) = spec.poll;
+    let mut failures = Backoff::new(poll_min, poll_max);
+
+    // Fast path: nobody in this process is queued, so try straight away.
+    if !waiters.has_waiters(spec.channel) {
+        attempts = attempts.saturating_add(1);
+        match attempt().await {
+            Ok(Ok(granted)) => return Ok(granted),
+            Ok(Err(_)) => {
+                if out_of_attempts(attempts) || past_deadline() {
+                    return Err(give_up(attempts));
+                }
+            }
+            Err(e) => retry_or_fail(e, attempts)?,
+        }
+    }
+
+    // Queue behind this process's other waiters; only the heads talk to Redis.
+    let ticket = waiters.join(spec.channel, spec.heads);
+    let head = match deadline {
+        Some(d) => match tokio::time::timeout_at(d, ticket.head()).await {
+            Ok(permit) => permit,
+            Err(_) => return Err(give_up(attempts)),
+        },
+        None => ticket.head().await,
+    };
+    let _head = head.ok_or_else(|| give_up(attempts))?;
+    let subscribed = waiters.subscribe(spec.channel, spec.timeout).await;
+    tracing::debug!(subscribed, "fenced: waiting");
+    let mut backoff = Backoff::new(poll_min, poll_max);
+    loop {
+        let notified = ticket.wake().notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable(); // register before the attempt: no release is missed
+        attempts = attempts.saturating_add(1);
+        let pause = match attempt().await {
+            Ok(Ok(granted)) => {
+                tracing::debug!(attempts, waited = ?started.elapsed(), "fenced: acquired after waiting");
+                return Ok(granted);
+            }
+            Ok(Err(remaining)) => {
+                if out_of_attempts(attempts) || past_deadline() {
+                    return Err(give_up(attempts));
+                }
+                failures.reset();
+                let pause = backoff.next_wait();
+                // Retry right when the blocking lease runs out, in case it never releases.
+                remaining.map_or(pause, |left| pause.min(left + Duration::from_millis(1)))
+            }
+            Err(e) => {
+                retry_or_fail(e, attempts)?;
+                failures.next_wait()
+            }
+        };
+        let mut wake_at = Instant::now() + pause;
+        if let Some(d) = deadline {
+            wake_at = wake_at.min(d);
+        }
+        tokio::select! {
+            _ = &mut notified => backoff.reset(),
+            _ = tokio::time::sleep_until(wake_at) => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The wait loop under paused time, with scripted attempts: no server, exact instants.
+
+    use std::sync::Mutex;
+
+    use super::*;
+    use crate::core::Wake;
+    use crate::util::lock_unpoisoned;
+
+    fn spec(policy: WaitPolicy, poll: Duration) -> WaitSpec<'static> {
+        WaitSpec {
+            name: "job",
+            channel: "ch",
+            heads: 1,
+            policy,
+            poll: (poll, poll),
+            timeout: Duration::from_millis(50),
+        }
+    }
+
+    /// Attempts that answer from a script, recording when each was made.
+    struct Script {
+        replies: Mutex<Vec<Result<Attempt<u32>>>>,
+        at: Mutex<Vec<Duration>>,
+        start: Instant,
+    }
+
+    impl Script {
+        fn new(mut replies: Vec<Result<Attempt<u32>>>) -> Arc<Self> {
+            replies.reverse();
+            Arc::new(Script {
+                replies: Mutex::new(replies),
+                at: Mutex::new(Vec::new()),
+                start: Instant::now(),
+            })
+        }
+
+        fn attempt(self: &Arc<Self>) -> impl Future<Output = Result<Attempt<u32>>> + use<> {
+            let me = self.clone();
+            async move {
+                lock_unpoisoned(&me.at).push(me.start.elapsed());
+                lock_unpoisoned(&me.replies).pop().unwrap_or(Ok(Err(None)))
+            }
+        }
+
+        fn times(&self) -> Vec<u128> {
+            lock_unpoisoned(&self.at)
+                .iter()
+                .map(|d| d.as_millis())
+                .collect()
+        }
+    }
+
+    fn timeout_error() -> Error {
+        Error::Timeout {
+            operation: "acquire",
+            after: Duration::from_millis(1),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_waiter_retries_when_the_blocking_lease_runs_out_not_at_its_poll() {
+        let waiters = LocalWaiters::detached("me");
+        let busy = || Ok(Err(Some(Duration::from_millis(300))));
+        let script = Script::new(vec![busy(), busy(), Ok(Ok(7))]);
+        let got = wait_for(
+            &waiters,
+            &spec(WaitPolicy::forever(), Duration::from_secs(10)),
+            || script.attempt(),
+        )
+        .await;
+        assert_eq!(got.ok(), Some(7));
+        assert_eq!(
+            script.times(),
+            vec![0, 0, 301],
+            "fast path, first try as head, then at the lease's end"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_local_release_wakes_the_head_before_its_poll() {
+        let waiters = LocalWaiters::detached("me");
+        let script = Script::new(vec![Ok(Err(None)), Ok(Err(None)), Ok(Ok(1))]);
+        let releaser = {
+            let waiters = waiters.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(40)).await;
+                waiters.released("ch", Wake::One);
+            })
+        };
+        let got = wait_for(
+            &waiters,
+            &spec(WaitPolicy::forever(), Duration::from_secs(10)),
+            || script.attempt(),
+        )
+        .await;
+        assert_eq!(got.ok(), Some(1));
+        let times = script.times();
+        assert_eq!(
+            times[..2],
+            [0, 0],
+            "the fast path, then the head's first try"
+        );
+        assert_eq!(times[2], 40, "woken by the release, not by the 10s poll");
+        releaser.await.ok();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_deadline_and_the_attempt_limit_end_the_wait_with_not_acquired() {
+        let waiters = LocalWaiters::detached("me");
+        let script = Script::new(vec![]);
+        let policy = WaitPolicy::up_to(Duration::from_secs(2));
+        let err = wait_for(&waiters, &spec(policy, Duration::from_millis(500)), || {
+            script.attempt()
+        })
+        .await
+        .err();
+        match err {
+            Some(Error::NotAcquired {
+                waited, attempts, ..
+            }) => {
+                assert_eq!(waited, Duration::from_secs(2));
+                assert!(attempts >= 4, "{attempts}");
+            }
+            other => panic!("{other:?}"),
+        }
+        let script = Script::new(vec![]);
+        let policy = WaitPolicy::forever().with_max_attempts(3);
+        let err = wait_for(&waiters, &spec(policy, Duration::from_millis(5)), || {
+            script.attempt()
+        })
+        .await
+        .err();
+        assert!(
+            matches!(err, Some(Error::NotAcquired { attempts: 3, .. })),
+            "{err:?}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn transient_failures_are_retried_and_permanent_ones_end_the_wait() {
+        let waiters = LocalWaiters::detached("me");
+        let script = Script::new(vec![Err(timeout_error()), Err(timeout_error()), Ok(Ok(3))]);
+        let got = wait_for(
+            &waiters,
+            &spec(
+                WaitPolicy::up_to(Duration::from_secs(5)),
+                Duration::from_millis(20),
+            ),
+            || script.attempt(),
+        )
+        .await;
+        assert_eq!(got.ok(), Some(3));
+        let script = Script::new(vec![Err(Error::invalid("permanent"))]);
+        let got = wait_for(
+            &waiters,
+            &spec(WaitPolicy::forever(), Duration::from_millis(20)),
+            || script.attempt(),
+        )
+        .await;
+        assert!(matches!(got, Err(Error::InvalidArgument(_))));
+        assert_eq!(script.times().len(), 1);
+    }
+}

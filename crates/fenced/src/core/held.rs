@@ -1,0 +1,260 @@
+//! [`Held`]: a held lease of any kind, given back on drop; and [`Lease`], the cheap view of it
+//! that the protected work gets. Primitives wrap `Held` in their own guard.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
+
+use crate::core::Core;
+use crate::core::cleanup::release_with_retry;
+use crate::core::lease::{ExpiryReply, LeaseState};
+use crate::error::{Error, Result};
+use crate::kind::{LeaseKind, ReleaseReply, expiry_reply};
+use crate::options::{ttl_millis, validate_ttl};
+use crate::token::{FencingToken, OwnerToken};
+
+/// A lease the renewal loop tracks, of any kind. Dropping it gives it back in the background.
+pub(crate) struct Held {
+    core: Arc<Core>,
+    kind: Arc<dyn LeaseKind>,
+    owner: OwnerToken,
+    /// False once given back (released, or handed to the background).
+    live: bool,
+    id: u64,
+    lease: Lease,
+}
+
+impl Held {
+    pub(crate) fn new(
+        core: Arc<Core>,
+        kind: Arc<dyn LeaseKind>,
+        owner: OwnerToken,
+        id: u64,
+        lease: Lease,
+    ) -> Self {
+        Held {
+            core,
+            kind,
+            owner,
+            live: true,
+            id,
+            lease,
+        }
+    }
+
+    /// The view of this lease the work gets.
+    pub(crate) fn lease(&self) -> &Lease {
+        &self.lease
+    }
+
+    /// The owner token.
+    pub(crate) fn owner(&self) -> &OwnerToken {
+        &self.owner
+    }
+
+    /// Sets the lease to `ttl` from now and uses `ttl` for later renewals; see
+    /// [`LockGuard::extend`](crate::LockGuard::extend) for the promises.
+    pub(crate) async fn extend(&self, ttl: Duration) -> Result<()> {
+        validate_ttl(ttl)?;
+        let owner = &self.owner;
+        if self.lease.state.lost.is_cancelled() {
+            // Declared lost already (and no longer renewed): extending now would make a
+            // lease nobody watches. Acquire again instead.
+            return Err(self.lease.lost_error());
+        }
+        let renewer = &self.core.renewer;
+        let change = self.lease.state.begin(Some(ttl));
+        renewer.reschedule(self.id);
+        let call = self.kind.extend(owner, ttl_millis(ttl), change.epoch);
+        let reply = expiry_reply(self.core.node().run(&call).await?)?;
+        self.lease.state.settle(&change, reply);
+        match reply {
+            // Superseded: a newer extend (from another task) was applied after this one.
+            ExpiryReply::Applied | ExpiryReply::Superseded => {
+                renewer.reschedule(self.id);
+                Ok(())
+            }
+            ExpiryReply::NotHeld => Err(self.not_held()),
+        }
+    }
+
+    /// Gives the lease back, retrying a lost reply; wakes whom the kind's release wakes.
+    ///
+    /// Returns [`ReleaseReply::Retained`] when only this hold was given back (an inner
+    /// re-entrant hold).
+    pub(crate) async fn release(mut self) -> Result<ReleaseReply> {
+        self.live = false;
+        let owner = self.owner.clone();
+        let core = self.core.clone();
+        // Stop renewing first, so the renewal of a lease being released is not mistaken for
+        // loss; and end the lease for every clone before it is given back.
+        core.renewer.untrack(self.id);
+        self.lease.state.end();
+        let message = core.release_message(self.kind.wakes());
+        let reply = match release_with_retry(&core, &*self.kind, &owner, &message).await {
+            Ok(reply) => reply,
+            Err(e) => {
+                if e.is_transient() {
+                    // Keep trying in the background, so the lease is freed once Redis answers.
+                    let ttl = self.lease.state.ttl();
+                    core.renewer
+                        .release_in_background(self.id, self.kind.clone(), owner, ttl);
+                }
+                return Err(e);
+            }
+        };
+        tracing::debug!(name = %self.lease.name, ?reply, "fenced: released");
+        if reply.freed() {
+            core.waiters
+                .released(self.kind.channel(), self.kind.wakes());
+        }
+        if reply == ReleaseReply::NotHeld {
+            self.lease.state.lost.cancel();
+            return Err(self.not_held());
+        }
+        Ok(reply)
+    }
+
+    fn not_held(&self) -> Error {
+        Error::NotHeld {
+            name: self.lease.name.to_string(),
+        }
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        if self.live {
+            self.live = false;
+            self.lease.state.end();
+            self.core.renewer.release_in_background(
+                self.id,
+                self.kind.clone(),
+                self.owner.clone(),
+                self.lease.state.ttl(),
+            );
+        }
+    }
+}
+
+/// What the protected work needs to know about its lease: a cheap, cloneable, `Send + 'static`
+/// view of a held lock, permit or hold.
+///
+/// Use it cooperatively, as the seeds' "if interrupted, break" loop does:
+///
+/// ```
+/// # fenced_testkit::doctest(|url| async move {
+/// let client = fenced::Client::connect(&url).await?;
+/// let guard = client.lock("nightly-report").acquire().await?;
+/// let lease = guard.lease();
+/// for step in 0..3 {
+///     lease.check()?; // stop as soon as the lease is gone
+///     println!("step {step} with token {}", lease.fencing_token());
+/// }
+/// guard.release().await?;
+/// # Ok(()) });
+/// ```
+#[derive(Clone)]
+pub struct Lease {
+    name: Arc<str>,
+    fencing_token: FencingToken,
+    pub(crate) state: Arc<LeaseState>,
+}
+
+impl fmt::Debug for Lease {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Lease")
+            .field("name", &self.name)
+            .field("fencing_token", &self.fencing_token)
+            .field("lost", &self.is_lost())
+            .finish()
+    }
+}
+
+impl Lease {
+    pub(crate) fn new(name: Arc<str>, fencing_token: FencingToken, state: Arc<LeaseState>) -> Self {
+        Lease {
+            name,
+            fencing_token,
+            state,
+        }
+    }
+
+    /// The name of the lock (or semaphore) this lease is on.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// This grant's fencing token.
+    pub fn fencing_token(&self) -> FencingToken {
+        self.fencing_token
+    }
+
+    /// True once the lease is over: lost, past its validity deadline, or given back by its
+    /// guard (released or dropped).
+    pub fn is_lost(&self) -> bool {
+        self.state.is_over()
+    }
+
+    /// True once the guard gave the lease back ([`LockGuard::release`](crate::LockGuard::release)
+    /// or drop), as opposed to losing it.
+    pub fn is_released(&self) -> bool {
+        self.state.is_released()
+    }
+
+    /// `Err` once the lease is over: a checkpoint for long work.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::LeaseEnded`] when the guard released the lease (or was dropped) while this
+    /// clone was still in use; [`Error::LeaseLost`] when the lease was lost or its deadline
+    /// passed.
+    pub fn check(&self) -> Result<()> {
+        if self.state.is_released() {
+            return Err(Error::LeaseEnded {
+                name: self.name.to_string(),
+                fencing_token: self.fencing_token,
+            });
+        }
+        if self.is_lost() {
+            return Err(self.lost_error());
+        }
+        Ok(())
+    }
+
+    pub(crate) fn lost_error(&self) -> Error {
+        Error::LeaseLost {
+            name: self.name.to_string(),
+            fencing_token: self.fencing_token,
+        }
+    }
+
+    /// Completes when the lease is over: a renewal was refused, the validity deadline passed
+    /// without a successful renewal (also when Redis is unreachable), or the guard released
+    /// the lease or was dropped. Completes at once if that already happened, so work holding
+    /// a clone never runs on past its guard.
+    pub fn lost(&self) -> WaitForCancellationFutureOwned {
+        self.state.lost.clone().cancelled_owned()
+    }
+
+    /// A token cancelled when the lease is over (see [`lost`](Self::lost)), to hand to code
+    /// that takes a `CancellationToken`. Cancelling it yourself does not affect the lease.
+    pub fn cancellation_token(&self) -> CancellationToken {
+        self.state.lost.child_token()
+    }
+
+    /// The moment (monotonic clock) until which the lease is certainly ours: as of the last
+    /// grant or renewal Redis confirmed, never later than a shorter `extend` of unknown
+    /// outcome, and never later than the moment the guard gave it back.
+    pub fn valid_until(&self) -> Instant {
+        self.state.valid_until()
+    }
+
+    /// How much of the lease is certainly left (zero once past the deadline or given back).
+    pub fn remaining(&self) -> Duration {
+        self.valid_until().saturating_duration_since(Instant::now())
+    }
+}

@@ -1,0 +1,116 @@
+//! The lease core: what every primitive shares. No Lua and no key layouts here (those are the
+//! kinds', `kind/`), no connections (the backend's, `backend/`).
+//!
+//! - [`acquire`]: the one acquire engine: fast path, local queue, notification wait with a
+//!   polling fallback capped by the blocking lease's remaining ttl, deadline, attempt limit,
+//!   and the clean-up of attempts whose outcome is unknown.
+//! - [`held`]: a held lease of any kind ([`Held`]) and the [`Lease`] view the work gets.
+//! - [`lease`]: a lease's validity deadline, in epoch order.
+//! - [`renew`]: one renewal loop per client, one pipelined round trip per tick.
+//! - [`cleanup`]: releases and abandons in the background, so `Drop` never blocks.
+//! - [`notify`]: local wait queues and the one pub/sub connection; [`Wake`] says whom a
+//!   release wakes.
+//!
+//! A primitive reaches the client only through [`Core`]'s methods.
+
+pub(crate) mod acquire;
+pub(crate) mod cleanup;
+pub mod held;
+pub(crate) mod lease;
+pub(crate) mod notify;
+pub(crate) mod renew;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+pub(crate) use acquire::AcquireRequest;
+pub(crate) use held::Held;
+pub use held::Lease;
+pub(crate) use notify::Wake;
+
+use crate::backend::{Backend, Node};
+use crate::options::{ClientOptions, ttl_millis};
+use notify::LocalWaiters;
+use renew::{RenewalStats, Renewer};
+
+/// What the primitives of one client share: the backend, the settings, the wait queues and
+/// the renewal loop.
+pub(crate) struct Core {
+    backend: Backend,
+    options: ClientOptions,
+    waiters: Arc<LocalWaiters>,
+    renewer: Renewer,
+}
+
+impl Core {
+    /// Starts the client's background tasks (pub/sub on first use, renewal) over `backend`.
+    pub(crate) fn start(
+        backend: Backend,
+        options: ClientOptions,
+        client_id: Arc<str>,
+    ) -> Arc<Core> {
+        let waiters = notify::start(backend.dedicated().clone(), client_id, options.timeout);
+        let renewer = Renewer::start(backend.clone(), waiters.clone(), options.timeout);
+        Arc::new(Core {
+            backend,
+            options,
+            waiters,
+            renewer,
+        })
+    }
+
+    /// The client's settings.
+    pub(crate) fn options(&self) -> &ClientOptions {
+        &self.options
+    }
+
+    /// The node that serves non-lease commands (resources, inspection, optimistic helpers).
+    pub(crate) fn node(&self) -> &Node {
+        self.backend.node()
+    }
+
+    /// Wakes this process's waiters on `channel`, after a release that did not go through a
+    /// held lease (a forced release).
+    pub(crate) fn wake_local(&self, channel: &str, wake: Wake) {
+        self.waiters.released(channel, wake);
+    }
+
+    /// The message a release of this client publishes.
+    pub(crate) fn release_message(&self, wake: Wake) -> String {
+        wake.message(self.waiters.client_id())
+    }
+
+    /// How long a release's record lives: longer than a release is retried in the foreground.
+    pub(crate) fn release_record_ms(&self) -> u64 {
+        ttl_millis(self.options.timeout * 3)
+    }
+
+    /// The fencing counter's retention, in ms.
+    pub(crate) fn fence_retention_ms(&self) -> u64 {
+        ttl_millis(self.options.fence_retention)
+    }
+
+    /// Waits until the background clean-ups handed over so far are done, bounded by twice the
+    /// timeout.
+    pub(crate) async fn flush(&self) {
+        let bound = self.options.timeout * 2;
+        if tokio::time::timeout(bound, self.renewer.flush())
+            .await
+            .is_err()
+        {
+            tracing::debug!(
+                "fenced: flush gave up waiting; leases left behind expire by their ttl"
+            );
+        }
+    }
+
+    /// The renewal loop's running totals.
+    pub(crate) fn stats(&self) -> RenewalStats {
+        self.renewer.stats()
+    }
+
+    /// The per-call bound.
+    pub(crate) fn timeout(&self) -> Duration {
+        self.options.timeout
+    }
+}

@@ -1,0 +1,71 @@
+//! The exclusive lease under [`Lock`](crate::Lock): a plain string key holding the owner
+//! token, `SET NX PX`, the layout redis-py, redsync and node-redlock use too.
+
+use std::sync::Arc;
+
+use crate::core::Wake;
+use crate::keys::LockKeys;
+use crate::kind::LeaseKind;
+use crate::scripts::{ABANDON, ACQUIRE, EXTEND, RELEASE, ScriptCall};
+use crate::token::OwnerToken;
+
+/// One exclusive lease on a name.
+pub(crate) struct Exclusive {
+    pub(crate) name: Arc<str>,
+    pub(crate) keys: Arc<LockKeys>,
+    /// How long the fencing counter outlives its last grant, in ms.
+    pub(crate) fence_retention_ms: u64,
+}
+
+impl LeaseKind for Exclusive {
+    fn name(&self) -> &Arc<str> {
+        &self.name
+    }
+
+    fn channel(&self) -> &str {
+        &self.keys.channel
+    }
+
+    fn wakes(&self) -> Wake {
+        Wake::One
+    }
+
+    fn acquire(&self, owner: &OwnerToken, ttl_ms: u64) -> ScriptCall {
+        ScriptCall::new(&ACQUIRE)
+            .key(&self.keys.lock)
+            .key(&self.keys.fence)
+            .key(self.keys.tombstone(owner))
+            .arg(owner.as_str())
+            .arg(ttl_ms)
+            .arg(self.fence_retention_ms)
+    }
+
+    fn extend(&self, owner: &OwnerToken, ttl_ms: u64, epoch: u64) -> ScriptCall {
+        ScriptCall::new(&EXTEND)
+            .key(&self.keys.lock)
+            .key(self.keys.epoch(owner))
+            .arg(owner.as_str())
+            .arg(ttl_ms)
+            .arg(epoch)
+    }
+
+    fn release(&self, owner: &OwnerToken, message: &str, record_ms: u64) -> ScriptCall {
+        ScriptCall::new(&RELEASE)
+            .key(&self.keys.lock)
+            .key(self.keys.release_record(owner))
+            .arg(owner.as_str())
+            .arg(&self.keys.channel)
+            .arg(message)
+            .arg(record_ms)
+    }
+
+    fn abandon(&self, owner: &OwnerToken, message: &str, patience_ms: u64) -> ScriptCall {
+        ScriptCall::new(&ABANDON)
+            .key(&self.keys.lock)
+            .key(self.keys.tombstone(owner))
+            .arg(owner.as_str())
+            .arg(&self.keys.channel)
+            .arg(message)
+            .arg(patience_ms.max(1))
+    }
+}

@@ -1,0 +1,147 @@
+//! The raw layer under the primitives (lock_api's `RawMutex`): what a lease of each kind is in
+//! Redis, as typed script calls. No waiting, no renewal loop, no connections here: the core
+//! runs these calls through the backend and decides when.
+//!
+//! A new primitive adds one kind: its key layout, its acquire attempt, and how a lease of it
+//! is renewed, released and abandoned. The replies follow one convention per step, so the
+//! core's renewal batches and background clean-ups work on any kind:
+//!
+//! | step | script replies |
+//! |---|---|
+//! | acquire | `{1, token}` granted, `{0, ms}` busy (ms until the blocking lease ends, -1 unknown), `{0, -3}` abandoned, `{0, -4}` refused (a re-entry whose lease is gone) |
+//! | extend | 1 applied, 0 not held, 2 superseded by a newer epoch |
+//! | release | 1 released (waiters woken), 2 already released by this same call, 0 not held, 3 this hold released but the lease stays (inner re-entrant hold) |
+//! | abandon | 1 the attempt had taken the lease, now released; 0 a tombstone voids it |
+
+pub(crate) mod exclusive;
+pub(crate) mod permits;
+pub(crate) mod reentrant;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::Value;
+
+use crate::core::Wake;
+use crate::core::lease::ExpiryReply;
+use crate::error::{Error, Result};
+use crate::scripts::ScriptCall;
+use crate::token::{FencingToken, OwnerToken};
+
+/// What a held lease is: its keys, and how it is taken, renewed, given back and abandoned.
+pub(crate) trait LeaseKind: Send + Sync + 'static {
+    /// The primitive's name, for logs and errors.
+    fn name(&self) -> &Arc<str>;
+    /// The pub/sub channel its releases are announced on; also the key of the local queue.
+    fn channel(&self) -> &str;
+    /// Whom a release of this lease wakes.
+    fn wakes(&self) -> Wake;
+    /// One acquire attempt by `owner` for `ttl_ms`.
+    fn acquire(&self, owner: &OwnerToken, ttl_ms: u64) -> ScriptCall;
+    /// Renew (or re-time) the lease to `ttl_ms` from now, in epoch order.
+    fn extend(&self, owner: &OwnerToken, ttl_ms: u64, epoch: u64) -> ScriptCall;
+    /// Give the lease back and publish `message`; `record_ms` keeps the release's record.
+    fn release(&self, owner: &OwnerToken, message: &str, record_ms: u64) -> ScriptCall;
+    /// Void an attempt of unknown outcome: release what it took, or leave a tombstone that
+    /// lives `patience_ms`.
+    fn abandon(&self, owner: &OwnerToken, message: &str, patience_ms: u64) -> ScriptCall;
+}
+
+/// What an acquire attempt found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AcquireReply {
+    /// The lease is ours, with this fencing token.
+    Acquired(FencingToken),
+    /// Somebody holds it; the blocking lease has this much left (`None`: unknown).
+    Busy { remaining: Option<Duration> },
+    /// This attempt had been abandoned by the client before it reached Redis; nothing changed.
+    Abandoned,
+    /// A re-entry whose lease is no longer held by its owner: refused, nothing changed.
+    NotHeld,
+}
+
+/// What a release found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ReleaseReply {
+    /// Given back now; waiters were notified.
+    Released,
+    /// An earlier attempt of this same release already did it (its reply was lost).
+    AlreadyReleased,
+    /// Not ours any more; nothing changed.
+    NotHeld,
+    /// This hold is given back, but the lease stays: other holds of the same owner remain.
+    Retained,
+}
+
+impl ReleaseReply {
+    /// True when the lease itself was given back by this call, so waiters may proceed.
+    pub(crate) fn freed(self) -> bool {
+        matches!(self, ReleaseReply::Released | ReleaseReply::AlreadyReleased)
+    }
+}
+
+pub(crate) fn acquire_reply(value: Value) -> Result<AcquireReply> {
+    let (granted, detail): (i64, Value) = redis::from_redis_value(value.clone())
+        .map_err(|_| unexpected("acquire", format!("{value:?}")))?;
+    match (granted, detail) {
+        (1, Value::BulkString(bytes)) => parse_token("acquire", &bytes).map(AcquireReply::Acquired),
+        (0, Value::Int(-3)) => Ok(AcquireReply::Abandoned),
+        (0, Value::Int(-4)) => Ok(AcquireReply::NotHeld),
+        (0, Value::Int(ms)) => Ok(AcquireReply::Busy {
+            remaining: u64::try_from(ms).ok().map(Duration::from_millis),
+        }),
+        (g, v) => Err(unexpected("acquire", format!("{g}, {v:?}"))),
+    }
+}
+
+pub(crate) fn expiry_reply(value: Value) -> Result<ExpiryReply> {
+    match value {
+        Value::Int(1) => Ok(ExpiryReply::Applied),
+        Value::Int(2) => Ok(ExpiryReply::Superseded),
+        Value::Int(0) => Ok(ExpiryReply::NotHeld),
+        other => Err(unexpected("extend", format!("{other:?}"))),
+    }
+}
+
+pub(crate) fn release_reply(value: Value) -> Result<ReleaseReply> {
+    match value {
+        Value::Int(1) => Ok(ReleaseReply::Released),
+        Value::Int(2) => Ok(ReleaseReply::AlreadyReleased),
+        Value::Int(0) => Ok(ReleaseReply::NotHeld),
+        Value::Int(3) => Ok(ReleaseReply::Retained),
+        other => Err(unexpected("release", format!("{other:?}"))),
+    }
+}
+
+/// True when an abandon found the attempt had taken the lease (and released it).
+pub(crate) fn abandon_reply(value: Value) -> Result<bool> {
+    match value {
+        Value::Int(n) => Ok(n == 1),
+        other => Err(unexpected("abandon", format!("{other:?}"))),
+    }
+}
+
+/// A fencing token as the scripts send it: a decimal string.
+pub(crate) fn parse_token(script: &'static str, bytes: &[u8]) -> Result<FencingToken> {
+    std::str::from_utf8(bytes)
+        .ok()
+        .and_then(|s| s.parse::<u64>().ok())
+        .map(FencingToken::new)
+        .ok_or_else(|| {
+            unexpected(
+                script,
+                format!(
+                    "fencing token {:?} is not a u64",
+                    String::from_utf8_lossy(bytes)
+                ),
+            )
+        })
+}
+
+/// The one constructor of [`Error::UnexpectedReply`].
+pub(crate) fn unexpected(script: &'static str, detail: String) -> Error {
+    Error::UnexpectedReply { script, detail }
+}
+
+#[cfg(test)]
+mod tests;

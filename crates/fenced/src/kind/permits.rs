@@ -1,0 +1,124 @@
+//! The leased permits under [`Semaphore`](crate::Semaphore): a sorted set of holders scored by
+//! the end of their lease (Redis server time), and a hash of how many permits each holds.
+
+use std::sync::Arc;
+
+use crate::core::Wake;
+use crate::kind::LeaseKind;
+use crate::scripts::{
+    SEMAPHORE_ABANDON, SEMAPHORE_ACQUIRE, SEMAPHORE_EXTEND, SEMAPHORE_RELEASE, ScriptCall,
+};
+use crate::token::OwnerToken;
+
+/// The keys and channel of one semaphore; all share the hash tag `{name}`.
+#[derive(Clone, Debug)]
+pub(crate) struct SemaphoreKeys {
+    /// zset: owner -> end of its lease (server ms).
+    pub(crate) holders: String,
+    /// hash: owner -> permits held.
+    pub(crate) counts: String,
+    /// hash: `last` fencing token.
+    pub(crate) fence: String,
+    /// pub/sub: one message per release, saying how many permits came back.
+    pub(crate) channel: String,
+}
+
+impl SemaphoreKeys {
+    pub(crate) fn new(namespace: &str, name: &str) -> Self {
+        let base = format!("{namespace}{{{name}}}");
+        let holders = format!("{base}:permits");
+        SemaphoreKeys {
+            counts: format!("{holders}:n"),
+            fence: format!("{base}:fence"),
+            channel: format!("{holders}:released"),
+            holders,
+        }
+    }
+
+    fn per_owner(&self, what: &str, owner: &OwnerToken) -> String {
+        format!("{}:{what}:{}", self.holders, owner.as_str())
+    }
+}
+
+/// One holder's permits.
+pub(crate) struct Permits {
+    pub(crate) name: Arc<str>,
+    pub(crate) keys: Arc<SemaphoreKeys>,
+    /// Permits this lease holds.
+    pub(crate) permits: u32,
+    /// Permits in all, as the acquiring handle sees it.
+    pub(crate) limit: u32,
+    pub(crate) fence_retention_ms: u64,
+}
+
+impl LeaseKind for Permits {
+    fn name(&self) -> &Arc<str> {
+        &self.name
+    }
+
+    fn channel(&self) -> &str {
+        &self.keys.channel
+    }
+
+    fn wakes(&self) -> Wake {
+        Wake::N(self.permits)
+    }
+
+    fn acquire(&self, owner: &OwnerToken, ttl_ms: u64) -> ScriptCall {
+        ScriptCall::new(&SEMAPHORE_ACQUIRE)
+            .key(&self.keys.holders)
+            .key(&self.keys.counts)
+            .key(&self.keys.fence)
+            .key(self.keys.per_owner("void", owner))
+            .arg(owner.as_str())
+            .arg(self.permits)
+            .arg(self.limit)
+            .arg(ttl_ms)
+            .arg(self.fence_retention_ms)
+    }
+
+    fn extend(&self, owner: &OwnerToken, ttl_ms: u64, epoch: u64) -> ScriptCall {
+        ScriptCall::new(&SEMAPHORE_EXTEND)
+            .key(&self.keys.holders)
+            .key(&self.keys.counts)
+            .key(self.keys.per_owner("epoch", owner))
+            .arg(owner.as_str())
+            .arg(ttl_ms)
+            .arg(epoch)
+    }
+
+    fn release(&self, owner: &OwnerToken, message: &str, record_ms: u64) -> ScriptCall {
+        ScriptCall::new(&SEMAPHORE_RELEASE)
+            .key(&self.keys.holders)
+            .key(&self.keys.counts)
+            .key(self.keys.per_owner("rel", owner))
+            .arg(owner.as_str())
+            .arg(&self.keys.channel)
+            .arg(message)
+            .arg(record_ms)
+    }
+
+    fn abandon(&self, owner: &OwnerToken, message: &str, patience_ms: u64) -> ScriptCall {
+        ScriptCall::new(&SEMAPHORE_ABANDON)
+            .key(&self.keys.holders)
+            .key(&self.keys.counts)
+            .key(self.keys.per_owner("void", owner))
+            .arg(owner.as_str())
+            .arg(&self.keys.channel)
+            .arg(message)
+            .arg(patience_ms.max(1))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_semaphore_key_hashes_on_its_name() {
+        let k = SemaphoreKeys::new("fenced:", "pool");
+        for key in [&k.holders, &k.counts, &k.fence, &k.channel] {
+            assert!(key.starts_with("fenced:{pool}"), "{key}");
+        }
+    }
+}

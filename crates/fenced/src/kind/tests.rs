@@ -1,0 +1,348 @@
+//! The scripts' answers, on a real server, in the cases the client cannot easily produce on
+//! purpose: a release whose reply was lost, an acquire that arrives after it was abandoned,
+//! late expiry changes, an emptied script cache, re-entry and leased permits.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::Value;
+use redis::aio::ConnectionManager;
+
+use super::exclusive::Exclusive;
+use super::permits::{Permits, SemaphoreKeys};
+use super::reentrant::ReentrantHold;
+use super::*;
+use crate::backend::Node;
+use crate::keys::{LockKeys, ResourceKeys};
+use crate::scripts::FENCED_WRITE;
+
+async fn node(server: &fenced_testkit::RedisServer) -> Node {
+    let client = redis::Client::open(server.url()).unwrap();
+    Node::new(
+        ConnectionManager::new(client).await.unwrap(),
+        Duration::from_secs(2),
+    )
+}
+
+fn owner() -> OwnerToken {
+    OwnerToken::generate().unwrap()
+}
+
+fn lock(name: &str) -> Exclusive {
+    Exclusive {
+        name: name.into(),
+        keys: Arc::new(LockKeys::new("t:", name)),
+        fence_retention_ms: 60_000,
+    }
+}
+
+async fn acquire(n: &Node, kind: &dyn LeaseKind, who: &OwnerToken, ttl_ms: u64) -> AcquireReply {
+    acquire_reply(n.run::<Value>(&kind.acquire(who, ttl_ms)).await.unwrap()).unwrap()
+}
+
+async fn release(n: &Node, kind: &dyn LeaseKind, who: &OwnerToken) -> ReleaseReply {
+    release_reply(
+        n.run::<Value>(&kind.release(who, "c 1", 5_000))
+            .await
+            .unwrap(),
+    )
+    .unwrap()
+}
+
+async fn abandon(n: &Node, kind: &dyn LeaseKind, who: &OwnerToken, ms: u64) -> bool {
+    abandon_reply(n.run::<Value>(&kind.abandon(who, "c 1", ms)).await.unwrap()).unwrap()
+}
+
+async fn extend(
+    n: &Node,
+    kind: &dyn LeaseKind,
+    who: &OwnerToken,
+    ttl_ms: u64,
+    epoch: u64,
+) -> ExpiryReply {
+    expiry_reply(
+        n.run::<Value>(&kind.extend(who, ttl_ms, epoch))
+            .await
+            .unwrap(),
+    )
+    .unwrap()
+}
+
+async fn pttl(n: &Node, key: &str) -> i64 {
+    n.query("pttl", redis::cmd("PTTL").arg(key)).await.unwrap()
+}
+
+fn granted(reply: AcquireReply) -> bool {
+    matches!(reply, AcquireReply::Acquired(_))
+}
+
+#[tokio::test]
+async fn a_repeated_release_reports_already_released_not_not_held() {
+    let server = fenced_testkit::RedisServer::start().unwrap();
+    let n = node(&server).await;
+    let job = lock("job");
+    let me = owner();
+    assert!(granted(acquire(&n, &job, &me, 10_000).await));
+    assert_eq!(release(&n, &job, &me).await, ReleaseReply::Released);
+    // The same release again, as after a lost reply:
+    assert_eq!(release(&n, &job, &me).await, ReleaseReply::AlreadyReleased);
+    // ... even after other holders came and went in between:
+    let other = owner();
+    assert!(granted(acquire(&n, &job, &other, 10_000).await));
+    assert_eq!(release(&n, &job, &other).await, ReleaseReply::Released);
+    assert_eq!(release(&n, &job, &me).await, ReleaseReply::AlreadyReleased);
+    // Somebody else's release attempt with a token that never held the lock:
+    assert_eq!(release(&n, &job, &owner()).await, ReleaseReply::NotHeld);
+}
+
+#[tokio::test]
+async fn an_abandoned_attempt_that_arrives_late_refuses_itself() {
+    let server = fenced_testkit::RedisServer::start().unwrap();
+    let n = node(&server).await;
+    let late_lock = lock("late");
+    let late = owner();
+    // The client gave up on the attempt before Redis saw it:
+    assert!(!abandon(&n, &late_lock, &late, 5_000).await);
+    // The attempt arrives after all, and takes nothing:
+    assert_eq!(
+        acquire(&n, &late_lock, &late, 10_000).await,
+        AcquireReply::Abandoned
+    );
+    // A tombstone for an attempt that never arrives expires by itself:
+    let never = owner();
+    assert!(!abandon(&n, &late_lock, &never, 200).await);
+    let left = pttl(&n, &late_lock.keys.tombstone(&never)).await;
+    assert!(left > 0 && left <= 200, "tombstone pttl {left}");
+    // The lock is free for others, and an abandon of an attempt that DID take it releases it:
+    let taken = owner();
+    assert!(granted(acquire(&n, &late_lock, &taken, 10_000).await));
+    assert!(abandon(&n, &late_lock, &taken, 5_000).await);
+    assert!(granted(acquire(&n, &late_lock, &owner(), 10_000).await));
+}
+
+#[tokio::test]
+async fn a_failed_fenced_write_does_not_move_the_fence() {
+    let server = fenced_testkit::RedisServer::start().unwrap();
+    let n = node(&server).await;
+    let keys = ResourceKeys::new("t:", "doc");
+    let write = |token: u64| {
+        crate::scripts::ScriptCall::new(&FENCED_WRITE)
+            .key(&keys.data)
+            .key(&keys.fence)
+            .arg(token)
+            .arg("f")
+            .arg("v")
+    };
+    let _: Value = n.run(&write(5)).await.unwrap();
+    let _: () = n
+        .query("set", redis::cmd("SET").arg(&keys.data).arg("not a hash"))
+        .await
+        .unwrap();
+    assert!(n.run::<Value>(&write(9)).await.is_err());
+    let fence: String = n
+        .query("get", redis::cmd("GET").arg(&keys.fence))
+        .await
+        .unwrap();
+    assert_eq!(fence, "5");
+}
+
+#[tokio::test]
+async fn a_batch_renews_held_leases_and_refuses_lost_ones_after_the_script_cache_emptied() {
+    let server = fenced_testkit::RedisServer::start().unwrap();
+    let n = node(&server).await;
+    let (held, gone) = (lock("held"), lock("gone"));
+    let (a, b) = (owner(), owner());
+    acquire(&n, &held, &a, 10_000).await;
+    acquire(&n, &gone, &b, 10_000).await;
+    release(&n, &gone, &b).await;
+    // An emptied script cache must not break the pipelined renewal.
+    let _: () = n
+        .query("flush", redis::cmd("SCRIPT").arg("FLUSH"))
+        .await
+        .unwrap();
+    let calls = [held.extend(&a, 20_000, 0), gone.extend(&b, 20_000, 0)];
+    let replies: Vec<ExpiryReply> = n
+        .run_batch("renew", &calls)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| r.and_then(expiry_reply).unwrap())
+        .collect();
+    assert_eq!(replies, [ExpiryReply::Applied, ExpiryReply::NotHeld]);
+    assert!(pttl(&n, &held.keys.lock).await > 15_000);
+}
+
+#[tokio::test]
+async fn a_late_expiry_change_of_an_older_epoch_is_refused() {
+    // The race of a renewal that timed out on a dead connection and reaches Redis after a
+    // newer `extend` sent on a fresh one: the older request must not re-time the lease.
+    for kind in ["lock", "semaphore"] {
+        let server = fenced_testkit::RedisServer::start().unwrap();
+        let n = node(&server).await;
+        let me = owner();
+        let (lease, key): (Box<dyn LeaseKind>, String) = if kind == "lock" {
+            let l = lock("epochs");
+            let key = l.keys.lock.clone();
+            (Box::new(l), key)
+        } else {
+            let p = permits("epochs", 1, 1);
+            let key = p.keys.holders.clone();
+            (Box::new(p), key)
+        };
+        assert!(granted(acquire(&n, &*lease, &me, 3_000).await));
+        // extend(300ms) opens epoch 1 and is applied first ...
+        assert_eq!(extend(&n, &*lease, &me, 300, 1).await, ExpiryReply::Applied);
+        // ... then the delayed epoch-0 renewal for 3s arrives: refused, nothing changes.
+        assert_eq!(
+            extend(&n, &*lease, &me, 3_000, 0).await,
+            ExpiryReply::Superseded
+        );
+        assert!(
+            pttl(&n, &key).await <= 300,
+            "{kind}: the older epoch re-timed the lease"
+        );
+        // The opposite order: a longer epoch 2 applied, then a late epoch-1 (shorter) renewal.
+        assert_eq!(
+            extend(&n, &*lease, &me, 20_000, 2).await,
+            ExpiryReply::Applied
+        );
+        assert_eq!(
+            extend(&n, &*lease, &me, 300, 1).await,
+            ExpiryReply::Superseded
+        );
+        assert!(
+            pttl(&n, &key).await > 15_000,
+            "{kind}: the older epoch shortened the lease"
+        );
+        // Same epoch in any order is applied; another owner is refused whatever its epoch.
+        assert_eq!(
+            extend(&n, &*lease, &me, 20_000, 2).await,
+            ExpiryReply::Applied
+        );
+        assert_eq!(
+            extend(&n, &*lease, &owner(), 1_000, 9).await,
+            ExpiryReply::NotHeld
+        );
+    }
+}
+
+fn hold(name: &str, id: &str, reenter_only: bool) -> ReentrantHold {
+    ReentrantHold {
+        name: name.into(),
+        keys: Arc::new(LockKeys::new("t:", name)),
+        hold: id.to_owned(),
+        reenter_only,
+        fence_retention_ms: 60_000,
+    }
+}
+
+#[tokio::test]
+async fn reentrant_holds_share_one_token_and_the_last_release_frees_the_lock() {
+    let server = fenced_testkit::RedisServer::start().unwrap();
+    let n = node(&server).await;
+    let me = owner();
+    let first = acquire(&n, &hold("re", "h1", false), &me, 10_000).await;
+    let again = acquire(&n, &hold("re", "h2", true), &me, 10_000).await;
+    assert!(granted(first));
+    assert_eq!(first, again, "a re-entry carries the hold's token");
+    // A plain lock and a stranger are kept out.
+    assert!(matches!(
+        acquire(&n, &lock("re"), &owner(), 10_000).await,
+        AcquireReply::Busy { .. }
+    ));
+    assert_eq!(
+        acquire(&n, &hold("re", "x", true), &owner(), 10_000).await,
+        AcquireReply::NotHeld
+    );
+    // Inner release: retained; its retry is recognised; the last one frees the lock.
+    assert_eq!(
+        release(&n, &hold("re", "h2", true), &me).await,
+        ReleaseReply::Retained
+    );
+    assert_eq!(
+        release(&n, &hold("re", "h2", true), &me).await,
+        ReleaseReply::AlreadyReleased
+    );
+    // A re-entry never shortens the lease other holds count on.
+    assert!(granted(
+        acquire(&n, &hold("re", "h3", true), &me, 200).await
+    ));
+    assert!(pttl(&n, "t:{re}").await > 5_000);
+    assert_eq!(
+        release(&n, &hold("re", "h3", true), &me).await,
+        ReleaseReply::Retained
+    );
+    assert_eq!(
+        release(&n, &hold("re", "h1", false), &me).await,
+        ReleaseReply::Released
+    );
+    assert_eq!(pttl(&n, "t:{re}").await, -2, "the lock key is gone");
+    assert_eq!(pttl(&n, "t:{re}:holds").await, -2, "the holds are gone");
+    // Once free, a re-entry by the old owner is refused: it never takes a free lock.
+    assert_eq!(
+        acquire(&n, &hold("re", "h4", true), &me, 10_000).await,
+        AcquireReply::NotHeld
+    );
+}
+
+fn permits(name: &str, n: u32, limit: u32) -> Permits {
+    Permits {
+        name: name.into(),
+        keys: Arc::new(SemaphoreKeys::new("t:", name)),
+        permits: n,
+        limit,
+        fence_retention_ms: 60_000,
+    }
+}
+
+#[tokio::test]
+async fn permits_are_counted_against_each_requests_limit_and_expire_by_server_time() {
+    let server = fenced_testkit::RedisServer::start().unwrap();
+    let n = node(&server).await;
+    let (a, b, c) = (owner(), owner(), owner());
+    let two = acquire(&n, &permits("pool", 2, 3), &a, 10_000).await;
+    assert!(granted(two));
+    let one = acquire(&n, &permits("pool", 1, 3), &b, 250).await;
+    assert!(granted(one));
+    // Full: the answer says how long until the earliest lease ends.
+    match acquire(&n, &permits("pool", 1, 3), &c, 10_000).await {
+        AcquireReply::Busy {
+            remaining: Some(left),
+        } => assert!(left <= Duration::from_millis(250)),
+        other => panic!("{other:?}"),
+    }
+    // A handle with a larger limit is admitted; a smaller one waits.
+    assert!(granted(
+        acquire(&n, &permits("pool", 1, 4), &c, 10_000).await
+    ));
+    assert!(matches!(
+        acquire(&n, &permits("pool", 1, 2), &owner(), 10_000).await,
+        AcquireReply::Busy { .. }
+    ));
+    // b's lease ends by the server's clock: its permit comes back without any release.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        extend(&n, &permits("pool", 1, 3), &b, 10_000, 0).await,
+        ExpiryReply::NotHeld
+    );
+    assert!(granted(
+        acquire(&n, &permits("pool", 1, 4), &owner(), 10_000).await
+    ));
+    // Tokens increase in grant order, and release is exact.
+    let (AcquireReply::Acquired(t1), AcquireReply::Acquired(t2)) = (two, one) else {
+        unreachable!()
+    };
+    assert!(t2 > t1);
+    assert_eq!(
+        release(&n, &permits("pool", 2, 3), &a).await,
+        ReleaseReply::Released
+    );
+    assert_eq!(
+        release(&n, &permits("pool", 2, 3), &a).await,
+        ReleaseReply::AlreadyReleased
+    );
+    assert_eq!(
+        release(&n, &permits("pool", 1, 3), &b).await,
+        ReleaseReply::NotHeld
+    );
+}

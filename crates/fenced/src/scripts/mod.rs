@@ -1,0 +1,161 @@
+//! Every Lua script of the crate, in one registry.
+//!
+//! Each script is its own `.lua` file in this folder, with a header naming its KEYS, ARGV and
+//! replies. Scripts are sent by `EVALSHA`; the node loads them on a `NOSCRIPT` reply (a
+//! restart, a failover, a reconnect to a fresh server, `SCRIPT FLUSH`) and, because a pipeline
+//! cannot fall back on its own, loads every script of the batch before sending it again.
+//!
+//! Invariants:
+//! 1. User data (names, tokens, values) travels only in KEYS and ARGV; script bodies are
+//!    static text compiled into the binary.
+//! 2. A [`ScriptCall`] names all the keys it touches, and the keys of one primitive share a
+//!    `{hash tag}`, so a call runs on one Redis Cluster slot.
+
+use std::sync::LazyLock;
+
+use redis::{Cmd, Script, ToRedisArgs};
+
+/// A script of the registry, with the operation name its errors carry.
+pub(crate) struct Lua {
+    /// The operation, as shown in errors and logs ("acquire", "release", ...).
+    pub(crate) operation: &'static str,
+    source: &'static str,
+    script: LazyLock<Script>,
+}
+
+impl Lua {
+    /// The script's SHA-1, as `EVALSHA` wants it.
+    pub(crate) fn hash(&self) -> &str {
+        self.script.get_hash()
+    }
+
+    /// `SCRIPT LOAD` for this script.
+    pub(crate) fn load_cmd(&self) -> Cmd {
+        let mut cmd = redis::cmd("SCRIPT");
+        cmd.arg("LOAD").arg(self.source);
+        cmd
+    }
+}
+
+macro_rules! lua {
+    ($(#[$doc:meta])* $name:ident, $operation:literal, $($file:literal),+) => {
+        $(#[$doc])*
+        pub(crate) static $name: Lua = Lua {
+            operation: $operation,
+            source: concat!($(include_str!($file)),+),
+            script: LazyLock::new(|| Script::new(concat!($(include_str!($file)),+))),
+        };
+    };
+}
+
+lua!(/// Take a lock and a fencing token.
+    ACQUIRE, "acquire", "acquire.lua");
+lua!(/// Compare-and-delete a lock, then publish.
+    RELEASE, "release", "release.lua");
+lua!(/// Void an acquire attempt of unknown outcome.
+    ABANDON, "abandon", "abandon.lua");
+lua!(/// Renew or re-time a lease, in epoch order.
+    EXTEND, "extend", "extend.lua");
+lua!(/// Break a lock whoever holds it.
+    FORCE_RELEASE, "force release", "force_release.lua");
+lua!(/// Take or re-enter a reentrant lock.
+    REENTRANT_ACQUIRE, "acquire", "reentrant_acquire.lua");
+lua!(/// Renew one hold of a reentrant lock (never shortens it).
+    REENTRANT_EXTEND, "extend", "reentrant_extend.lua");
+lua!(/// Give back one hold of a reentrant lock.
+    REENTRANT_RELEASE, "release", "reentrant_release.lua");
+lua!(/// Void a reentrant acquire attempt of unknown outcome.
+    REENTRANT_ABANDON, "abandon", "reentrant_abandon.lua");
+lua!(/// Take leased permits of a semaphore.
+    SEMAPHORE_ACQUIRE, "acquire", "semaphore_acquire.lua");
+lua!(/// Renew or re-time a semaphore holder's lease.
+    SEMAPHORE_EXTEND, "extend", "semaphore_extend.lua");
+lua!(/// Give back a holder's permits.
+    SEMAPHORE_RELEASE, "release", "semaphore_release.lua");
+lua!(/// Void a semaphore acquire attempt of unknown outcome.
+    SEMAPHORE_ABANDON, "abandon", "semaphore_abandon.lua");
+lua!(/// Count a semaphore's live permits.
+    SEMAPHORE_STATUS, "semaphore status", "semaphore_status.lua");
+lua!(/// Write to a resource with a current fencing token.
+    FENCED_WRITE, "fenced write", "tokens.lua", "fenced_write.lua");
+lua!(/// Read a resource with a current fencing token, fencing off older ones.
+    FENCED_READ, "fenced read", "tokens.lua", "fenced_read.lua");
+lua!(/// Compare-and-set a plain key.
+    COMPARE_AND_SET, "compare and set", "compare_and_set.lua");
+lua!(/// Write a versioned value if its version is current.
+    SET_IF_VERSION, "versioned write", "set_if_version.lua");
+lua!(/// Keep the maximum or minimum of a key.
+    SET_EXTREME, "set max/min", "set_extreme.lua");
+lua!(/// Take from a stock if enough is left.
+    DECREMENT_IF_AT_LEAST, "decrement if at least", "decrement_if_at_least.lua");
+
+/// One script invocation: which script, its keys and its arguments.
+#[derive(Clone, Debug)]
+pub(crate) struct ScriptCall {
+    pub(crate) lua: &'static Lua,
+    keys: Vec<Vec<u8>>,
+    args: Vec<Vec<u8>>,
+}
+
+impl std::fmt::Debug for Lua {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.operation)
+    }
+}
+
+impl ScriptCall {
+    pub(crate) fn new(lua: &'static Lua) -> Self {
+        ScriptCall {
+            lua,
+            keys: Vec::new(),
+            args: Vec::new(),
+        }
+    }
+
+    /// Adds a key (KEYS[n]).
+    pub(crate) fn key(mut self, key: impl ToRedisArgs) -> Self {
+        self.keys.extend(key.to_redis_args());
+        self
+    }
+
+    /// Adds an argument (ARGV[n]).
+    pub(crate) fn arg(mut self, arg: impl ToRedisArgs) -> Self {
+        self.args.extend(arg.to_redis_args());
+        self
+    }
+
+    /// The `EVALSHA` command.
+    pub(crate) fn evalsha(&self) -> Cmd {
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(self.lua.hash())
+            .arg(self.keys.len())
+            .arg(&self.keys)
+            .arg(&self.args);
+        cmd
+    }
+
+    /// The keys the call touches (for routing to a node or slot).
+    #[allow(dead_code)] // used by the cluster and Redlock backends' routing
+    pub(crate) fn keys(&self) -> &[Vec<u8>] {
+        &self.keys
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shared_lua_is_prepended_and_user_data_stays_out_of_bodies() {
+        assert!(FENCED_READ.source.contains("local function older"));
+        assert!(FENCED_WRITE.source.contains("local function older"));
+        let call = ScriptCall::new(&ACQUIRE)
+            .key("k{x}")
+            .arg("v'); evil")
+            .arg(5u64);
+        let packed = call.evalsha().get_packed_command();
+        let text = String::from_utf8_lossy(&packed);
+        assert!(text.contains(ACQUIRE.hash()));
+        assert_eq!(call.keys().len(), 1);
+    }
+}

@@ -1,0 +1,59 @@
+-- Take a reentrant lock, or enter it once more as its owner.
+--
+-- The lock key is the plain string an exclusive lock uses (so a Lock and a ReentrantLock on
+-- one name exclude each other); the holds live in a hash next to it. Each hold has its own
+-- random id, so giving one back twice (a retry after a lost reply) is recognised.
+--
+-- KEYS[1]  lock key        (string: owner token, PX = lease)
+-- KEYS[2]  holds key       (hash: token = the fencing token of the whole hold, h:<id> = 1 per hold)
+-- KEYS[3]  fence key       (hash: last = last fencing token handed out)
+-- KEYS[4]  this attempt's tombstone, <lock>:void:<owner>:<hold id> (exists only if abandoned)
+-- ARGV[1]  owner token
+-- ARGV[2]  lease in ms
+-- ARGV[3]  how long the fence key outlives the last grant, in ms
+-- ARGV[4]  this hold's id
+-- ARGV[5]  '1': re-enter only (never take a free lock), '0': take it or re-enter
+--
+-- Returns {1, token} granted: a first hold (new token) or a re-entry (the hold's token),
+--         {0, pttl}  held by somebody else (pttl = -1 for a key without expiry),
+--         {0, -3}    the client already abandoned this attempt,
+--         {0, -4}    re-enter only, and the owner does not hold the lock (lost or released).
+if redis.call('DEL', KEYS[4]) == 1 then
+  return {0, -3}
+end
+local ttl = tonumber(ARGV[2])
+local holder = redis.call('GET', KEYS[1])
+if holder == ARGV[1] then
+  local token = redis.call('HGET', KEYS[2], 'token')
+  if not token then
+    return {0, -4}
+  end
+  redis.call('HSET', KEYS[2], 'h:' .. ARGV[4], 1)
+  -- A re-entry asks for at least its ttl, and never shortens what other holds were promised.
+  local pttl = redis.call('PTTL', KEYS[1])
+  if pttl >= 0 and pttl < ttl then
+    redis.call('PEXPIRE', KEYS[1], ttl)
+    pttl = ttl
+  end
+  if pttl >= 0 then
+    redis.call('PEXPIRE', KEYS[2], pttl)
+  end
+  return {1, token}
+end
+if ARGV[5] == '1' then
+  return {0, -4}
+end
+if holder then
+  return {0, redis.call('PTTL', KEYS[1])}
+end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ttl)
+local now = redis.call('TIME')
+local now_us = tonumber(now[1]) * 1000000 + tonumber(now[2])
+local last = tonumber(redis.call('HGET', KEYS[3], 'last') or '0') or 0
+local token = string.format('%.0f', math.max(last + 1, now_us))
+redis.call('HSET', KEYS[3], 'last', token)
+redis.call('PEXPIRE', KEYS[3], ARGV[3])
+redis.call('DEL', KEYS[2])
+redis.call('HSET', KEYS[2], 'token', token, 'h:' .. ARGV[4], 1)
+redis.call('PEXPIRE', KEYS[2], ttl)
+return {1, token}
