@@ -19,6 +19,8 @@ mod inspect;
 mod lease_validity;
 mod optimistic;
 mod outages;
+mod reentrant;
 mod release;
 mod renewal;
+mod semaphore;
 mod wakeup;
