@@ -64,19 +64,21 @@ pub enum Command {
     /// Run CMD while holding the lock NAME; renew it while CMD runs; release it when CMD exits.
     ///
     /// CMD gets FENCED_TOKEN (the fencing token: pass it along with every write) and
-    /// FENCED_NAME in its environment. If the lease is lost, CMD is sent SIGTERM, then SIGKILL
+    /// FENCED_NAME in its environment, and FENCED_HOLDS, through which a `fenced run` on the
+    /// same NAME started under CMD re-enters the lock instead of waiting for itself. If the lease is lost, CMD is sent SIGTERM, then SIGKILL
     /// after --kill-after, and fenced exits 76; these go to CMD and every process it started. SIGTERM and SIGHUP sent to fenced are
     /// forwarded to CMD, and SIGINT and SIGQUIT too unless fenced runs on a terminal (where
     /// Ctrl-C already reaches CMD).
     #[command(after_help = EXIT_CODES)]
     Run(RunArgs),
     /// Show whether NAME is held, by whom (first 8 characters of its owner token), for how
-    /// much longer, the last fencing token, and how many clients wait for it.
+    /// much longer, how many re-entrant holds, the last fencing token, how many clients wait
+    /// for it, and the permits held of the semaphore NAME.
     Status {
         /// The lock's name.
         name: String,
     },
-    /// List the held locks of the namespace (found with SCAN, never KEYS).
+    /// List the held locks and semaphores of the namespace (found with SCAN, never KEYS).
     List {
         /// Only names matching this glob.
         #[arg(default_value = "*")]
@@ -110,6 +112,11 @@ pub struct RunArgs {
     /// Try once; exit 75 if the lock is held.
     #[arg(long)]
     pub no_wait: bool,
+    /// Run under one of N leased permits of the semaphore NAME instead of the lock: at most N
+    /// commands run at once. (Nesting re-enters locks only; a nested run with --permits takes
+    /// another permit.)
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub permits: Option<u32>,
     /// After the lease is lost: time between SIGTERM and SIGKILL to CMD (at most 1 day).
     #[arg(long, default_value = "10s", value_parser = kill_after, value_name = "DUR")]
     pub kill_after: Duration,

@@ -897,3 +897,130 @@ async fn a_group_kill_or_a_killed_supervisor_leaves_nothing_running() {
         "released once nothing runs"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_nested_under_a_run_of_the_same_name_re_enters_instead_of_waiting() {
+    let s = server();
+    let url = s.url();
+    let me = env!("CARGO_BIN_EXE_fenced");
+    // The inner run would wait forever for the outer one if it did not re-enter; --wait
+    // bounds that to a clear failure (75) instead of a hang.
+    let script = format!(
+        "echo outer=$FENCED_TOKEN; {me} --redis {url} run deploy --wait 2s -- sh -c 'echo inner=$FENCED_TOKEN; {me} --redis {url} --json status deploy'"
+    );
+    let done = finish(
+        fenced(&url, &["run", "deploy", "--", "sh", "-c", &script]),
+        Duration::from_secs(20),
+    )
+    .await;
+    assert_eq!(done.code, Some(0), "{}", done.stderr);
+    let token = |tag: &str| {
+        done.stdout
+            .lines()
+            .find_map(|l| l.strip_prefix(tag))
+            .map(str::to_owned)
+    };
+    assert!(token("outer=").is_some(), "{}", done.stdout);
+    assert_eq!(
+        token("outer="),
+        token("inner="),
+        "one token for the whole hold"
+    );
+    let status = done.stdout.lines().find(|l| l.starts_with('{')).unwrap();
+    let json: serde_json::Value = serde_json::from_str(status).unwrap();
+    assert_eq!(json["holds"], 2, "{status}");
+    // Both released: the lock is free, and a different name under the run is not re-entered.
+    assert!(
+        client(&s)
+            .await
+            .lock("deploy")
+            .status()
+            .await
+            .unwrap()
+            .holder
+            .is_none()
+    );
+    let c = client(&s).await;
+    let _other = c.lock("other").acquire().await.unwrap();
+    let script = format!("{me} --redis {url} run other --no-wait -- true");
+    let blocked = finish(
+        fenced(&url, &["run", "deploy", "--", "sh", "-c", &script]),
+        Duration::from_secs(20),
+    )
+    .await;
+    assert_eq!(blocked.code, Some(75), "{}", blocked.stderr);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_with_permits_share_n_slots_and_a_killed_ones_slot_comes_back() {
+    let s = server();
+    let url = s.url();
+    let slot = |wait: &str| {
+        fenced(
+            &url,
+            &[
+                "run",
+                "pool",
+                "--permits",
+                "2",
+                "--ttl",
+                "1s",
+                wait,
+                "--",
+                "sleep",
+                "30",
+            ],
+        )
+    };
+    let mut a = slot("--wait=5s").spawn().unwrap();
+    let mut b = slot("--wait=5s").spawn().unwrap();
+    let c = client(&s).await;
+    let pool = c.semaphore("pool", 2);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while pool.status().await.unwrap().held < 2 {
+        assert!(
+            Instant::now() < deadline,
+            "the two runs never held their permits"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let third = finish(
+        fenced(
+            &url,
+            &["run", "pool", "--permits", "2", "--no-wait", "--", "true"],
+        ),
+        Duration::from_secs(10),
+    )
+    .await;
+    assert_eq!(third.code, Some(75), "{}", third.stderr);
+    let list = finish(fenced(&url, &["list"]), Duration::from_secs(10)).await;
+    assert!(
+        list.stdout.contains("SEMAPHORE") && list.stdout.contains("pool"),
+        "{}",
+        list.stdout
+    );
+    // kill -9 one run: its permit comes back within the ttl (1s), and a waiting run gets it.
+    signal(&a, Signal::SIGKILL);
+    wait_exit(&mut a, Duration::from_secs(5)).await;
+    let next = finish(
+        fenced(
+            &url,
+            &[
+                "run",
+                "pool",
+                "--permits",
+                "2",
+                "--wait",
+                "5s",
+                "--",
+                "true",
+            ],
+        ),
+        Duration::from_secs(10),
+    )
+    .await;
+    assert_eq!(next.code, Some(0), "{}", next.stderr);
+    assert!(next.took < Duration::from_secs(3), "{:?}", next.took);
+    signal(&b, Signal::SIGTERM);
+    wait_exit(&mut b, Duration::from_secs(10)).await;
+}

@@ -166,39 +166,8 @@ impl Client {
     /// of keys takes many steps.
     pub async fn locks(&self, pattern: &str) -> Result<Vec<LockStatus>> {
         let ns = &self.core().options().namespace;
-        let prefix = format!("{}{{", escape_glob(ns));
-        let match_pattern = format!("{prefix}{pattern}}}");
         let node = self.core().node();
-        let mut cursor = 0;
-        let mut names = Vec::new();
-        loop {
-            let mut scan = redis::cmd("SCAN");
-            scan.arg(cursor)
-                .arg("MATCH")
-                .arg(&match_pattern)
-                .arg("COUNT")
-                .arg(1000)
-                .arg("TYPE")
-                .arg("string");
-            let (next, keys): (u64, Vec<String>) = node.query("scan", &scan).await?;
-            for key in keys {
-                // `<ns>{name}` exactly: names never contain braces, so this is unambiguous.
-                if let Some(name) = key
-                    .strip_prefix(ns.as_str())
-                    .and_then(|k| k.strip_prefix('{'))
-                    .and_then(|k| k.strip_suffix('}'))
-                    && !name.contains(['{', '}'])
-                {
-                    names.push(name.to_owned());
-                }
-            }
-            if next == 0 {
-                break;
-            }
-            cursor = next;
-        }
-        names.sort();
-        names.dedup();
+        let names = scan_names(node, ns, pattern, "", "string").await?;
         let mut out = Vec::with_capacity(names.len());
         // One round trip per batch of names, not one per name.
         for batch in names.chunks(INSPECT_BATCH) {
@@ -213,6 +182,71 @@ impl Client {
         }
         Ok(out)
     }
+}
+
+impl Client {
+    /// Every semaphore of this client's namespace with live holders whose name matches the
+    /// glob `pattern`, found with `SCAN`, sorted by name.
+    ///
+    /// # Errors
+    ///
+    /// Transport errors, as for [`locks`](Self::locks).
+    pub async fn semaphores(&self, pattern: &str) -> Result<Vec<crate::SemaphoreStatus>> {
+        let ns = &self.core().options().namespace;
+        let names = scan_names(self.core().node(), ns, pattern, ":permits", "zset").await?;
+        let mut out = Vec::with_capacity(names.len());
+        for name in names {
+            let status = self.semaphore(name, 1).status().await?;
+            if status.holders > 0 {
+                out.push(status);
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// The names whose key `<ns>{name}<suffix>` of `key_type` exists, matching the glob `pattern`,
+/// sorted and without duplicates (`SCAN` may return a key twice).
+async fn scan_names(
+    node: &Node,
+    ns: &str,
+    pattern: &str,
+    suffix: &str,
+    key_type: &str,
+) -> Result<Vec<String>> {
+    let match_pattern = format!("{}{{{pattern}}}{suffix}", escape_glob(ns));
+    let mut cursor = 0;
+    let mut names = Vec::new();
+    loop {
+        let mut scan = redis::cmd("SCAN");
+        scan.arg(cursor)
+            .arg("MATCH")
+            .arg(&match_pattern)
+            .arg("COUNT")
+            .arg(1000)
+            .arg("TYPE")
+            .arg(key_type);
+        let (next, keys): (u64, Vec<String>) = node.query("scan", &scan).await?;
+        for key in keys {
+            // `<ns>{name}<suffix>` exactly: names never contain braces, so this is unambiguous.
+            if let Some(name) = key
+                .strip_prefix(ns)
+                .and_then(|k| k.strip_prefix('{'))
+                .and_then(|k| k.strip_suffix(suffix))
+                .and_then(|k| k.strip_suffix('}'))
+                && !name.contains(['{', '}'])
+            {
+                names.push(name.to_owned());
+            }
+        }
+        if next == 0 {
+            break;
+        }
+        cursor = next;
+    }
+    names.sort();
+    names.dedup();
+    Ok(names)
 }
 
 /// Escapes the glob characters of a literal (the namespace) for `SCAN MATCH`.

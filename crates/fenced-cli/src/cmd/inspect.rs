@@ -1,6 +1,6 @@
 //! `fenced status`, `fenced list`, `fenced release --force`.
 
-use fenced::LockStatus;
+use fenced::{LockStatus, SemaphoreStatus};
 use serde_json::{Value, json};
 
 use crate::args::Global;
@@ -11,13 +11,13 @@ pub async fn status(global: &Global, name: &str) -> Result<u8, Failure> {
     check_name(name)?;
     check_url(global.redis_url())?;
     let client = connect(global).await?;
-    let status = client
-        .lock(name)
-        .status()
-        .await
-        .map_err(|e| Failure::from_lib(e, &address(global.redis_url())))?;
+    let fail = |e| Failure::from_lib(e, &address(global.redis_url()));
+    let status = client.lock(name).status().await.map_err(fail)?;
+    let permits = client.semaphore(name, 1).status().await.map_err(fail)?;
     if global.json {
-        say!("{}", to_json(&status));
+        let mut value = to_json(&status);
+        value["semaphore"] = semaphore_json(&permits);
+        say!("{value}");
     } else {
         say!("lock:     {}", status.name);
         match &status.holder {
@@ -33,7 +33,22 @@ pub async fn status(global: &Global, name: &str) -> Result<u8, Failure> {
             Some(t) => say!("fencing:  last token {t}"),
             None => say!("fencing:  no token handed out recently"),
         }
+        if status.holds > 1 {
+            say!("holds:    {} (re-entered)", status.holds);
+        }
         say!("waiting:  {} client(s)", status.waiting_clients);
+        if permits.holders > 0 {
+            say!(
+                "permits:  {} held by {} holder(s) of the semaphore {:?}{}",
+                permits.held,
+                permits.holders,
+                permits.name,
+                permits.next_expiry.map_or(String::new(), |t| format!(
+                    "; the first lease ends in {}",
+                    show(t)
+                ))
+            );
+        }
     }
     Ok(exit::OK)
 }
@@ -41,20 +56,51 @@ pub async fn status(global: &Global, name: &str) -> Result<u8, Failure> {
 pub async fn list(global: &Global, pattern: &str) -> Result<u8, Failure> {
     check_url(global.redis_url())?;
     let client = connect(global).await?;
-    let locks = client
-        .locks(pattern)
-        .await
-        .map_err(|e| Failure::from_lib(e, &address(global.redis_url())))?;
+    let fail = |e| Failure::from_lib(e, &address(global.redis_url()));
+    let locks = client.locks(pattern).await.map_err(fail)?;
+    let semaphores = client.semaphores(pattern).await.map_err(fail)?;
     if global.json {
-        say!("{}", Value::Array(locks.iter().map(to_json).collect()));
+        let all = locks
+            .iter()
+            .map(to_json)
+            .chain(semaphores.iter().map(semaphore_json));
+        say!("{}", Value::Array(all.collect()));
         return Ok(exit::OK);
     }
-    if locks.is_empty() {
+    if locks.is_empty() && semaphores.is_empty() {
         say!(
-            "no held locks match {pattern:?} in namespace {:?}",
+            "no held locks or semaphores match {pattern:?} in namespace {:?}",
             global.namespace
         );
         return Ok(exit::OK);
+    }
+    if !semaphores.is_empty() {
+        let width = semaphores
+            .iter()
+            .map(|s| s.name.len())
+            .max()
+            .unwrap_or(4)
+            .max(9);
+        say!(
+            "{:<width$}  {:>7}  {:>7}  {:>10}",
+            "SEMAPHORE",
+            "HELD",
+            "HOLDERS",
+            "NEXT END"
+        );
+        for s in &semaphores {
+            let next = s.next_expiry.map_or("-".into(), show);
+            say!(
+                "{:<width$}  {:>7}  {:>7}  {next:>10}",
+                s.name,
+                s.held,
+                s.holders
+            );
+        }
+        if locks.is_empty() {
+            return Ok(exit::OK);
+        }
+        say!("");
     }
     let width = locks.iter().map(|l| l.name.len()).max().unwrap_or(4).max(4);
     say!(
@@ -104,9 +150,21 @@ pub async fn release(global: &Global, name: &str, force: bool) -> Result<u8, Fai
     Ok(exit::OK)
 }
 
+fn semaphore_json(s: &SemaphoreStatus) -> Value {
+    json!({
+        "kind": "semaphore",
+        "name": s.name,
+        "permits_held": s.held,
+        "holders": s.holders,
+        "next_expiry_ms": s.next_expiry.map(|t| t.as_millis() as u64),
+    })
+}
+
 fn to_json(s: &LockStatus) -> Value {
     json!({
+        "kind": "lock",
         "name": s.name,
+        "holds": s.holds,
         "held": s.holder.is_some(),
         "holder": s.holder.as_ref().map(|h| h.owner_prefix.clone()),
         "ttl_left_ms": s.holder.as_ref().and_then(|h| h.ttl_left).map(|t| t.as_millis() as u64),

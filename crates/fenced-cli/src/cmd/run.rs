@@ -1,4 +1,4 @@
-//! `fenced run NAME -- CMD`: hold a lock while a program runs.
+//! `fenced run NAME -- CMD`: hold a lock (or a semaphore's permit) while a program runs.
 //!
 //! Order of events: check arguments (64) → connect (69) → acquire, waiting by `--wait`
 //! (75; a signal here aborts the wait) → start the supervisor (`supervise.rs`), which starts
@@ -9,14 +9,10 @@
 //! lock (or hands the release to the client's background clean-up, which `flush` waits for).
 //! If `fenced` itself is killed, the supervisor SIGKILLs the whole subtree at once.
 
-use std::io::IsTerminal;
 use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
-use std::time::Duration;
 
-use fenced::{Client, Lock, LockGuard, LockStatus, WaitPolicy};
-use futures_util::FutureExt;
-use futures_util::future::BoxFuture;
+use fenced::{Client, WaitPolicy};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use tokio::process::Command;
@@ -24,8 +20,9 @@ use tokio::signal::unix::{SignalKind, signal};
 use tokio::time::Instant;
 
 use crate::args::{Global, RunArgs};
+use crate::cmd::hold::{self, Hold};
 use crate::cmd::supervise;
-use crate::cmd::{address, check_name, check_url, connect};
+use crate::cmd::{check_name, check_url, connect};
 use crate::exit::{self, Failure, show};
 
 pub async fn run(global: &Global, args: &RunArgs) -> Result<u8, Failure> {
@@ -42,14 +39,9 @@ pub async fn run(global: &Global, args: &RunArgs) -> Result<u8, Failure> {
     } else {
         args.wait.map_or(WaitPolicy::forever(), WaitPolicy::up_to)
     };
-    let lock = client
-        .lock(args.name.clone())
-        .with_ttl(args.ttl)
-        .with_wait(policy);
-
     let asked = Instant::now();
     let acquired = tokio::select! {
-        result = acquire_showing_progress(&lock, global.verbose) => result,
+        result = hold::acquire(&client, global, args, policy) => result,
         sig = signals.next() => {
             // Interrupted while waiting: any attempt in flight is abandoned in the background.
             client.flush().await;
@@ -58,9 +50,9 @@ pub async fn run(global: &Global, args: &RunArgs) -> Result<u8, Failure> {
     };
     let guard = match acquired {
         Ok(g) => g,
-        Err(e) => {
+        Err(failure) => {
             client.flush().await;
-            return Err(Failure::from_lib(e, &address(global.redis_url())));
+            return Err(failure);
         }
     };
     let token = guard.fencing_token();
@@ -96,6 +88,7 @@ pub async fn run(global: &Global, args: &RunArgs) -> Result<u8, Failure> {
         .args(program_args)
         .env("FENCED_TOKEN", token.to_string())
         .env("FENCED_NAME", &args.name)
+        .env(hold::HOLDS_VAR, guard.holds_for_children(&global.namespace))
         .kill_on_drop(false)
         .spawn();
     let mut child = match child {
@@ -192,7 +185,7 @@ pub async fn run(global: &Global, args: &RunArgs) -> Result<u8, Failure> {
 }
 
 /// Releases after a failed start of the command.
-async fn release(client: &Client, guard: LockGuard, global: &Global) {
+async fn release(client: &Client, guard: Hold, global: &Global) {
     if let Err(e) = guard.release().await
         && global.verbose
     {
@@ -225,74 +218,6 @@ fn in_terminal_foreground() -> bool {
         return false; // no controlling terminal
     };
     nix::unistd::tcgetpgrp(&tty).is_ok_and(|fg| fg == nix::unistd::getpgrp())
-}
-
-/// Acquires; on a terminal, shows a spinner with the holder and the time waited; with `-v`
-/// elsewhere, says once that it waits.
-async fn acquire_showing_progress(lock: &Lock, verbose: bool) -> Result<LockGuard, fenced::Error> {
-    let terminal = std::io::stderr().is_terminal();
-    if !terminal && !verbose {
-        return lock.acquire().await;
-    }
-    let started = Instant::now();
-    let acquire = lock.acquire();
-    tokio::pin!(acquire);
-    // Only a wait longer than this shows progress.
-    let mut tick = tokio::time::interval_at(
-        started + Duration::from_millis(200),
-        Duration::from_millis(100),
-    );
-    let mut holder = String::from("somebody");
-    let mut last_status = None::<Instant>;
-    // The holder is looked up beside the acquire, never instead of polling it: a lease granted
-    // meanwhile is tracked and renewed at once.
-    let mut lookup: Option<BoxFuture<'_, Result<LockStatus, fenced::Error>>> = None;
-    let mut said = false;
-    let frames = ['|', '/', '-', '\\'];
-    let mut frame = 0;
-    loop {
-        tokio::select! {
-            biased;
-            result = &mut acquire => {
-                if terminal && said {
-                    warn_inline!("\r\x1b[2K");
-                }
-                return result;
-            }
-            status = poll_opt(&mut lookup) => {
-                lookup = None;
-                if let Ok(status) = status
-                    && let Some(h) = status.holder
-                {
-                    holder = match h.ttl_left {
-                        Some(ttl) => format!("{} ({} left)", h.owner_prefix, show(ttl)),
-                        None => format!("{} (no expiry)", h.owner_prefix),
-                    };
-                }
-            }
-            _ = tick.tick() => {
-                if lookup.is_none() && last_status.is_none_or(|t| t.elapsed() >= Duration::from_secs(1)) {
-                    last_status = Some(Instant::now());
-                    lookup = Some(lock.status().boxed());
-                }
-                if terminal {
-                    frame = (frame + 1) % frames.len();
-                    warn_inline!("\r\x1b[2K{} waiting for {:?}, held by {holder}; waited {}", frames[frame], lock.name(), show(started.elapsed()));
-                    said = true;
-                } else if !said {
-                    warn!("fenced: waiting for {:?}, held by {holder}", lock.name());
-                    said = true;
-                }
-            }
-        }
-    }
-}
-
-async fn poll_opt<T>(fut: &mut Option<BoxFuture<'_, T>>) -> T {
-    match fut {
-        Some(f) => f.await,
-        None => std::future::pending().await,
-    }
 }
 
 /// SIGINT, SIGTERM, SIGHUP and SIGQUIT, as one stream.

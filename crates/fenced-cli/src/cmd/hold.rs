@@ -1,0 +1,239 @@
+//! What `fenced run` holds while CMD runs: a reentrant lock (entered afresh, or re-entered
+//! through the holder a parent `fenced run` passed down), or a semaphore's permit; and how it
+//! waits for it, showing progress.
+
+use std::io::IsTerminal;
+use std::time::Duration;
+
+use fenced::{Client, FencingToken, HolderHandle, ReentrantGuard, SemaphorePermit, WaitPolicy};
+use futures_util::FutureExt;
+use futures_util::future::BoxFuture;
+use tokio::time::Instant;
+use tokio_util::sync::WaitForCancellationFutureOwned;
+
+use crate::args::{Global, RunArgs};
+use crate::cmd::address;
+use crate::exit::{self, Failure, show};
+
+/// The environment variable that carries the locks held by enclosing `fenced run`s to the
+/// commands they start: `<hex namespace>.<hex name>=<holder secret>`, comma-separated. Its
+/// secrets let the child act as the holder, as the child of a lock holder may.
+pub const HOLDS_VAR: &str = "FENCED_HOLDS";
+
+/// The lock or permit held while CMD runs.
+pub enum Hold {
+    Lock(ReentrantGuard),
+    Permits(SemaphorePermit),
+}
+
+impl Hold {
+    pub fn fencing_token(&self) -> FencingToken {
+        match self {
+            Hold::Lock(g) => g.fencing_token(),
+            Hold::Permits(p) => p.fencing_token(),
+        }
+    }
+
+    pub fn lost(&self) -> WaitForCancellationFutureOwned {
+        match self {
+            Hold::Lock(g) => g.lost(),
+            Hold::Permits(p) => p.lost(),
+        }
+    }
+
+    pub fn is_lost(&self) -> bool {
+        match self {
+            Hold::Lock(g) => g.is_lost(),
+            Hold::Permits(p) => p.is_lost(),
+        }
+    }
+
+    pub async fn release(self) -> fenced::Result<()> {
+        match self {
+            Hold::Lock(g) => g.release().await,
+            Hold::Permits(p) => p.release().await,
+        }
+    }
+
+    /// `FENCED_HOLDS` for CMD: the inherited entries, plus this lock's (permits are not
+    /// re-entrant).
+    pub fn holds_for_children(&self, namespace: &str) -> String {
+        let mut entries: Vec<String> = inherited().collect();
+        if let Hold::Lock(g) = self {
+            let key = entry_key(namespace, g.name());
+            entries.retain(|e| !e.starts_with(&format!("{key}=")));
+            entries.push(format!("{key}={}", g.holder().secret()));
+        }
+        entries.join(",")
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn entry_key(namespace: &str, name: &str) -> String {
+    format!("{}.{}", hex(namespace.as_bytes()), hex(name.as_bytes()))
+}
+
+fn inherited() -> impl Iterator<Item = String> {
+    std::env::var(HOLDS_VAR)
+        .unwrap_or_default()
+        .split(',')
+        .filter(|e| !e.is_empty())
+        .map(str::to_owned)
+        .collect::<Vec<_>>()
+        .into_iter()
+}
+
+/// The secret an enclosing `fenced run` passed down for this lock, if any.
+fn inherited_secret(namespace: &str, name: &str) -> Option<String> {
+    let prefix = format!("{}=", entry_key(namespace, name));
+    inherited().find_map(|e| e.strip_prefix(&prefix).map(str::to_owned))
+}
+
+/// Takes what `args` asks for: permits, a re-entry under an enclosing run, or the lock.
+pub async fn acquire(
+    client: &Client,
+    global: &Global,
+    args: &RunArgs,
+    policy: WaitPolicy,
+) -> Result<Hold, Failure> {
+    let server = address(global.redis_url());
+    let fail = |e: fenced::Error| Failure::from_lib(e, &server);
+    if let Some(n) = args.permits {
+        let pool = client
+            .semaphore(args.name.clone(), n)
+            .with_ttl(args.ttl)
+            .with_wait(policy);
+        let lookup = || {
+            let pool = pool.clone();
+            async move {
+                pool.status().await.map(|s| {
+                    format!(
+                        "{} of {} permits held by {} holder(s)",
+                        s.held,
+                        pool.permits(),
+                        s.holders
+                    )
+                })
+            }
+            .boxed()
+        };
+        let permit = showing_progress(&args.name, pool.acquire(), lookup, global.verbose).await;
+        return permit.map(Hold::Permits).map_err(fail);
+    }
+    let lock = client
+        .reentrant_lock(args.name.clone())
+        .with_ttl(args.ttl)
+        .with_wait(policy);
+    if let Some(secret) = inherited_secret(&global.namespace, &args.name) {
+        // Started under a `fenced run` that holds this lock: enter its hold, never wait for it.
+        let handle = HolderHandle::from_secret(client, &args.name, &secret)
+            .map_err(|e| Failure::usage(format!("{HOLDS_VAR} is malformed: {e}")))?;
+        return match lock.reenter(&handle).await {
+            Ok(g) => Ok(Hold::Lock(g)),
+            Err(fenced::Error::NotHeld { .. }) => Err(Failure::new(
+                exit::LEASE_LOST,
+                format!(
+                    "the enclosing `fenced run` no longer holds {:?} (its lease was lost or released)",
+                    args.name
+                ),
+            )),
+            Err(e) => Err(fail(e)),
+        };
+    }
+    let plain = client.lock(args.name.clone());
+    let lookup = || {
+        let plain = plain.clone();
+        async move {
+            plain.status().await.map(|status| match status.holder {
+                Some(h) => match h.ttl_left {
+                    Some(ttl) => format!("{} ({} left)", h.owner_prefix, show(ttl)),
+                    None => format!("{} (no expiry)", h.owner_prefix),
+                },
+                None => "somebody".to_owned(),
+            })
+        }
+        .boxed()
+    };
+    let guard = showing_progress(&args.name, lock.acquire(), lookup, global.verbose).await;
+    guard.map(Hold::Lock).map_err(fail)
+}
+
+/// Awaits `acquire`; on a terminal, shows a spinner with the holder and the time waited; with
+/// `-v` elsewhere, says once that it waits.
+async fn showing_progress<'a, T>(
+    name: &str,
+    acquire: impl Future<Output = fenced::Result<T>>,
+    holder: impl Fn() -> BoxFuture<'a, fenced::Result<String>>,
+    verbose: bool,
+) -> fenced::Result<T> {
+    let terminal = std::io::stderr().is_terminal();
+    if !terminal && !verbose {
+        return acquire.await;
+    }
+    let started = Instant::now();
+    tokio::pin!(acquire);
+    // Only a wait longer than this shows progress.
+    let mut tick = tokio::time::interval_at(
+        started + Duration::from_millis(200),
+        Duration::from_millis(100),
+    );
+    let mut held_by = String::from("somebody");
+    let mut last_lookup = None::<Instant>;
+    // The holder is looked up beside the acquire, never instead of polling it: a lease granted
+    // meanwhile is tracked and renewed at once.
+    let mut lookup: Option<BoxFuture<'a, fenced::Result<String>>> = None;
+    let mut said = false;
+    let frames = ['|', '/', '-', '\\'];
+    let mut frame = 0;
+    loop {
+        tokio::select! {
+            biased;
+            result = &mut acquire => {
+                if terminal && said {
+                    warn_inline!("\r\x1b[2K");
+                }
+                return result;
+            }
+            found = poll_opt(&mut lookup) => {
+                lookup = None;
+                if let Ok(found) = found {
+                    held_by = found;
+                }
+            }
+            _ = tick.tick() => {
+                if lookup.is_none() && last_lookup.is_none_or(|t| t.elapsed() >= Duration::from_secs(1)) {
+                    last_lookup = Some(Instant::now());
+                    lookup = Some(holder());
+                }
+                if terminal {
+                    frame = (frame + 1) % frames.len();
+                    warn_inline!("\r\x1b[2K{} waiting for {name:?}, held by {held_by}; waited {}", frames[frame], show(started.elapsed()));
+                    said = true;
+                } else if !said {
+                    warn!("fenced: waiting for {name:?}, held by {held_by}");
+                    said = true;
+                }
+            }
+        }
+    }
+}
+
+async fn poll_opt<T>(fut: &mut Option<BoxFuture<'_, T>>) -> T {
+    match fut {
+        Some(f) => f.await,
+        None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hold_entries_are_keyed_by_namespace_and_name_in_hex() {
+        assert_eq!(entry_key("ns:", "a,b=c"), "6e733a.612c623d63");
+    }
+}
