@@ -6,6 +6,10 @@
 //! - `uncontended-1`, `uncontended-32`: 1 task / 32 tasks on distinct names, acquire +
 //!   release as fast as they can;
 //! - `contended-8`: 8 workers on one name, each holding it about 1 ms;
+//! - `semaphore-4of16`: 16 tasks sharing 4 leased permits, each holding one about 1 ms
+//!   (fenced only: no Rust peer has a semaphore);
+//! - `reentrant-depth-3`: take a reentrant lock, enter it twice more, give all three back
+//!   (fenced only: no Rust peer re-enters);
 //! - `waiters-1000`: one holder keeps a name for a few seconds while 1000 tasks wait; what
 //!   waiting costs Redis and the client, then how long until all had the lock once;
 //! - `renew-10000`: 10 000 leases renewed automatically for a few renewal periods;
@@ -20,6 +24,7 @@
 //! reason in [`Report::not_applicable`].
 
 mod charts;
+mod family;
 mod locks;
 mod optimistic;
 mod peers;

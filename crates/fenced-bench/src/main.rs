@@ -32,8 +32,8 @@ struct Args {
     /// Write SVG charts (throughput, contended wait times) into this directory.
     #[arg(long, value_name = "DIR")]
     svg: Option<PathBuf>,
-    /// Only these scenarios (uncontended-1, uncontended-32, contended-8, waiters-1000,
-    /// renew-10000, seckill, counter-contended).
+    /// Only these scenarios (uncontended-1, uncontended-32, contended-8, semaphore-4of16,
+    /// reentrant-depth-3, waiters-1000, renew-10000, seckill, counter-contended).
     #[arg(long, value_delimiter = ',')]
     scenarios: Vec<Scenario>,
     /// Only these libraries (fenced, raw, rslock, redlock, fenced-tx, fenced-script,

@@ -21,6 +21,10 @@ pub enum Scenario {
     Uncontended32,
     /// 8 workers on one name, each holding it about 1 ms.
     Contended8,
+    /// 16 tasks sharing 4 leased permits of one semaphore, each holding one about 1 ms.
+    Semaphore4of16,
+    /// One task: a reentrant lock taken, entered twice more, and given back three times.
+    ReentrantDepth3,
     /// One holder keeps a name for a few seconds while 1000 tasks of one process wait.
     Waiters1000,
     /// One process holds 10 000 leases with automatic renewal for a few renewal periods.
@@ -34,10 +38,12 @@ pub enum Scenario {
 
 impl Scenario {
     /// Every scenario, in run order.
-    pub const ALL: [Scenario; 7] = [
+    pub const ALL: [Scenario; 9] = [
         Scenario::Uncontended1,
         Scenario::Uncontended32,
         Scenario::Contended8,
+        Scenario::Semaphore4of16,
+        Scenario::ReentrantDepth3,
         Scenario::Waiters1000,
         Scenario::Renew10000,
         Scenario::Seckill,
@@ -50,6 +56,8 @@ impl Scenario {
             Scenario::Uncontended1 => "uncontended-1",
             Scenario::Uncontended32 => "uncontended-32",
             Scenario::Contended8 => "contended-8",
+            Scenario::Semaphore4of16 => "semaphore-4of16",
+            Scenario::ReentrantDepth3 => "reentrant-depth-3",
             Scenario::Waiters1000 => "waiters-1000",
             Scenario::Renew10000 => "renew-10000",
             Scenario::Seckill => "seckill",
@@ -65,7 +73,9 @@ impl Scenario {
                 &[Fenced, Raw, Rslock, Redlock]
             }
             Scenario::Waiters1000 => &[Fenced, Raw, Rslock],
-            Scenario::Renew10000 => &[Fenced],
+            Scenario::Renew10000 | Scenario::Semaphore4of16 | Scenario::ReentrantDepth3 => {
+                &[Fenced]
+            }
             Scenario::Seckill => &[FencedTx, FencedScript, FencedLock],
             Scenario::CounterContended => &[FencedTx, FencedScript],
         }
@@ -89,6 +99,22 @@ impl Scenario {
                     "extend() only, no automatic renewal: the caller would need a timer per lock",
                 ),
                 (Redlock, "no extend and no renewal"),
+            ],
+            Scenario::Semaphore4of16 => &[
+                (Raw, "a plain lock only"),
+                (Rslock, "a plain lock only: no semaphore"),
+                (Redlock, "a plain lock only: no semaphore"),
+            ],
+            Scenario::ReentrantDepth3 => &[
+                (Raw, "a plain lock only"),
+                (
+                    Rslock,
+                    "no re-entry: a second lock() by the holder waits for itself",
+                ),
+                (
+                    Redlock,
+                    "no re-entry: a second lock() by the holder waits for itself",
+                ),
             ],
             _ => &[],
         }
@@ -264,6 +290,8 @@ async fn run_pair(
             crate::locks::uncontended(scenario, library, 32, window, env).await?
         }
         Scenario::Contended8 => crate::locks::contended(library, 8, window, env).await?,
+        Scenario::Semaphore4of16 => crate::family::semaphore(16, 4, window, env).await?,
+        Scenario::ReentrantDepth3 => crate::family::reentrant(3, window, env).await?,
         Scenario::Seckill => crate::optimistic::seckill(library, window, env).await?,
         Scenario::CounterContended => crate::optimistic::counter(library, 32, window, env).await?,
         Scenario::Waiters1000 | Scenario::Renew10000 => return Err("handled above".into()),

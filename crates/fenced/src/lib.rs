@@ -26,6 +26,12 @@
 //!   token, a [`FencingToken`] per grant, release by compare-and-delete, renewal in the
 //!   background while the [`LockGuard`] lives, a lost-lease signal ([`LockGuard::lost`]),
 //!   and waiters woken by the release itself instead of polling.
+//! - [`ReentrantLock`]: an exclusive lease its holder may enter again, through its
+//!   [`ReentrantGuard`] or a [`HolderHandle`] handed to another task or process; free once
+//!   every hold is given back. Re-entry is explicit, never keyed by thread (see its docs).
+//! - [`Semaphore`]: N permits across processes, each holder's permits leased and renewed
+//!   like a lock, so a crashed holder's permits come back when its lease ends (Redis `TIME`
+//!   decides, never a client clock); a release of k permits wakes up to k waiters.
 //! - [`FencedResource`]: data in Redis that refuses writes with an older fencing token.
 //! - [`Lock::with_lock`]: run a piece of work under the lock; it is cancelled if the lease is
 //!   lost.
@@ -33,7 +39,8 @@
 //!   and one-step atomic scripts ([`Client::compare_and_set`], [`Client::set_if_version`],
 //!   [`Client::set_max`], [`Client::decrement_if_at_least`]). For short read-modify-writes of
 //!   Redis data they are faster than a lock and need no fencing.
-//! - Inspection for operators: [`Lock::status`], [`Client::locks`], [`Lock::force_release`].
+//! - Inspection for operators: [`Lock::status`], [`Client::locks`], [`Semaphore::status`],
+//!   [`Client::semaphores`], [`Lock::force_release`].
 //!
 //! # What a lease guarantees, and what needs fencing
 //!
@@ -167,6 +174,11 @@ mod bounds {
         send_sync_static::<crate::LockGuard>();
         send_sync_static::<crate::Lease>();
         send_sync_static::<crate::FencedResource>();
+        send_sync_static::<crate::ReentrantLock>();
+        send_sync_static::<crate::ReentrantGuard>();
+        send_sync_static::<crate::HolderHandle>();
+        send_sync_static::<crate::Semaphore>();
+        send_sync_static::<crate::SemaphorePermit>();
         send_sync_static::<crate::Error>();
     }
 }

@@ -13,7 +13,7 @@ use std::time::Duration;
 use fenced::{Client, WaitPolicy};
 use tokio::time::Instant;
 
-use crate::support::{client, raw, server};
+use crate::support::{client, on_every_backend, raw, server};
 
 const PERMITS: u32 = 4;
 const TASKS: usize = 50;
@@ -254,42 +254,41 @@ async fn a_release_of_k_permits_wakes_k_waiters_in_another_process() {
     );
 }
 
-#[tokio::test]
-async fn changing_the_number_of_permits_never_revokes_held_ones() {
-    let server = server();
-    let client = client(&server).await;
-    let four = client.semaphore("resize", 4);
-    let held = four.acquire_many(3).await.unwrap();
-    let two = four.clone().with_permits(2);
-    assert!(
-        two.try_acquire().await.unwrap().is_none(),
-        "3 held, limit 2: wait"
-    );
-    assert_eq!(two.available().await.unwrap(), 0);
-    assert_eq!(four.available().await.unwrap(), 1);
-    let eight = four.clone().with_permits(8);
-    let more = eight
-        .try_acquire_many(5)
-        .await
-        .unwrap()
-        .expect("3 + 5 fit under 8");
-    assert!(
-        !held.is_lost(),
-        "lowering or raising the limit never takes a permit back"
-    );
-    held.release().await.unwrap();
-    more.release().await.unwrap();
-    assert!(two.try_acquire_many(2).await.unwrap().is_some());
-    assert!(matches!(
-        four.acquire_many(5).await,
-        Err(fenced::Error::InvalidArgument(_))
-    ));
-    assert!(matches!(
-        four.acquire_many(0).await,
-        Err(fenced::Error::InvalidArgument(_))
-    ));
-    assert!(matches!(
-        client.semaphore("x", 0).acquire().await,
-        Err(fenced::Error::InvalidArgument(_))
-    ));
-}
+on_every_backend!(
+    async fn changing_the_number_of_permits_never_revokes_held_ones(client) {
+        let four = client.semaphore("resize", 4);
+        let held = four.acquire_many(3).await.unwrap();
+        let two = four.clone().with_permits(2);
+        assert!(
+            two.try_acquire().await.unwrap().is_none(),
+            "3 held, limit 2: wait"
+        );
+        assert_eq!(two.available().await.unwrap(), 0);
+        assert_eq!(four.available().await.unwrap(), 1);
+        let eight = four.clone().with_permits(8);
+        let more = eight
+            .try_acquire_many(5)
+            .await
+            .unwrap()
+            .expect("3 + 5 fit under 8");
+        assert!(
+            !held.is_lost(),
+            "lowering or raising the limit never takes a permit back"
+        );
+        held.release().await.unwrap();
+        more.release().await.unwrap();
+        assert!(two.try_acquire_many(2).await.unwrap().is_some());
+        assert!(matches!(
+            four.acquire_many(5).await,
+            Err(fenced::Error::InvalidArgument(_))
+        ));
+        assert!(matches!(
+            four.acquire_many(0).await,
+            Err(fenced::Error::InvalidArgument(_))
+        ));
+        assert!(matches!(
+            client.semaphore("x", 0).acquire().await,
+            Err(fenced::Error::InvalidArgument(_))
+        ));
+    }
+);

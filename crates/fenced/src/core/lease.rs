@@ -96,7 +96,7 @@ impl LeaseState {
     fn timing(&self) -> MutexGuard<'_, Timing> {
         // Every change leaves the fields consistent before the next line can panic, so a
         // poisoned lock still holds a valid state.
-        self.timing.lock().unwrap_or_else(|e| e.into_inner())
+        crate::util::lock_unpoisoned(&self.timing)
     }
 
     /// The moment (monotonic clock) until which the lease is certainly ours (invariant 1),

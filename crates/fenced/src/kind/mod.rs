@@ -81,8 +81,13 @@ impl ReleaseReply {
 }
 
 pub(crate) fn acquire_reply(value: Value) -> Result<AcquireReply> {
-    let (granted, detail): (i64, Value) = redis::from_redis_value(value.clone())
-        .map_err(|_| unexpected("acquire", format!("{value:?}")))?;
+    let Value::Array(mut pair) = value else {
+        return Err(unexpected("acquire", format!("{value:?}")));
+    };
+    let (Some(detail), Some(Value::Int(granted)), None) = (pair.pop(), pair.pop(), pair.pop())
+    else {
+        return Err(unexpected("acquire", format!("{pair:?}")));
+    };
     match (granted, detail) {
         (1, Value::BulkString(bytes)) => parse_token("acquire", &bytes).map(AcquireReply::Acquired),
         (0, Value::Int(-3)) => Ok(AcquireReply::Abandoned),

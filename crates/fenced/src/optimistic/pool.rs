@@ -35,7 +35,7 @@ impl TxPool {
 
     fn idle(&self) -> std::sync::MutexGuard<'_, Vec<MultiplexedConnection>> {
         // A Vec of connections: a poisoned lock still holds usable ones.
-        self.idle.lock().unwrap_or_else(|e| e.into_inner())
+        crate::util::lock_unpoisoned(&self.idle)
     }
 
     /// A connection for one transaction: an idle one, or a new one. Waits (FIFO) while every

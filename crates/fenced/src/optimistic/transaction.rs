@@ -115,7 +115,7 @@ struct TxState {
 impl TxState {
     fn queued(&self) -> std::sync::MutexGuard<'_, Vec<Cmd>> {
         // A Vec of commands: a poisoned lock still holds a usable list.
-        self.queued.lock().unwrap_or_else(|e| e.into_inner())
+        crate::util::lock_unpoisoned(&self.queued)
     }
 }
 

@@ -69,3 +69,54 @@ pub async fn all_keys(conn: &mut redis::aio::MultiplexedConnection) -> Vec<Strin
     keys.sort();
     keys
 }
+
+/// The deployments every primitive's tests run on. One server today; Redis Cluster and
+/// Redlock over several masters join this list when their backends exist, and every test
+/// written with [`on_every_backend!`] then runs on them too.
+#[derive(Clone, Copy, Debug)]
+pub enum Backend {
+    Single,
+}
+
+impl Backend {
+    pub const ALL: [Backend; 1] = [Backend::Single];
+
+    /// Starts the deployment; it stops when the returned value is dropped.
+    pub fn start(self) -> Deployment {
+        match self {
+            Backend::Single => Deployment::Single(server()),
+        }
+    }
+}
+
+/// A running deployment of test servers.
+pub enum Deployment {
+    Single(RedisServer),
+}
+
+impl Deployment {
+    /// A client of this deployment with the short test timeout.
+    pub async fn client(&self) -> Client {
+        match self {
+            Deployment::Single(s) => client(s).await,
+        }
+    }
+}
+
+/// `on_every_backend!(async fn name(client) { ... })`: a test whose body runs once per
+/// [`Backend`], each time with a client of a fresh deployment.
+macro_rules! on_every_backend {
+    ($(#[$meta:meta])* async fn $name:ident($client:ident) $body:block) => {
+        $(#[$meta])*
+        #[tokio::test]
+        async fn $name() {
+            for backend in $crate::support::Backend::ALL {
+                let deployment = backend.start();
+                let $client = deployment.client().await;
+                eprintln!("{} on {backend:?}", stringify!($name));
+                $body
+            }
+        }
+    };
+}
+pub(crate) use on_every_backend;
