@@ -16,8 +16,10 @@ use crate::cmd::address;
 use crate::exit::{self, Failure, show};
 
 /// The environment variable that carries the locks held by enclosing `fenced run`s to the
-/// commands they start: `<hex namespace>.<hex name>=<holder secret>`, comma-separated. Its
-/// secrets let the child act as the holder, as the child of a lock holder may.
+/// commands they start: `<hex server>.<hex namespace>.<hex name>=<holder secret>`,
+/// comma-separated, where the server is the Redis URL without credentials. Its secrets let
+/// the child act as the holder, as the child of a lock holder may; like everything in the
+/// environment, processes of the same user can read them in `/proc/<pid>/environ`.
 pub const HOLDS_VAR: &str = "FENCED_HOLDS";
 
 /// The lock or permit held while CMD runs.
@@ -57,10 +59,10 @@ impl Hold {
 
     /// `FENCED_HOLDS` for CMD: the inherited entries, plus this lock's (permits are not
     /// re-entrant).
-    pub fn holds_for_children(&self, namespace: &str) -> String {
+    pub fn holds_for_children(&self, global: &Global) -> String {
         let mut entries: Vec<String> = inherited().collect();
         if let Hold::Lock(g) = self {
-            let key = entry_key(namespace, g.name());
+            let key = entry_key(global, g.name());
             entries.retain(|e| !e.starts_with(&format!("{key}=")));
             entries.push(format!("{key}={}", g.holder().secret()));
         }
@@ -72,8 +74,23 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-fn entry_key(namespace: &str, name: &str) -> String {
-    format!("{}.{}", hex(namespace.as_bytes()), hex(name.as_bytes()))
+/// Which lock an entry is for: the server (URL without credentials), namespace and name. A
+/// run against another server or namespace does not re-enter.
+fn entry_key(global: &Global, name: &str) -> String {
+    let url = global.redis_url();
+    let server = match url.split_once("://") {
+        Some((scheme, rest)) => format!(
+            "{scheme}://{}",
+            rest.rsplit_once('@').map_or(rest, |(_, r)| r)
+        ),
+        None => url.to_owned(),
+    };
+    format!(
+        "{}.{}.{}",
+        hex(server.as_bytes()),
+        hex(global.namespace.as_bytes()),
+        hex(name.as_bytes())
+    )
 }
 
 fn inherited() -> impl Iterator<Item = String> {
@@ -87,8 +104,8 @@ fn inherited() -> impl Iterator<Item = String> {
 }
 
 /// The secret an enclosing `fenced run` passed down for this lock, if any.
-fn inherited_secret(namespace: &str, name: &str) -> Option<String> {
-    let prefix = format!("{}=", entry_key(namespace, name));
+fn inherited_secret(global: &Global, name: &str) -> Option<String> {
+    let prefix = format!("{}=", entry_key(global, name));
     inherited().find_map(|e| e.strip_prefix(&prefix).map(str::to_owned))
 }
 
@@ -127,11 +144,26 @@ pub async fn acquire(
         .reentrant_lock(args.name.clone())
         .with_ttl(args.ttl)
         .with_wait(policy);
-    if let Some(secret) = inherited_secret(&global.namespace, &args.name) {
+    if let Some(secret) = inherited_secret(global, &args.name) {
         // Started under a `fenced run` that holds this lock: enter its hold, never wait for it.
         let handle = HolderHandle::from_secret(client, &args.name, &secret)
             .map_err(|e| Failure::usage(format!("{HOLDS_VAR} is malformed: {e}")))?;
-        return match lock.reenter(&handle).await {
+        // A connection blip is ridden out within the wait (each try has a hold id of its own,
+        // so one that timed out is given back by itself), as a first acquire would.
+        let give_up = Instant::now()
+            + policy
+                .deadline()
+                .unwrap_or(global.timeout * 5)
+                .min(Duration::from_secs(3600));
+        let mut reentered = lock.reenter(&handle).await;
+        while matches!(&reentered, Err(e) if e.is_transient())
+            && !args.no_wait
+            && Instant::now() < give_up
+        {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            reentered = lock.reenter(&handle).await;
+        }
+        return match reentered {
             Ok(g) => Ok(Hold::Lock(g)),
             Err(fenced::Error::NotHeld { .. }) => Err(Failure::new(
                 exit::LEASE_LOST,
@@ -233,7 +265,22 @@ mod tests {
     use super::*;
 
     #[test]
-    fn hold_entries_are_keyed_by_namespace_and_name_in_hex() {
-        assert_eq!(entry_key("ns:", "a,b=c"), "6e733a.612c623d63");
+    fn hold_entries_are_keyed_by_server_namespace_and_name_in_hex() {
+        use clap::Parser;
+        let cli = crate::args::Cli::parse_from([
+            "fenced",
+            "--redis",
+            "redis://u:pw@h:1/2",
+            "--namespace",
+            "ns:",
+            "status",
+            "x",
+        ]);
+        let key = entry_key(&cli.global, "a,b=c");
+        assert_eq!(key, format!("{}.6e733a.612c623d63", hex(b"redis://h:1/2")));
+        assert!(
+            !key.contains(&hex(b"pw")),
+            "no credentials in the environment"
+        );
     }
 }

@@ -88,7 +88,7 @@ pub async fn run(global: &Global, args: &RunArgs) -> Result<u8, Failure> {
         .args(program_args)
         .env("FENCED_TOKEN", token.to_string())
         .env("FENCED_NAME", &args.name)
-        .env(hold::HOLDS_VAR, guard.holds_for_children(&global.namespace))
+        .env(hold::HOLDS_VAR, guard.holds_for_children(global))
         .kill_on_drop(false)
         .spawn();
     let mut child = match child {

@@ -17,7 +17,7 @@ pub(crate) struct SemaphoreKeys {
     pub(crate) holders: String,
     /// hash: owner -> permits held.
     pub(crate) counts: String,
-    /// hash: `last` fencing token.
+    /// hash: `last` fencing token (its own: a lock of the same name keeps its own counter).
     pub(crate) fence: String,
     /// pub/sub: one message per release, saying how many permits came back.
     pub(crate) channel: String,
@@ -29,7 +29,7 @@ impl SemaphoreKeys {
         let holders = format!("{base}:permits");
         SemaphoreKeys {
             counts: format!("{holders}:n"),
-            fence: format!("{base}:fence"),
+            fence: format!("{holders}:fence"),
             channel: format!("{holders}:released"),
             holders,
         }

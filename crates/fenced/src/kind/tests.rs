@@ -261,7 +261,8 @@ async fn reentrant_holds_share_one_token_and_the_last_release_frees_the_lock() {
     );
     assert_eq!(
         release(&n, &hold("re", "h2", true), &me).await,
-        ReleaseReply::AlreadyReleased
+        ReleaseReply::Retained,
+        "a retried inner release still says the lock stays"
     );
     // A re-entry never shortens the lease other holds count on.
     assert!(granted(
@@ -275,6 +276,10 @@ async fn reentrant_holds_share_one_token_and_the_last_release_frees_the_lock() {
     assert_eq!(
         release(&n, &hold("re", "h1", false), &me).await,
         ReleaseReply::Released
+    );
+    assert_eq!(
+        release(&n, &hold("re", "h1", false), &me).await,
+        ReleaseReply::AlreadyReleased
     );
     assert_eq!(pttl(&n, "t:{re}").await, -2, "the lock key is gone");
     assert_eq!(pttl(&n, "t:{re}:holds").await, -2, "the holds are gone");

@@ -43,11 +43,11 @@ if used + wanted > tonumber(ARGV[3]) then
 end
 redis.call('ZADD', KEYS[1], now + tonumber(ARGV[4]), ARGV[1])
 redis.call('HSET', KEYS[2], ARGV[1], wanted)
--- Both keys live as long as the longest lease in them, so nothing is left behind.
+-- Both keys live exactly until the latest lease in them ends (scores are server ms, the
+-- clock PEXPIREAT counts in), so nothing is left behind.
 local last_end = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
-local life = math.max(tonumber(last_end[2]) - now, 1)
-redis.call('PEXPIRE', KEYS[1], life)
-redis.call('PEXPIRE', KEYS[2], life)
+redis.call('PEXPIREAT', KEYS[1], last_end[2])
+redis.call('PEXPIREAT', KEYS[2], last_end[2])
 local last = tonumber(redis.call('HGET', KEYS[3], 'last') or '0') or 0
 local token = string.format('%.0f', math.max(last + 1, tonumber(t[1]) * 1000000 + tonumber(t[2])))
 redis.call('HSET', KEYS[3], 'last', token)

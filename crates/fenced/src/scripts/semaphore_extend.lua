@@ -24,7 +24,6 @@ if epoch > 0 then
   redis.call('SET', KEYS[3], ARGV[3], 'PX', ttl)
 end
 local last_end = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
-local life = math.max(tonumber(last_end[2]) - now, 1)
-redis.call('PEXPIRE', KEYS[1], life)
-redis.call('PEXPIRE', KEYS[2], life)
+redis.call('PEXPIREAT', KEYS[1], last_end[2])
+redis.call('PEXPIREAT', KEYS[2], last_end[2])
 return 1
