@@ -4,13 +4,9 @@
 use std::fmt;
 use std::time::Duration;
 
-use tokio::time::Instant;
-use tokio_util::sync::WaitForCancellationFutureOwned;
-
 use crate::core::Held;
 pub use crate::core::Lease;
 use crate::error::Result;
-use crate::token::FencingToken;
 
 /// A held lock. Owned, `Send + 'static`: move it into a task, keep it in a struct.
 ///
@@ -46,31 +42,7 @@ impl LockGuard {
         self.held.lease().name()
     }
 
-    /// This grant's fencing token: send it with every write to the protected resource.
-    pub fn fencing_token(&self) -> FencingToken {
-        self.held.lease().fencing_token()
-    }
-
-    /// A cheap handle on this lease (token, deadline, lost signal) to pass to the work.
-    pub fn lease(&self) -> Lease {
-        self.held.lease().clone()
-    }
-
-    /// True once the lease is lost, or its validity deadline has passed.
-    pub fn is_lost(&self) -> bool {
-        self.held.lease().is_lost()
-    }
-
-    /// Completes when the lease is lost. See [`Lease::lost`].
-    pub fn lost(&self) -> WaitForCancellationFutureOwned {
-        self.held.lease().lost()
-    }
-
-    /// The moment (monotonic clock) until which this lease is certainly ours, as of the last
-    /// successful grant or renewal.
-    pub fn valid_until(&self) -> Instant {
-        self.held.lease().valid_until()
-    }
+    crate::core::held::lease_accessors!();
 
     /// Sets the lease to `ttl` from now (longer or shorter), and uses `ttl` for later renewals.
     ///

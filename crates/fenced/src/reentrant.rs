@@ -15,17 +15,15 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::time::Instant;
-use tokio_util::sync::WaitForCancellationFutureOwned;
 use tracing::Instrument;
 
 use crate::client::Client;
-use crate::core::{AcquireRequest, Core, Held, Lease};
+use crate::core::{AcquireRequest, Core, Held};
 use crate::error::{Error, Result};
 use crate::keys::{LockKeys, validate_name};
 use crate::kind::reentrant::ReentrantHold;
 use crate::options::validate_ttl;
-use crate::token::{FencingToken, OwnerToken};
+use crate::token::OwnerToken;
 use crate::wait::WaitPolicy;
 
 /// An exclusive lease whose holder can enter it again; the lock is free once every hold is
@@ -257,30 +255,7 @@ impl ReentrantGuard {
         &self.lock.name
     }
 
-    /// The fencing token of the whole hold: the same for every re-entry.
-    pub fn fencing_token(&self) -> FencingToken {
-        self.held.lease().fencing_token()
-    }
-
-    /// A cheap handle on this hold's lease (token, deadline, lost signal).
-    pub fn lease(&self) -> Lease {
-        self.held.lease().clone()
-    }
-
-    /// True once this hold's lease is over.
-    pub fn is_lost(&self) -> bool {
-        self.held.lease().is_lost()
-    }
-
-    /// Completes when this hold's lease is over. See [`Lease::lost`].
-    pub fn lost(&self) -> WaitForCancellationFutureOwned {
-        self.held.lease().lost()
-    }
-
-    /// The moment until which this hold is certainly valid.
-    pub fn valid_until(&self) -> Instant {
-        self.held.lease().valid_until()
-    }
+    crate::core::held::lease_accessors!();
 
     /// A handle that lets another task or process enter this hold
     /// ([`ReentrantLock::reenter`]). Whoever has it can take and give back holds of this

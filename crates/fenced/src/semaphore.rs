@@ -10,19 +10,17 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::time::Instant;
-use tokio_util::sync::WaitForCancellationFutureOwned;
 use tracing::Instrument;
 
 use crate::client::Client;
-use crate::core::{AcquireRequest, Core, Held, Lease};
+use crate::core::{AcquireRequest, Core, Held};
 use crate::error::{Error, Result};
 use crate::keys::validate_name;
 use crate::kind::permits::{Permits, SemaphoreKeys};
 use crate::kind::unexpected;
 use crate::options::validate_ttl;
 use crate::scripts::{SEMAPHORE_STATUS, ScriptCall};
-use crate::token::{FencingToken, OwnerToken};
+use crate::token::OwnerToken;
 use crate::wait::WaitPolicy;
 
 /// The most permits a semaphore may have.
@@ -311,30 +309,7 @@ impl SemaphorePermit {
         self.permits
     }
 
-    /// This grant's fencing token: greater than every token handed out before for this name.
-    pub fn fencing_token(&self) -> FencingToken {
-        self.held.lease().fencing_token()
-    }
-
-    /// A cheap handle on this lease (token, deadline, lost signal) to pass to the work.
-    pub fn lease(&self) -> Lease {
-        self.held.lease().clone()
-    }
-
-    /// True once the lease is over: its permits may be somebody else's now.
-    pub fn is_lost(&self) -> bool {
-        self.held.lease().is_lost()
-    }
-
-    /// Completes when the lease is over. See [`Lease::lost`].
-    pub fn lost(&self) -> WaitForCancellationFutureOwned {
-        self.held.lease().lost()
-    }
-
-    /// The moment until which the permits are certainly ours.
-    pub fn valid_until(&self) -> Instant {
-        self.held.lease().valid_until()
-    }
+    crate::core::held::lease_accessors!();
 
     /// Sets the lease to `ttl` from now; see [`LockGuard::extend`](crate::LockGuard::extend).
     ///

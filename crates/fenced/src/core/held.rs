@@ -258,3 +258,37 @@ impl Lease {
         self.valid_until().saturating_duration_since(Instant::now())
     }
 }
+
+/// The accessors every guard of a held lease has (token, lease, lost signal, deadline), for a
+/// struct with a `held: Held` field: one definition for `LockGuard`, `ReentrantGuard` and
+/// `SemaphorePermit`.
+macro_rules! lease_accessors {
+    () => {
+        /// This grant's fencing token: send it with every write to the protected resource.
+        pub fn fencing_token(&self) -> $crate::FencingToken {
+            self.held.lease().fencing_token()
+        }
+
+        /// A cheap handle on this lease (token, deadline, lost signal) to pass to the work.
+        pub fn lease(&self) -> $crate::Lease {
+            self.held.lease().clone()
+        }
+
+        /// True once the lease is lost, or its validity deadline has passed.
+        pub fn is_lost(&self) -> bool {
+            self.held.lease().is_lost()
+        }
+
+        /// Completes when the lease is lost. See [`Lease::lost`](crate::Lease::lost).
+        pub fn lost(&self) -> tokio_util::sync::WaitForCancellationFutureOwned {
+            self.held.lease().lost()
+        }
+
+        /// The moment (monotonic clock) until which this lease is certainly ours, as of the
+        /// last successful grant or renewal.
+        pub fn valid_until(&self) -> tokio::time::Instant {
+            self.held.lease().valid_until()
+        }
+    };
+}
+pub(crate) use lease_accessors;

@@ -82,10 +82,14 @@ impl Wake {
 pub(crate) struct WaitQueue {
     /// As many permits as heads may talk to Redis at once (the queue's width).
     gate: Semaphore,
+    /// The width so far: the widest any waiter asked for (changed only under the map's
+    /// lock). Handles of one semaphore with different permit counts share the queue, and a
+    /// waiter that asks for more heads must not queue behind heads Redis cannot admit.
     /// Wakes the head: on a release by this process, or on a pub/sub message.
     wake: Notify,
     /// Tickets alive for this queue; changed only under the map's lock.
     users: std::sync::atomic::AtomicUsize,
+    width: std::sync::atomic::AtomicUsize,
 }
 
 /// Membership in a wait queue; dropping it leaves the queue.
@@ -141,19 +145,28 @@ impl LocalWaiters {
         self.queues().contains_key(channel)
     }
 
-    /// Joins (or creates, `width` heads wide) the queue for `channel`.
+    /// Joins (or creates) the queue for `channel`, widening it to `width` heads if it is
+    /// narrower.
     pub(crate) fn join(self: &Arc<Self>, channel: &str, width: usize) -> Ticket {
+        use std::sync::atomic::Ordering::Relaxed;
+        let width = width.clamp(1, MAX_HEADS);
         let mut queues = self.queues();
         let queue = queues
             .entry(channel.to_owned())
             .or_insert_with(|| {
                 Arc::new(WaitQueue {
-                    gate: Semaphore::new(width.clamp(1, MAX_HEADS)),
+                    gate: Semaphore::new(width),
                     wake: Notify::new(),
                     users: 0.into(),
+                    width: width.into(),
                 })
             })
             .clone();
+        let had = queue.width.load(Relaxed);
+        if width > had {
+            queue.gate.add_permits(width - had);
+            queue.width.store(width, Relaxed);
+        }
         queue
             .users
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -452,6 +465,15 @@ mod tests {
         assert_eq!(woken(local.clone(), Wake::N(2)).await, 2);
         assert_eq!(woken(local.clone(), Wake::One).await, 1);
         assert_eq!(woken(local.clone(), Wake::All).await, 4);
+        // A waiter that asks for a wider queue (a handle with more permits) gets a head at
+        // once instead of queueing behind heads Redis may not admit.
+        let wider = local.join("ch", 6);
+        assert!(
+            tokio::time::timeout(Duration::from_millis(10), wider.head())
+                .await
+                .is_ok(),
+            "widened: a head for the newcomer"
+        );
         drop(heads);
     }
 }

@@ -54,22 +54,13 @@ impl TxPool {
                 let config = AsyncConnectionConfig::new()
                     .set_connection_timeout(Some(self.timeout))
                     .set_response_timeout(Some(self.timeout));
-                match tokio::time::timeout(
+                crate::backend::bounded(
                     self.timeout,
+                    "connect",
                     self.client
                         .get_multiplexed_async_connection_with_config(&config),
                 )
-                .await
-                {
-                    Ok(Ok(conn)) => conn,
-                    Ok(Err(e)) => return Err(Error::from_redis("connect", self.timeout, e)),
-                    Err(_) => {
-                        return Err(Error::Timeout {
-                            operation: "connect",
-                            after: self.timeout,
-                        });
-                    }
-                }
+                .await?
             }
         };
         Ok(Pooled {

@@ -89,12 +89,14 @@ lua!(/// Keep the maximum or minimum of a key.
 lua!(/// Take from a stock if enough is left.
     DECREMENT_IF_AT_LEAST, "decrement if at least", "decrement_if_at_least.lua");
 
-/// One script invocation: which script, its keys and its arguments.
-#[derive(Clone, Debug)]
+/// One script invocation: which script, its keys and its arguments. Keys and arguments are
+/// packed into two byte buffers (redis-rs `Cmd`s), not one allocation each: the renewal loop
+/// builds one call per held lease per tick.
+#[derive(Clone)]
 pub(crate) struct ScriptCall {
     pub(crate) lua: &'static Lua,
-    keys: Vec<Vec<u8>>,
-    args: Vec<Vec<u8>>,
+    keys: Cmd,
+    args: Cmd,
 }
 
 impl std::fmt::Debug for Lua {
@@ -103,41 +105,52 @@ impl std::fmt::Debug for Lua {
     }
 }
 
+impl std::fmt::Debug for ScriptCall {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ScriptCall")
+            .field("lua", &self.lua)
+            .field("keys", &self.keys.args_iter().len())
+            .finish_non_exhaustive()
+    }
+}
+
 impl ScriptCall {
     pub(crate) fn new(lua: &'static Lua) -> Self {
         ScriptCall {
             lua,
-            keys: Vec::new(),
-            args: Vec::new(),
+            keys: Cmd::new(),
+            args: Cmd::new(),
         }
     }
 
     /// Adds a key (KEYS[n]).
     pub(crate) fn key(mut self, key: impl ToRedisArgs) -> Self {
-        self.keys.extend(key.to_redis_args());
+        self.keys.arg(key);
         self
     }
 
     /// Adds an argument (ARGV[n]).
     pub(crate) fn arg(mut self, arg: impl ToRedisArgs) -> Self {
-        self.args.extend(arg.to_redis_args());
+        self.args.arg(arg);
         self
     }
 
     /// The `EVALSHA` command.
     pub(crate) fn evalsha(&self) -> Cmd {
         let mut cmd = redis::cmd("EVALSHA");
-        cmd.arg(self.lua.hash())
-            .arg(self.keys.len())
-            .arg(&self.keys)
-            .arg(&self.args);
+        cmd.arg(self.lua.hash()).arg(self.keys.args_iter().len());
+        for part in self.keys.args_iter().chain(self.args.args_iter()) {
+            if let redis::Arg::Simple(bytes) = part {
+                cmd.arg(bytes);
+            }
+        }
         cmd
     }
 
-    /// The keys the call touches (for routing to a node or slot).
-    #[allow(dead_code)] // used by the cluster and Redlock backends' routing
-    pub(crate) fn keys(&self) -> &[Vec<u8>] {
-        &self.keys
+    /// How many keys the call touches (the cluster and Redlock backends route by them).
+    #[cfg(test)]
+    pub(crate) fn key_count(&self) -> usize {
+        self.keys.args_iter().len()
     }
 }
 
@@ -156,6 +169,7 @@ mod tests {
         let packed = call.evalsha().get_packed_command();
         let text = String::from_utf8_lossy(&packed);
         assert!(text.contains(ACQUIRE.hash()));
-        assert_eq!(call.keys().len(), 1);
+        assert_eq!(call.key_count(), 1);
+        assert!(text.contains("v'); evil"), "arguments travel as data");
     }
 }
