@@ -31,6 +31,14 @@ pub struct Row {
     pub redis_cmds_per_op: f64,
     /// Client CPU (user + sys of the whole process, getrusage) per operation, µs.
     pub client_cpu_us_per_op: f64,
+    /// Server CPU per operation, µs: the redis-server process's user + sys time
+    /// (`INFO cpu`) over the measured window. It counts everything the server spends on the
+    /// workload, Lua and networking included; `INFO commandstats` would count a script's
+    /// inner commands twice (once in their own entry, once in `EVALSHA`'s).
+    pub redis_cpu_us_per_op: f64,
+    /// Lua time per operation, µs: the `usec` of `EVAL`/`EVALSHA` in `INFO commandstats`
+    /// over the window (a script's inner commands included, once).
+    pub lua_us_per_op: f64,
     /// Contended: from one holder's end of section to the next holder's acquire, median µs.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub handoff_p50_us: Option<f64>,
@@ -120,7 +128,7 @@ impl Report {
         let dash = || "-".to_string();
         let opt = |v: Option<f64>, digits: usize| v.map_or_else(dash, |v| format!("{v:.digits$}"));
         let mut out = format!(
-            "{:<17} {:<13} {:>9} {:>15} {:>6} {:>8} {:>8} {:>7} {:>8} {:>9} {:>9} {:>8} {:>5} {:>8} {:>4}\n",
+            "{:<17} {:<13} {:>9} {:>15} {:>6} {:>8} {:>8} {:>7} {:>9} {:>9} {:>8} {:>9} {:>9} {:>8} {:>5} {:>8} {:>4}\n",
             "scenario",
             "library",
             "ops/s",
@@ -129,6 +137,8 @@ impl Report {
             "p50 µs",
             "p99 µs",
             "cmds/op",
+            "srv µs/op",
+            "lua µs/op",
             "cpu µs/op",
             "handoff50",
             "handoff99",
@@ -147,7 +157,7 @@ impl Report {
                 .filter(|raw| *raw > 0.0)
                 .map_or_else(dash, |raw| format!("{:.2}", r.ops_per_sec / raw));
             out.push_str(&format!(
-                "{:<17} {:<13} {:>9.0} {:>15} {:>6} {:>8.0} {:>8.0} {:>7.1} {:>8.1} {:>9} {:>9} {:>8} {:>5} {:>8} {:>4}\n",
+                "{:<17} {:<13} {:>9.0} {:>15} {:>6} {:>8.0} {:>8.0} {:>7.1} {:>9.1} {:>9.1} {:>8.1} {:>9} {:>9} {:>8} {:>5} {:>8} {:>4}\n",
                 r.scenario,
                 r.library,
                 r.ops_per_sec,
@@ -156,6 +166,8 @@ impl Report {
                 r.p50_us,
                 r.p99_us,
                 r.redis_cmds_per_op,
+                r.redis_cpu_us_per_op,
+                r.lua_us_per_op,
                 r.client_cpu_us_per_op,
                 opt(r.handoff_p50_us, 0),
                 opt(r.handoff_p99_us, 0),
@@ -240,7 +252,7 @@ impl Report {
         let opt =
             |v: Option<f64>, digits: usize| v.map_or_else(String::new, |v| format!("{v:.digits$}"));
         let mut out = String::from(
-            "| scenario | library | ops/s (min–max) | × raw | p50 µs | p99 µs | Redis cmds/op | client CPU µs/op | handoff p50 / p99 µs | max wait ms | fairness | retries/ok | violations |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+            "| scenario | library | ops/s (min–max) | × raw | p50 µs | p99 µs | Redis cmds/op | Redis CPU µs/op | Lua µs/op | client CPU µs/op | handoff p50 / p99 µs | max wait ms | fairness | retries/ok | violations |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
         );
         for r in self
             .scenarios
@@ -256,7 +268,7 @@ impl Report {
                 _ => String::new(),
             };
             out.push_str(&format!(
-                "| {} | {} | {} ({}–{}) | {ratio} | {} | {} | {:.1} | {:.1} | {handoff} | {} | {} | {} | {} |\n",
+                "| {} | {} | {} ({}–{}) | {ratio} | {} | {} | {:.1} | {:.1} | {:.1} | {:.1} | {handoff} | {} | {} | {} | {} |\n",
                 r.scenario,
                 r.library,
                 n0(r.ops_per_sec),
@@ -265,6 +277,8 @@ impl Report {
                 n0(r.p50_us),
                 n0(r.p99_us),
                 r.redis_cmds_per_op,
+                r.redis_cpu_us_per_op,
+                r.lua_us_per_op,
                 r.client_cpu_us_per_op,
                 opt(r.max_wait_ms, 1),
                 opt(r.fairness, 2),

@@ -301,6 +301,8 @@ async fn run_pair(
     if ops > 0.0 {
         row.redis_cmds_per_op = seen.commands as f64 / ops;
         row.client_cpu_us_per_op = seen.cpu_us as f64 / ops;
+        row.redis_cpu_us_per_op = seen.server_cpu_us as f64 / ops;
+        row.lua_us_per_op = seen.lua_us as f64 / ops;
     }
     Ok(row)
 }
@@ -349,13 +351,19 @@ impl Window {
 pub(crate) struct Seen {
     pub(crate) commands: u64,
     pub(crate) cpu_us: u64,
+    pub(crate) server_cpu_us: u64,
+    pub(crate) lua_us: u64,
 }
 
 async fn observe(mut conn: MultiplexedConnection, window: Window) -> Result<Seen, BoxError> {
     tokio::time::sleep_until(window.measure_from).await;
     let (commands, cpu) = (total_commands(&mut conn).await?, cpu_us()?);
+    let server_cpu = server_cpu_us(&mut conn).await?;
+    let lua = lua_us(&mut conn).await?;
     tokio::time::sleep_until(window.end).await;
     Ok(Seen {
+        server_cpu_us: server_cpu_us(&mut conn).await?.saturating_sub(server_cpu),
+        lua_us: lua_us(&mut conn).await?.saturating_sub(lua),
         // The second INFO is not the workload's.
         commands: total_commands(&mut conn)
             .await?
@@ -372,6 +380,36 @@ pub(crate) async fn total_commands(conn: &mut MultiplexedConnection) -> Result<u
         .find_map(|l| l.strip_prefix("total_commands_processed:"))
         .and_then(|v| v.trim().parse().ok())
         .ok_or_else(|| "INFO stats has no total_commands_processed".into())
+}
+
+/// User + system CPU time of the redis-server process so far (`INFO cpu`), µs.
+pub(crate) async fn server_cpu_us(conn: &mut MultiplexedConnection) -> Result<u64, BoxError> {
+    let info: String = redis::cmd("INFO").arg("cpu").query_async(conn).await?;
+    let field = |name: &str| -> Result<f64, BoxError> {
+        info.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().parse().ok())
+            .ok_or_else(|| format!("INFO cpu has no {name}").into())
+    };
+    let seconds = field("used_cpu_user:")? + field("used_cpu_sys:")?;
+    Ok((seconds * 1e6) as u64)
+}
+
+/// Time spent in scripts so far: the `usec` of `EVAL` and `EVALSHA` in `INFO commandstats`.
+pub(crate) async fn lua_us(conn: &mut MultiplexedConnection) -> Result<u64, BoxError> {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(conn)
+        .await?;
+    Ok(info
+        .lines()
+        .filter(|l| l.starts_with("cmdstat_eval:") || l.starts_with("cmdstat_evalsha:"))
+        .filter_map(|l| {
+            l.split(',')
+                .find_map(|f| f.strip_prefix("usec="))
+                .and_then(|v| v.parse::<u64>().ok())
+        })
+        .sum())
 }
 
 /// User + system CPU time of this process so far, µs.
