@@ -97,6 +97,41 @@ pub enum Command {
     /// Uses --redis if given; otherwise the server at the default address if one answers, or
     /// else a throwaway redis-server started on a free loopback port and stopped at the end.
     Demo,
+    /// A countdown latch across machines: arm it with a count, count it down, wait for it.
+    ///
+    /// `wait` exits 0 once the latch is open (or does not exist), 75 at --wait's deadline.
+    /// `count-down` and `count` print the count left (`none` when the latch does not exist).
+    /// `arm` exits 75 when the latch is armed and still counting.
+    Latch {
+        /// The latch's name.
+        name: String,
+        #[command(subcommand)]
+        action: LatchAction,
+    },
+}
+
+/// What `fenced latch NAME` does.
+#[derive(Subcommand, Debug)]
+pub enum LatchAction {
+    /// Arm the latch with COUNT (refused while it is armed and counting).
+    Arm {
+        /// The count, at least 1.
+        #[arg(value_parser = clap::value_parser!(u64).range(1..=1_000_000_000_000_000))]
+        count: u64,
+        /// How long the latch lives, open or not.
+        #[arg(long, default_value = "24h", value_parser = duration, value_name = "DUR")]
+        lifetime: Duration,
+    },
+    /// Count the latch down by one; the count down that opens it wakes every waiter.
+    CountDown,
+    /// Wait until the latch is open.
+    Wait {
+        /// Wait at most this long (default: forever).
+        #[arg(long, value_parser = duration, value_name = "DUR")]
+        wait: Option<Duration>,
+    },
+    /// Print the count left.
+    Count,
 }
 
 #[derive(Args, Debug)]

@@ -71,6 +71,7 @@ fn main() -> ExitCode {
                 cmd::inspect::release(&cli.global, name, *force).await
             }
             Command::Demo => cmd::demo::demo(&cli.global).await,
+            Command::Latch { name, action } => cmd::latch::latch(&cli.global, name, action).await,
         }
     });
     // Do not wait for tasks still parked in the runtime (a pub/sub reader, say).

@@ -1024,3 +1024,33 @@ async fn runs_with_permits_share_n_slots_and_a_killed_ones_slot_comes_back() {
     signal(&b, Signal::SIGTERM);
     wait_exit(&mut b, Duration::from_secs(10)).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_latch_is_armed_counted_down_and_waited_for_from_the_command_line() {
+    let s = server();
+    let url = s.url();
+    let run = |args: &[&str]| fenced(&url, args);
+    let armed = finish(run(&["latch", "go", "arm", "2"]), Duration::from_secs(10)).await;
+    assert_eq!(armed.code, Some(0), "{}", armed.stderr);
+    let again = finish(run(&["latch", "go", "arm", "2"]), Duration::from_secs(10)).await;
+    assert_eq!(again.code, Some(75), "{}", again.stderr);
+    let early = finish(
+        run(&["latch", "go", "wait", "--wait", "200ms"]),
+        Duration::from_secs(10),
+    )
+    .await;
+    assert_eq!(early.code, Some(75), "{}", early.stderr);
+    assert!(early.stderr.contains("did not open"), "{}", early.stderr);
+    let mut waiter = run(&["latch", "go", "wait"]).spawn().unwrap();
+    let one = finish(run(&["latch", "go", "count-down"]), Duration::from_secs(10)).await;
+    assert_eq!(one.stdout.trim(), "1");
+    let zero = finish(run(&["latch", "go", "count-down"]), Duration::from_secs(10)).await;
+    assert_eq!(zero.stdout.trim(), "0");
+    assert!(
+        wait_exit(&mut waiter, Duration::from_secs(10))
+            .await
+            .success()
+    );
+    let count = finish(run(&["latch", "none", "count"]), Duration::from_secs(10)).await;
+    assert_eq!(count.stdout.trim(), "none");
+}

@@ -10,6 +10,7 @@ use crate::backend::{Backend, Node};
 use crate::core::Core;
 use crate::core::renew::RenewalStats;
 use crate::error::{Error, Result};
+use crate::latch::Latch;
 use crate::lock::Lock;
 use crate::optimistic::pool::TxPool;
 use crate::options::ClientOptions;
@@ -91,6 +92,11 @@ impl Client {
     /// A semaphore named `name` with `permits` leased permits in all.
     pub fn semaphore(&self, name: impl Into<String>, permits: u32) -> Semaphore {
         Semaphore::new(self, name.into(), permits)
+    }
+
+    /// A countdown latch named `name`.
+    pub fn latch(&self, name: impl Into<String>) -> Latch {
+        Latch::new(self, name.into())
     }
 
     /// A resource that accepts writes only with a current fencing token.

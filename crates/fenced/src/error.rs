@@ -13,10 +13,11 @@ use crate::token::FencingToken;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// [`Lock::acquire`](crate::Lock::acquire) gave up: its wait deadline or its attempt limit
-    /// was used up while somebody else held the lock.
+    /// [`Lock::acquire`](crate::Lock::acquire) (or a semaphore's, or a reentrant lock's) gave
+    /// up: its wait deadline or its attempt limit was used up while somebody else held it; or
+    /// [`Latch::wait`](crate::Latch::wait) gave up before the latch opened.
     #[error(
-        "lock {name:?} was not acquired: still held after waiting {waited:?} ({attempts} attempts)"
+        "{name:?} was not acquired: still held (or, for a latch, not open) after waiting {waited:?} ({attempts} attempts)"
     )]
     NotAcquired {
         /// The lock's name.

@@ -32,6 +32,8 @@
 //! - [`Semaphore`]: N permits across processes, each holder's permits leased and renewed
 //!   like a lock, so a crashed holder's permits come back when its lease ends (Redis `TIME`
 //!   decides, never a client clock); a release of k permits wakes up to k waiters.
+//! - [`Latch`]: a countdown latch across processes; the count down that opens it wakes every
+//!   waiter with one message.
 //! - [`FencedResource`]: data in Redis that refuses writes with an older fencing token.
 //! - [`Lock::with_lock`]: run a piece of work under the lock; it is cancelled if the lease is
 //!   lost.
@@ -112,6 +114,7 @@ mod error;
 mod guard;
 mod inspect;
 mod keys;
+mod latch;
 mod lock;
 mod optimistic;
 mod options;
@@ -127,6 +130,7 @@ pub use error::{Error, Result};
 pub use guard::{Lease, LockGuard};
 pub use inspect::{Holder, LockStatus, OWNER_PREFIX_LEN};
 pub use keys::{MAX_NAME_LEN, MAX_NAMESPACE_LEN};
+pub use latch::Latch;
 pub use lock::Lock;
 pub use optimistic::{
     CasOutcome, MAX_KEY_LEN, MAX_STOCK, RetryPolicy, Stock, Tx, Versioned, VersionedWrite,
@@ -178,6 +182,7 @@ mod bounds {
         send_sync_static::<crate::ReentrantGuard>();
         send_sync_static::<crate::HolderHandle>();
         send_sync_static::<crate::Semaphore>();
+        send_sync_static::<crate::Latch>();
         send_sync_static::<crate::SemaphorePermit>();
         send_sync_static::<crate::Error>();
     }

@@ -16,6 +16,7 @@ mod expiry;
 mod faults;
 mod fencing;
 mod inspect;
+mod latch;
 mod lease_validity;
 mod optimistic;
 mod outages;

@@ -3,6 +3,7 @@
 pub mod demo;
 pub mod hold;
 pub mod inspect;
+pub mod latch;
 pub mod run;
 pub mod supervise;
 

@@ -84,6 +84,31 @@ impl Core {
         .await
     }
 
+    /// Waits, by `wait`, for a condition that is not a lease (a latch opening): `check` is
+    /// the attempt, run at once, on every wake-up from `channel`, and by the fallback poll.
+    /// Every waiter of the process may check at once (a condition frees them all).
+    pub(crate) async fn wait_until<G, F, Fut>(
+        &self,
+        name: &str,
+        channel: &str,
+        wait: WaitPolicy,
+        check: F,
+    ) -> Result<G>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<Attempt<G>>>,
+    {
+        let spec = WaitSpec {
+            name,
+            channel,
+            heads: usize::MAX,
+            policy: wait,
+            poll: (self.options.poll_min, self.options.poll_max),
+            timeout: self.options.timeout,
+        };
+        wait_for(&self.waiters, &spec, check).await
+    }
+
     /// One attempt, never waits.
     pub(crate) async fn try_once<K: LeaseKind>(
         self: &Arc<Self>,

@@ -46,8 +46,7 @@ pub(crate) enum Wake {
     One,
     /// Up to N heads: N permits came back.
     N(u32),
-    /// Every head: for example all readers after a writer.
-    #[allow(dead_code)] // the read-write lock and the latch (issue 11) wake all
+    /// Every head: a latch opened (or, later, a writer left and all readers may enter).
     All,
 }
 

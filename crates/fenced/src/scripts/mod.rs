@@ -76,6 +76,10 @@ lua!(/// Void a semaphore acquire attempt of unknown outcome.
     SEMAPHORE_ABANDON, "abandon", "semaphore_abandon.lua");
 lua!(/// Count a semaphore's live permits.
     SEMAPHORE_STATUS, "semaphore status", "semaphore_status.lua");
+lua!(/// Arm a countdown latch.
+    LATCH_ARM, "latch arm", "latch_arm.lua");
+lua!(/// Count a latch down; opening it wakes every waiter.
+    LATCH_COUNT_DOWN, "latch count down", "latch_count_down.lua");
 lua!(/// Write to a resource with a current fencing token.
     FENCED_WRITE, "fenced write", "tokens.lua", "fenced_write.lua");
 lua!(/// Read a resource with a current fencing token, fencing off older ones.
