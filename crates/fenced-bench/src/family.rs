@@ -115,3 +115,58 @@ pub(crate) async fn reentrant(depth: usize, window: Window, env: &Env) -> Result
         ..Row::default()
     })
 }
+
+/// Seed 001's lock segments: 32 tasks, each locking a random one of 10 000 items for ~1ms,
+/// through `stripes` locks. Fewer stripes, fewer lock keys, more waiting: acquisitions/s
+/// against the number of keys.
+pub(crate) async fn striped(
+    scenario: Scenario,
+    stripes: u32,
+    window: Window,
+    env: &Env,
+) -> Result<Row, BoxError> {
+    let items = env
+        .fenced
+        .striped_lock(format!("bench:striped:{stripes}"), stripes)?
+        .configure(|l| l.with_ttl(Duration::from_secs(10)));
+    let mut handles = Vec::new();
+    for task in 0..32u64 {
+        let items = items.clone();
+        handles.push(tokio::spawn(async move {
+            let mut waits = histogram()?;
+            // xorshift: a different item sequence per task, the same in every run.
+            let mut rng = 0x9e37_79b9_7f4a_7c15u64 ^ (task + 1);
+            while Instant::now() < window.end {
+                rng ^= rng << 13;
+                rng ^= rng >> 7;
+                rng ^= rng << 17;
+                let lock = items.lock_for(&format!("item:{}", rng % 10_000));
+                let asked = Instant::now();
+                let guard = match tokio::time::timeout_at(window.end, lock.acquire()).await {
+                    Ok(guard) => guard?,
+                    Err(_) => break,
+                };
+                if window.measures(asked) {
+                    waits.record(micros(asked.elapsed()))?;
+                }
+                tokio::time::sleep(HOLD).await;
+                guard.release().await?;
+            }
+            Ok::<_, BoxError>(waits)
+        }));
+    }
+    let mut waits = histogram()?;
+    for h in handles {
+        waits.add(&h.await??)?;
+    }
+    Ok(Row {
+        scenario: scenario.name().into(),
+        library: "fenced".into(),
+        ops_per_sec: waits.len() as f64 / window.duration.as_secs_f64(),
+        runs: 1,
+        p50_us: waits.value_at_quantile(0.5) as f64,
+        p99_us: waits.value_at_quantile(0.99) as f64,
+        max_wait_ms: Some(waits.max() as f64 / 1000.0),
+        ..Row::default()
+    })
+}

@@ -10,6 +10,8 @@
 //!   (fenced only: no Rust peer has a semaphore);
 //! - `reentrant-depth-3`: take a reentrant lock, enter it twice more, give all three back
 //!   (fenced only: no Rust peer re-enters);
+//! - `striped-1`, `striped-16`, `striped-256`: 32 tasks locking random items of 10 000
+//!   through 1, 16 or 256 lock stripes (seed 001's segments: contention against key count);
 //! - `waiters-1000`: one holder keeps a name for a few seconds while 1000 tasks wait; what
 //!   waiting costs Redis and the client, then how long until all had the lock once;
 //! - `renew-10000`: 10 000 leases renewed automatically for a few renewal periods;

@@ -25,6 +25,12 @@ pub enum Scenario {
     Semaphore4of16,
     /// One task: a reentrant lock taken, entered twice more, and given back three times.
     ReentrantDepth3,
+    /// 32 tasks locking random items of 10 000 through 1 stripe (one global lock).
+    Striped1,
+    /// The same through 16 stripes.
+    Striped16,
+    /// The same through 256 stripes.
+    Striped256,
     /// One holder keeps a name for a few seconds while 1000 tasks of one process wait.
     Waiters1000,
     /// One process holds 10 000 leases with automatic renewal for a few renewal periods.
@@ -38,12 +44,15 @@ pub enum Scenario {
 
 impl Scenario {
     /// Every scenario, in run order.
-    pub const ALL: [Scenario; 9] = [
+    pub const ALL: [Scenario; 12] = [
         Scenario::Uncontended1,
         Scenario::Uncontended32,
         Scenario::Contended8,
         Scenario::Semaphore4of16,
         Scenario::ReentrantDepth3,
+        Scenario::Striped1,
+        Scenario::Striped16,
+        Scenario::Striped256,
         Scenario::Waiters1000,
         Scenario::Renew10000,
         Scenario::Seckill,
@@ -58,6 +67,9 @@ impl Scenario {
             Scenario::Contended8 => "contended-8",
             Scenario::Semaphore4of16 => "semaphore-4of16",
             Scenario::ReentrantDepth3 => "reentrant-depth-3",
+            Scenario::Striped1 => "striped-1",
+            Scenario::Striped16 => "striped-16",
+            Scenario::Striped256 => "striped-256",
             Scenario::Waiters1000 => "waiters-1000",
             Scenario::Renew10000 => "renew-10000",
             Scenario::Seckill => "seckill",
@@ -73,9 +85,12 @@ impl Scenario {
                 &[Fenced, Raw, Rslock, Redlock]
             }
             Scenario::Waiters1000 => &[Fenced, Raw, Rslock],
-            Scenario::Renew10000 | Scenario::Semaphore4of16 | Scenario::ReentrantDepth3 => {
-                &[Fenced]
-            }
+            Scenario::Renew10000
+            | Scenario::Semaphore4of16
+            | Scenario::ReentrantDepth3
+            | Scenario::Striped1
+            | Scenario::Striped16
+            | Scenario::Striped256 => &[Fenced],
             Scenario::Seckill => &[FencedTx, FencedScript, FencedLock],
             Scenario::CounterContended => &[FencedTx, FencedScript],
         }
@@ -292,6 +307,9 @@ async fn run_pair(
         Scenario::Contended8 => crate::locks::contended(library, 8, window, env).await?,
         Scenario::Semaphore4of16 => crate::family::semaphore(16, 4, window, env).await?,
         Scenario::ReentrantDepth3 => crate::family::reentrant(3, window, env).await?,
+        Scenario::Striped1 => crate::family::striped(scenario, 1, window, env).await?,
+        Scenario::Striped16 => crate::family::striped(scenario, 16, window, env).await?,
+        Scenario::Striped256 => crate::family::striped(scenario, 256, window, env).await?,
         Scenario::Seckill => crate::optimistic::seckill(library, window, env).await?,
         Scenario::CounterContended => crate::optimistic::counter(library, 32, window, env).await?,
         Scenario::Waiters1000 | Scenario::Renew10000 => return Err("handled above".into()),

@@ -17,6 +17,7 @@ use crate::options::ClientOptions;
 use crate::reentrant::ReentrantLock;
 use crate::resource::FencedResource;
 use crate::semaphore::Semaphore;
+use crate::striped::StripedLock;
 use crate::token::hex;
 
 /// A handle on one Redis server: cheap to clone, `Send + Sync`, and meant to be shared by a
@@ -92,6 +93,17 @@ impl Client {
     /// A semaphore named `name` with `permits` leased permits in all.
     pub fn semaphore(&self, name: impl Into<String>, permits: u32) -> Semaphore {
         Semaphore::new(self, name.into(), permits)
+    }
+
+    /// Lock segments: `stripes` locks named `<prefix>:stripe:<n>` covering any number of
+    /// keys, each key mapped to one stripe by a stable hash.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for 0 or more than [`MAX_STRIPES`](crate::MAX_STRIPES)
+    /// stripes, or a prefix that makes an invalid lock name.
+    pub fn striped_lock(&self, prefix: impl Into<String>, stripes: u32) -> Result<StripedLock> {
+        StripedLock::new(self, prefix.into(), stripes)
     }
 
     /// A countdown latch named `name`.

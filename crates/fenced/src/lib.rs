@@ -34,6 +34,7 @@
 //!   decides, never a client clock); a release of k permits wakes up to k waiters.
 //! - [`Latch`]: a countdown latch across processes; the count down that opens it wakes every
 //!   waiter with one message.
+//! - [`StripedLock`]: lock segments; K locks over a large key space, by a stable hash.
 //! - [`FencedResource`]: data in Redis that refuses writes with an older fencing token.
 //! - [`Lock::with_lock`]: run a piece of work under the lock; it is cancelled if the lease is
 //!   lost.
@@ -121,6 +122,7 @@ mod options;
 mod reentrant;
 mod resource;
 mod semaphore;
+mod striped;
 mod token;
 mod wait;
 
@@ -139,6 +141,7 @@ pub use options::{MAX_TTL, MIN_TTL};
 pub use reentrant::{HolderHandle, ReentrantGuard, ReentrantLock};
 pub use resource::{FencedRead, FencedResource, FencedUpdate, FencedWrite, MAX_FIELDS_PER_WRITE};
 pub use semaphore::{MAX_PERMITS, Semaphore, SemaphorePermit, SemaphoreStatus};
+pub use striped::{MAX_STRIPES, StripedLock};
 pub use token::FencingToken;
 pub use wait::WaitPolicy;
 
@@ -183,6 +186,7 @@ mod bounds {
         send_sync_static::<crate::HolderHandle>();
         send_sync_static::<crate::Semaphore>();
         send_sync_static::<crate::Latch>();
+        send_sync_static::<crate::StripedLock>();
         send_sync_static::<crate::SemaphorePermit>();
         send_sync_static::<crate::Error>();
     }

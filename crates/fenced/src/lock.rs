@@ -95,6 +95,16 @@ impl Lock {
         self
     }
 
+    /// The same settings on another name (a stripe of a [`StripedLock`](crate::StripedLock)).
+    pub(crate) fn renamed(&self, name: String) -> Lock {
+        let keys = Arc::new(LockKeys::new(&self.core.options().namespace, &name));
+        Lock {
+            name: name.into(),
+            keys,
+            ..self.clone()
+        }
+    }
+
     /// The lock's name.
     pub fn name(&self) -> &str {
         &self.name

@@ -89,3 +89,38 @@ async fn try_acquire_never_waits_and_excludes() {
     other.release().await.unwrap();
     assert!(b.lock("job").try_acquire().await.unwrap().is_some());
 }
+
+#[tokio::test]
+async fn striped_locks_map_a_key_to_one_stripe_in_every_client_and_spread_keys_evenly() {
+    let server = crate::support::server();
+    let a = crate::support::client(&server).await;
+    let b = crate::support::client(&server).await;
+    let (sa, sb) = (
+        a.striped_lock("items", 16).unwrap(),
+        b.striped_lock("items", 16).unwrap(),
+    );
+    let held = sa.lock_for("item:42").acquire().await.unwrap();
+    assert!(
+        sb.lock_for("item:42")
+            .try_acquire()
+            .await
+            .unwrap()
+            .is_none(),
+        "the same key takes the same stripe in every client"
+    );
+    let other = (0..100)
+        .map(|i| format!("item:{i}"))
+        .find(|k| sb.stripe_of(k) != sa.stripe_of("item:42"))
+        .unwrap();
+    assert!(sb.lock_for(&other).try_acquire().await.unwrap().is_some());
+    held.release().await.unwrap();
+    let mut per_stripe = [0u32; 16];
+    for i in 0..16_000 {
+        per_stripe[sa.stripe_of(&format!("product:{i}")) as usize] += 1;
+    }
+    assert!(
+        per_stripe.iter().all(|n| (800..1200).contains(n)),
+        "{per_stripe:?}"
+    );
+    assert!(a.striped_lock("items", 0).is_err());
+}
