@@ -220,7 +220,10 @@ async fn a_sigkilled_holders_permits_come_back_within_its_ttl() {
     let permits = pool.acquire_many(2).await.unwrap();
     let back = killed.elapsed();
     eprintln!("permits back {back:?} after SIGKILL (ttl 1s)");
-    assert!(back <= Duration::from_millis(1_500), "{back:?}");
+    assert!(
+        back <= Duration::from_millis(2_000),
+        "{back:?}: more than the ttl (1s) and a second of slack"
+    );
     permits.release().await.unwrap();
 }
 
