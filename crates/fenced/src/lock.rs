@@ -7,12 +7,11 @@ use std::time::Duration;
 use tracing::Instrument;
 
 use crate::client::Client;
-use crate::core::{AcquireRequest, Core};
+use crate::core::{Core, LeaseOptions};
 use crate::error::{Error, Result};
 use crate::guard::{Lease, LockGuard};
-use crate::keys::{LockKeys, validate_name};
+use crate::keys::LockKeys;
 use crate::kind::exclusive::Exclusive;
-use crate::options::validate_ttl;
 use crate::token::OwnerToken;
 use crate::wait::WaitPolicy;
 
@@ -45,9 +44,7 @@ pub struct Lock {
     core: Arc<Core>,
     name: Arc<str>,
     keys: Arc<LockKeys>,
-    ttl: Option<Duration>,
-    auto_renew: bool,
-    wait: WaitPolicy,
+    opts: LeaseOptions,
 }
 
 impl fmt::Debug for Lock {
@@ -55,8 +52,8 @@ impl fmt::Debug for Lock {
         f.debug_struct("Lock")
             .field("name", &self.name)
             .field("ttl", &self.ttl())
-            .field("auto_renew", &self.auto_renew)
-            .field("wait", &self.wait)
+            .field("auto_renew", &self.opts.auto_renew)
+            .field("wait", &self.opts.wait)
             .finish()
     }
 }
@@ -69,29 +66,27 @@ impl Lock {
             core,
             name: name.into(),
             keys,
-            ttl: None,
-            auto_renew: true,
-            wait: WaitPolicy::forever(),
+            opts: LeaseOptions::default(),
         }
     }
 
     /// Lease length (default: the client's, 30s unless configured). At least
     /// [`MIN_TTL`](crate::MIN_TTL), at most [`MAX_TTL`](crate::MAX_TTL).
     pub fn with_ttl(mut self, ttl: Duration) -> Self {
-        self.ttl = Some(ttl);
+        self.opts.ttl = Some(ttl);
         self
     }
 
     /// Whether held leases are renewed automatically (default `true`). Without renewal the
     /// lease ends after its ttl and the guard's lost signal fires at its validity deadline.
     pub fn with_auto_renew(mut self, on: bool) -> Self {
-        self.auto_renew = on;
+        self.opts.auto_renew = on;
         self
     }
 
     /// How long [`acquire`](Self::acquire) waits (default: no limit).
     pub fn with_wait(mut self, policy: WaitPolicy) -> Self {
-        self.wait = policy;
+        self.opts.wait = policy;
         self
     }
 
@@ -120,14 +115,7 @@ impl Lock {
 
     /// The lease length this lock asks for.
     pub fn ttl(&self) -> Duration {
-        self.ttl.unwrap_or(self.core.options().default_ttl)
-    }
-
-    fn checked_ttl(&self) -> Result<Duration> {
-        validate_name("lock", &self.name)?;
-        let ttl = self.ttl();
-        validate_ttl(ttl)?;
-        Ok(ttl)
+        self.opts.ttl(&self.core)
     }
 
     /// One attempt, never waits: `Some(guard)` when the lease is ours, `None` when somebody
@@ -144,11 +132,18 @@ impl Lock {
     /// Dropping the future after the request was sent releases whatever it may have taken, in
     /// the background.
     pub async fn try_acquire(&self) -> Result<Option<LockGuard>> {
-        let ttl = self.checked_ttl()?;
+        let ttl = self.opts.checked_ttl(&self.core, "lock", &self.name)?;
         let span = tracing::debug_span!("fenced.try_acquire", lock = %self.name);
         async move {
             let (kind, owner) = self.next_attempt()?;
-            let granted = self.core.try_once(&self.request(ttl), kind, owner).await?;
+            let granted = self
+                .core
+                .try_once(
+                    &self.opts.request(&self.name, &self.keys.channel, ttl, 1),
+                    kind,
+                    owner,
+                )
+                .await?;
             Ok(granted.ok().map(LockGuard::new))
         }
         .instrument(span)
@@ -177,24 +172,16 @@ impl Lock {
     /// Cancelling gives up the place in the queue; an attempt in flight is released in the
     /// background if it took the lease.
     pub async fn acquire(&self) -> Result<LockGuard> {
-        let ttl = self.checked_ttl()?;
+        let ttl = self.opts.checked_ttl(&self.core, "lock", &self.name)?;
         let span = tracing::debug_span!("fenced.acquire", lock = %self.name);
         self.core
-            .acquire_with(&self.request(ttl), || self.next_attempt())
+            .acquire_with(
+                &self.opts.request(&self.name, &self.keys.channel, ttl, 1),
+                || self.next_attempt(),
+            )
             .instrument(span)
             .await
             .map(LockGuard::new)
-    }
-
-    fn request(&self, ttl: Duration) -> AcquireRequest<'_> {
-        AcquireRequest {
-            name: &self.name,
-            channel: &self.keys.channel,
-            ttl,
-            auto_renew: self.auto_renew,
-            wait: self.wait,
-            heads: 1,
-        }
     }
 
     /// The lease kind and a fresh owner for one attempt.

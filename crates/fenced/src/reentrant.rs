@@ -18,11 +18,10 @@ use std::time::Duration;
 use tracing::Instrument;
 
 use crate::client::Client;
-use crate::core::{AcquireRequest, Core, Held};
+use crate::core::{Core, Held, LeaseOptions};
 use crate::error::{Error, Result};
 use crate::keys::{LockKeys, validate_name};
 use crate::kind::reentrant::ReentrantHold;
-use crate::options::validate_ttl;
 use crate::token::OwnerToken;
 use crate::wait::WaitPolicy;
 
@@ -64,9 +63,7 @@ pub struct ReentrantLock {
     core: Arc<Core>,
     name: Arc<str>,
     keys: Arc<LockKeys>,
-    ttl: Option<Duration>,
-    auto_renew: bool,
-    wait: WaitPolicy,
+    opts: LeaseOptions,
 }
 
 impl fmt::Debug for ReentrantLock {
@@ -74,7 +71,7 @@ impl fmt::Debug for ReentrantLock {
         f.debug_struct("ReentrantLock")
             .field("name", &self.name)
             .field("ttl", &self.ttl())
-            .field("wait", &self.wait)
+            .field("wait", &self.opts.wait)
             .finish()
     }
 }
@@ -87,28 +84,26 @@ impl ReentrantLock {
             core,
             name: name.into(),
             keys,
-            ttl: None,
-            auto_renew: true,
-            wait: WaitPolicy::forever(),
+            opts: LeaseOptions::default(),
         }
     }
 
     /// Lease length of each hold (default: the client's). A re-entry never shortens what the
     /// other holds were promised.
     pub fn with_ttl(mut self, ttl: Duration) -> Self {
-        self.ttl = Some(ttl);
+        self.opts.ttl = Some(ttl);
         self
     }
 
     /// Whether holds are renewed automatically (default `true`).
     pub fn with_auto_renew(mut self, on: bool) -> Self {
-        self.auto_renew = on;
+        self.opts.auto_renew = on;
         self
     }
 
     /// How long [`acquire`](Self::acquire) waits (default: no limit). Re-entries never wait.
     pub fn with_wait(mut self, policy: WaitPolicy) -> Self {
-        self.wait = policy;
+        self.opts.wait = policy;
         self
     }
 
@@ -119,25 +114,7 @@ impl ReentrantLock {
 
     /// The lease length each hold asks for.
     pub fn ttl(&self) -> Duration {
-        self.ttl.unwrap_or(self.core.options().default_ttl)
-    }
-
-    fn checked_ttl(&self) -> Result<Duration> {
-        validate_name("lock", &self.name)?;
-        let ttl = self.ttl();
-        validate_ttl(ttl)?;
-        Ok(ttl)
-    }
-
-    fn request(&self, ttl: Duration) -> AcquireRequest<'_> {
-        AcquireRequest {
-            name: &self.name,
-            channel: &self.keys.channel,
-            ttl,
-            auto_renew: self.auto_renew,
-            wait: self.wait,
-            heads: 1,
-        }
+        self.opts.ttl(&self.core)
     }
 
     fn hold(&self, owner: OwnerToken, reenter_only: bool) -> Result<(ReentrantHold, OwnerToken)> {
@@ -163,13 +140,14 @@ impl ReentrantLock {
     ///
     /// As [`Lock::acquire`](crate::Lock::acquire).
     pub async fn acquire(&self) -> Result<ReentrantGuard> {
-        let ttl = self.checked_ttl()?;
+        let ttl = self.opts.checked_ttl(&self.core, "lock", &self.name)?;
         let span = tracing::debug_span!("fenced.reentrant.acquire", lock = %self.name);
         let held = self
             .core
-            .acquire_with(&self.request(ttl), || {
-                self.hold(OwnerToken::fresh()?, false)
-            })
+            .acquire_with(
+                &self.opts.request(&self.name, &self.keys.channel, ttl, 1),
+                || self.hold(OwnerToken::fresh()?, false),
+            )
             .instrument(span)
             .await?;
         Ok(self.guard(held))
@@ -181,12 +159,16 @@ impl ReentrantLock {
     ///
     /// As [`Lock::try_acquire`](crate::Lock::try_acquire).
     pub async fn try_acquire(&self) -> Result<Option<ReentrantGuard>> {
-        let ttl = self.checked_ttl()?;
+        let ttl = self.opts.checked_ttl(&self.core, "lock", &self.name)?;
         let (kind, owner) = self.hold(OwnerToken::fresh()?, false)?;
         let span = tracing::debug_span!("fenced.reentrant.try_acquire", lock = %self.name);
         let granted = self
             .core
-            .try_once(&self.request(ttl), kind, owner)
+            .try_once(
+                &self.opts.request(&self.name, &self.keys.channel, ttl, 1),
+                kind,
+                owner,
+            )
             .instrument(span)
             .await?;
         Ok(granted.ok().map(|held| self.guard(held)))
@@ -201,7 +183,7 @@ impl ReentrantLock {
     /// back, or the lease was lost): a re-entry never takes a free lock. Transport errors as
     /// usual; a re-entry of unknown outcome is given back in the background.
     pub async fn reenter(&self, holder: &HolderHandle) -> Result<ReentrantGuard> {
-        let ttl = self.checked_ttl()?;
+        let ttl = self.opts.checked_ttl(&self.core, "lock", &self.name)?;
         if holder.name != self.name || holder.namespace != self.core.options().namespace {
             return Err(Error::invalid(format!(
                 "the holder handle is for lock {:?}, not {:?}",
@@ -212,7 +194,11 @@ impl ReentrantLock {
         let span = tracing::debug_span!("fenced.reentrant.reenter", lock = %self.name);
         match self
             .core
-            .try_once(&self.request(ttl), kind, owner)
+            .try_once(
+                &self.opts.request(&self.name, &self.keys.channel, ttl, 1),
+                kind,
+                owner,
+            )
             .instrument(span)
             .await?
         {

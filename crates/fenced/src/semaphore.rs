@@ -13,12 +13,11 @@ use std::time::Duration;
 use tracing::Instrument;
 
 use crate::client::Client;
-use crate::core::{AcquireRequest, Core, Held};
+use crate::core::{Core, Held, LeaseOptions};
 use crate::error::{Error, Result};
 use crate::keys::validate_name;
 use crate::kind::permits::{Permits, SemaphoreKeys};
 use crate::kind::unexpected;
-use crate::options::validate_ttl;
 use crate::scripts::{SEMAPHORE_STATUS, ScriptCall};
 use crate::token::OwnerToken;
 use crate::wait::WaitPolicy;
@@ -63,9 +62,7 @@ pub struct Semaphore {
     name: Arc<str>,
     keys: Arc<SemaphoreKeys>,
     permits: u32,
-    ttl: Option<Duration>,
-    auto_renew: bool,
-    wait: WaitPolicy,
+    opts: LeaseOptions,
 }
 
 impl fmt::Debug for Semaphore {
@@ -74,7 +71,7 @@ impl fmt::Debug for Semaphore {
             .field("name", &self.name)
             .field("permits", &self.permits)
             .field("ttl", &self.ttl())
-            .field("wait", &self.wait)
+            .field("wait", &self.opts.wait)
             .finish()
     }
 }
@@ -102,27 +99,25 @@ impl Semaphore {
             name: name.into(),
             keys,
             permits,
-            ttl: None,
-            auto_renew: true,
-            wait: WaitPolicy::forever(),
+            opts: LeaseOptions::default(),
         }
     }
 
     /// Lease length of each holder's permits (default: the client's).
     pub fn with_ttl(mut self, ttl: Duration) -> Self {
-        self.ttl = Some(ttl);
+        self.opts.ttl = Some(ttl);
         self
     }
 
     /// Whether held permits are renewed automatically (default `true`).
     pub fn with_auto_renew(mut self, on: bool) -> Self {
-        self.auto_renew = on;
+        self.opts.auto_renew = on;
         self
     }
 
     /// How long [`acquire`](Self::acquire) waits (default: no limit).
     pub fn with_wait(mut self, policy: WaitPolicy) -> Self {
-        self.wait = policy;
+        self.opts.wait = policy;
         self
     }
 
@@ -145,11 +140,11 @@ impl Semaphore {
 
     /// The lease length each holder asks for.
     pub fn ttl(&self) -> Duration {
-        self.ttl.unwrap_or(self.core.options().default_ttl)
+        self.opts.ttl(&self.core)
     }
 
     fn check(&self, n: u32) -> Result<Duration> {
-        validate_name("semaphore", &self.name)?;
+        let ttl = self.opts.checked_ttl(&self.core, "semaphore", &self.name)?;
         if !(1..=MAX_PERMITS).contains(&self.permits) {
             return Err(Error::invalid(format!(
                 "a semaphore has 1 to {MAX_PERMITS} permits, not {}",
@@ -162,20 +157,7 @@ impl Semaphore {
                 self.name, self.permits, self.permits
             )));
         }
-        let ttl = self.ttl();
-        validate_ttl(ttl)?;
         Ok(ttl)
-    }
-
-    fn request(&self, ttl: Duration) -> AcquireRequest<'_> {
-        AcquireRequest {
-            name: &self.name,
-            channel: &self.keys.channel,
-            ttl,
-            auto_renew: self.auto_renew,
-            wait: self.wait,
-            heads: self.permits as usize,
-        }
     }
 
     fn next_attempt(&self, n: u32) -> Result<(Permits, OwnerToken)> {
@@ -214,7 +196,12 @@ impl Semaphore {
         let span = tracing::debug_span!("fenced.semaphore.acquire", semaphore = %self.name, n);
         let held = self
             .core
-            .acquire_with(&self.request(ttl), || self.next_attempt(n))
+            .acquire_with(
+                &self
+                    .opts
+                    .request(&self.name, &self.keys.channel, ttl, self.permits as usize),
+                || self.next_attempt(n),
+            )
             .instrument(span)
             .await?;
         Ok(SemaphorePermit { held, permits: n })
@@ -241,7 +228,13 @@ impl Semaphore {
         let span = tracing::debug_span!("fenced.semaphore.try_acquire", semaphore = %self.name, n);
         let granted = self
             .core
-            .try_once(&self.request(ttl), kind, owner)
+            .try_once(
+                &self
+                    .opts
+                    .request(&self.name, &self.keys.channel, ttl, self.permits as usize),
+                kind,
+                owner,
+            )
             .instrument(span)
             .await?;
         Ok(granted

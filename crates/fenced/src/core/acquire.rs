@@ -51,6 +51,61 @@ pub(crate) struct AcquireRequest<'a> {
     pub(crate) heads: usize,
 }
 
+/// A primitive handle's lease settings, with the checks every acquire makes before it sends
+/// anything.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct LeaseOptions {
+    /// Lease length; `None`: the client's default.
+    pub(crate) ttl: Option<Duration>,
+    /// Whether held leases are renewed in the background.
+    pub(crate) auto_renew: bool,
+    /// How long an acquire waits.
+    pub(crate) wait: WaitPolicy,
+}
+
+impl Default for LeaseOptions {
+    fn default() -> Self {
+        LeaseOptions {
+            ttl: None,
+            auto_renew: true,
+            wait: WaitPolicy::forever(),
+        }
+    }
+}
+
+impl LeaseOptions {
+    /// The lease length asked for.
+    pub(crate) fn ttl(&self, core: &Core) -> Duration {
+        self.ttl.unwrap_or(core.options().default_ttl)
+    }
+
+    /// The name (of a `what`) and the ttl, checked before anything is sent.
+    pub(crate) fn checked_ttl(&self, core: &Core, what: &str, name: &str) -> Result<Duration> {
+        crate::keys::validate_name(what, name)?;
+        let ttl = self.ttl(core);
+        crate::options::validate_ttl(ttl)?;
+        Ok(ttl)
+    }
+
+    /// The request for the engine.
+    pub(crate) fn request<'a>(
+        &self,
+        name: &'a Arc<str>,
+        channel: &'a str,
+        ttl: Duration,
+        heads: usize,
+    ) -> AcquireRequest<'a> {
+        AcquireRequest {
+            name,
+            channel,
+            ttl,
+            auto_renew: self.auto_renew,
+            wait: self.wait,
+            heads,
+        }
+    }
+}
+
 /// One attempt's outcome: the lease, or how long the blocking lease has left (`None`: unknown).
 pub(crate) type Attempt<G> = Result<G, Option<Duration>>;
 

@@ -23,7 +23,7 @@ pub(crate) mod renew;
 use std::sync::Arc;
 use std::time::Duration;
 
-pub(crate) use acquire::AcquireRequest;
+pub(crate) use acquire::LeaseOptions;
 pub(crate) use held::Held;
 pub use held::Lease;
 pub(crate) use notify::Wake;
