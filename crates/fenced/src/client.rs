@@ -12,6 +12,7 @@ use crate::core::renew::RenewalStats;
 use crate::error::{Error, Result};
 use crate::latch::Latch;
 use crate::lock::Lock;
+use crate::multi::MultiLock;
 use crate::optimistic::pool::TxPool;
 use crate::options::ClientOptions;
 use crate::reentrant::ReentrantLock;
@@ -104,6 +105,20 @@ impl Client {
     /// stripes, or a prefix that makes an invalid lock name.
     pub fn striped_lock(&self, prefix: impl Into<String>, stripes: u32) -> Result<StripedLock> {
         StripedLock::new(self, prefix.into(), stripes)
+    }
+
+    /// Several names locked together, all or nothing (sorted and deduplicated).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for no names, more than
+    /// [`MAX_MULTI_NAMES`](crate::MAX_MULTI_NAMES), or an invalid name.
+    pub fn multi_lock<I, S>(&self, names: I) -> Result<MultiLock>
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        MultiLock::new(self, names.into_iter().map(Into::into).collect())
     }
 
     /// A countdown latch named `name`.

@@ -34,6 +34,8 @@
 //!   decides, never a client clock); a release of k permits wakes up to k waiters.
 //! - [`Latch`]: a countdown latch across processes; the count down that opens it wakes every
 //!   waiter with one message.
+//! - [`MultiLock`]: several names locked all or nothing, by one script (no deadlock between
+//!   `{a, b}` and `{b, a}`), one guard and one fencing token for all of them.
 //! - [`StripedLock`]: lock segments; K locks over a large key space, by a stable hash.
 //! - [`FencedResource`]: data in Redis that refuses writes with an older fencing token.
 //! - [`Lock::with_lock`]: run a piece of work under the lock; it is cancelled if the lease is
@@ -117,6 +119,7 @@ mod inspect;
 mod keys;
 mod latch;
 mod lock;
+mod multi;
 mod optimistic;
 mod options;
 mod reentrant;
@@ -134,6 +137,7 @@ pub use inspect::{Holder, LockStatus, OWNER_PREFIX_LEN};
 pub use keys::{MAX_NAME_LEN, MAX_NAMESPACE_LEN};
 pub use latch::Latch;
 pub use lock::Lock;
+pub use multi::{MAX_MULTI_NAMES, MultiGuard, MultiLock};
 pub use optimistic::{
     CasOutcome, MAX_KEY_LEN, MAX_STOCK, RetryPolicy, Stock, Tx, Versioned, VersionedWrite,
 };
@@ -187,6 +191,8 @@ mod bounds {
         send_sync_static::<crate::Semaphore>();
         send_sync_static::<crate::Latch>();
         send_sync_static::<crate::StripedLock>();
+        send_sync_static::<crate::MultiLock>();
+        send_sync_static::<crate::MultiGuard>();
         send_sync_static::<crate::SemaphorePermit>();
         send_sync_static::<crate::Error>();
     }

@@ -18,6 +18,7 @@ mod fencing;
 mod inspect;
 mod latch;
 mod lease_validity;
+mod multi;
 mod optimistic;
 mod outages;
 mod reentrant;

@@ -49,6 +49,9 @@ pub(crate) struct AcquireRequest<'a> {
     pub(crate) wait: WaitPolicy,
     /// How many of this process's waiters may try at once.
     pub(crate) heads: usize,
+    /// Channels whose releases wake the waiter besides `channel` (then only a queue key):
+    /// a multi-lock waits on every name's releases.
+    pub(crate) also: &'a [String],
 }
 
 /// A primitive handle's lease settings, with the checks every acquire makes before it sends
@@ -102,6 +105,7 @@ impl LeaseOptions {
             auto_renew: self.auto_renew,
             wait: self.wait,
             heads,
+            also: &[],
         }
     }
 }
@@ -124,6 +128,7 @@ impl Core {
         let wait = WaitSpec {
             name: req.name,
             channel: req.channel,
+            also: req.also,
             heads: req.heads,
             policy: req.wait,
             poll: (self.options.poll_min, self.options.poll_max),
@@ -156,6 +161,7 @@ impl Core {
         let spec = WaitSpec {
             name,
             channel,
+            also: &[],
             heads: usize::MAX,
             policy: wait,
             poll: (self.options.poll_min, self.options.poll_max),
@@ -232,6 +238,8 @@ impl Drop for PendingAcquire<'_> {
 pub(crate) struct WaitSpec<'a> {
     pub(crate) name: &'a str,
     pub(crate) channel: &'a str,
+    /// Other channels whose releases wake this wait (see `AcquireRequest::also`).
+    pub(crate) also: &'a [String],
     pub(crate) heads: usize,
     pub(crate) policy: WaitPolicy,
     /// Bounds of the fallback poll.
@@ -300,7 +308,7 @@ where
     }
 
     // Queue behind this process's other waiters; only the heads talk to Redis.
-    let ticket = waiters.join(spec.channel, spec.heads);
+    let ticket = waiters.join_watching(spec.channel, spec.heads, spec.also);
     let head = match deadline {
         Some(d) => match tokio::time::timeout_at(d, ticket.head()).await {
             Ok(permit) => permit,
@@ -309,7 +317,15 @@ where
         None => ticket.head().await,
     };
     let _head = head.ok_or_else(|| give_up(attempts))?;
-    let subscribed = waiters.subscribe(spec.channel, spec.timeout).await;
+    let subscribed = if spec.also.is_empty() {
+        waiters.subscribe(spec.channel, spec.timeout).await
+    } else {
+        let mut all = true;
+        for channel in spec.also {
+            all &= waiters.subscribe(channel, spec.timeout).await;
+        }
+        all
+    };
     tracing::debug!(subscribed, "fenced: waiting");
     let mut backoff = Backoff::new(poll_min, poll_max);
     loop {
@@ -361,6 +377,7 @@ mod tests {
         WaitSpec {
             name: "job",
             channel: "ch",
+            also: &[],
             heads: 1,
             policy,
             poll: (poll, poll),

@@ -70,7 +70,9 @@ pub(crate) async fn run(backend: Backend, local: Arc<LocalWaiters>, record_ms: u
         }
     };
     if wakes_local_waiters(&freed) {
-        local.released(kind.channel(), kind.wakes());
+        for channel in kind.channels() {
+            local.released(channel, kind.wakes());
+        }
     }
     if let Err(e) = freed {
         tracing::debug!(name = %kind.name(), error = %e, "fenced: background clean-up failed; the lease will expire by its ttl");

@@ -108,8 +108,9 @@ impl Held {
         };
         tracing::debug!(name = %self.lease.name, ?reply, "fenced: released");
         if reply.freed() {
-            core.waiters
-                .released(self.kind.channel(), self.kind.wakes());
+            for channel in self.kind.channels() {
+                core.waiters.released(channel, self.kind.wakes());
+            }
         }
         if reply == ReleaseReply::NotHeld {
             self.lease.state.lost.cancel();

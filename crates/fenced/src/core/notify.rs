@@ -26,7 +26,11 @@
 //! 4. A message published by this client is skipped (the release already woke the local
 //!    heads), so one release costs one wake-up, not two.
 //! 5. A queue and its subscription live while at least one waiter holds a [`Ticket`]; the last
-//!    ticket dropped removes the queue and unsubscribes.
+//!    ticket dropped removes the queue and unsubscribes from every channel no other queue
+//!    still needs.
+//! 6. A queue may watch other channels too (a multi-lock waits on each of its names): a
+//!    release on any of them wakes all its heads, besides that channel's own queue, whose
+//!    wake-up it never takes.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -89,6 +93,8 @@ pub(crate) struct WaitQueue {
     /// Tickets alive for this queue; changed only under the map's lock.
     users: std::sync::atomic::AtomicUsize,
     width: std::sync::atomic::AtomicUsize,
+    /// Other channels whose releases wake this queue too (a multi-lock waits on every name).
+    also: Vec<String>,
 }
 
 /// Membership in a wait queue; dropping it leaves the queue.
@@ -118,9 +124,25 @@ impl Drop for Ticket {
 
 /// The registry of wait queues, shared by the client, the pub/sub task and the renewal task.
 pub(crate) struct LocalWaiters {
-    queues: Mutex<HashMap<String, Arc<WaitQueue>>>,
+    queues: Mutex<Queues>,
     client_id: Arc<str>,
     commands: mpsc::UnboundedSender<Command>,
+}
+
+#[derive(Default)]
+struct Queues {
+    /// Each queue under its key (the channel of its releases, or a multi-lock's own key).
+    by_key: HashMap<String, Arc<WaitQueue>>,
+    /// For a channel, the queues that wake on its releases besides its own.
+    watchers: HashMap<String, Vec<Arc<WaitQueue>>>,
+}
+
+impl Queues {
+    /// True while a waiter needs `channel`'s messages.
+    fn wants(&self, channel: &str) -> bool {
+        self.watchers.contains_key(channel)
+            || self.by_key.get(channel).is_some_and(|q| q.also.is_empty())
+    }
 }
 
 enum Command {
@@ -129,7 +151,7 @@ enum Command {
 }
 
 impl LocalWaiters {
-    fn queues(&self) -> MutexGuard<'_, HashMap<String, Arc<WaitQueue>>> {
+    fn queues(&self) -> MutexGuard<'_, Queues> {
         lock_unpoisoned(&self.queues)
     }
 
@@ -141,26 +163,44 @@ impl LocalWaiters {
     /// True when some task of this process already waits for `channel`'s lock; a newcomer then
     /// queues behind it rather than barging in.
     pub(crate) fn has_waiters(&self, channel: &str) -> bool {
-        self.queues().contains_key(channel)
+        self.queues().by_key.contains_key(channel)
     }
 
-    /// Joins (or creates) the queue for `channel`, widening it to `width` heads if it is
-    /// narrower.
-    pub(crate) fn join(self: &Arc<Self>, channel: &str, width: usize) -> Ticket {
+    /// Joins (or creates) the queue under `key` (the channel of its releases), widening it
+    /// to `width` heads if it is narrower. With `also` non-empty, `key` names a queue of its
+    /// own that wakes on the releases of every channel in `also` (a multi-lock's names).
+    pub(crate) fn join_watching(
+        self: &Arc<Self>,
+        key: &str,
+        width: usize,
+        also: &[String],
+    ) -> Ticket {
         use std::sync::atomic::Ordering::Relaxed;
+        let channel = key;
         let width = width.clamp(1, MAX_HEADS);
-        let mut queues = self.queues();
-        let queue = queues
-            .entry(channel.to_owned())
-            .or_insert_with(|| {
-                Arc::new(WaitQueue {
+        let mut guard = self.queues();
+        let queues = &mut *guard;
+        let queue = match queues.by_key.get(channel) {
+            Some(q) => q.clone(),
+            None => {
+                let q = Arc::new(WaitQueue {
                     gate: Semaphore::new(width),
                     wake: Notify::new(),
                     users: 0.into(),
                     width: width.into(),
-                })
-            })
-            .clone();
+                    also: also.to_vec(),
+                });
+                for ch in also {
+                    queues
+                        .watchers
+                        .entry(ch.clone())
+                        .or_default()
+                        .push(q.clone());
+                }
+                queues.by_key.insert(channel.to_owned(), q.clone());
+                q
+            }
+        };
         let had = queue.width.load(Relaxed);
         if width > had {
             queue.gate.add_permits(width - had);
@@ -177,15 +217,35 @@ impl LocalWaiters {
     }
 
     fn leave(&self, channel: &str, queue: &Arc<WaitQueue>) {
-        let mut queues = self.queues();
+        let mut guard = self.queues();
+        let queues = &mut *guard;
         if queue
             .users
             .fetch_sub(1, std::sync::atomic::Ordering::Relaxed)
-            == 1
+            != 1
         {
-            queues.remove(channel);
-            // The task may be gone when the client is shutting down; nothing to unsubscribe then.
-            let _ = self.commands.send(Command::Unsubscribe(channel.to_owned()));
+            return;
+        }
+        queues.by_key.remove(channel);
+        let mut unsubscribe = Vec::new();
+        if queue.also.is_empty() {
+            unsubscribe.push(channel.to_owned());
+        }
+        for ch in &queue.also {
+            if let Some(list) = queues.watchers.get_mut(ch) {
+                list.retain(|q| !Arc::ptr_eq(q, queue));
+                if list.is_empty() {
+                    queues.watchers.remove(ch);
+                }
+            }
+            unsubscribe.push(ch.clone());
+        }
+        for ch in unsubscribe {
+            if !queues.wants(&ch) {
+                // The task may be gone when the client is shutting down; nothing to
+                // unsubscribe then.
+                let _ = self.commands.send(Command::Unsubscribe(ch));
+            }
         }
     }
 
@@ -206,7 +266,20 @@ impl LocalWaiters {
     /// Wakes the heads waiting for `channel` that `wake` names: called after this process
     /// released, and for every release message of another client.
     pub(crate) fn released(&self, channel: &str, wake: Wake) {
-        let Some(q) = self.queues().get(channel).cloned() else {
+        let (own, watchers) = {
+            let queues = self.queues();
+            (
+                queues.by_key.get(channel).cloned(),
+                queues.watchers.get(channel).cloned().unwrap_or_default(),
+            )
+        };
+        // A queue that waits on several channels retries on any of their releases (a hint:
+        // the other names may still be held).
+        for q in watchers {
+            q.wake.notify_waiters();
+            q.wake.notify_one();
+        }
+        let Some(q) = own else {
             return;
         };
         match wake {
@@ -226,7 +299,7 @@ impl LocalWaiters {
     }
 
     fn wake_all_heads(&self) {
-        for q in self.queues().values() {
+        for q in self.queues().by_key.values() {
             q.wake.notify_waiters();
             q.wake.notify_one();
         }
@@ -246,7 +319,7 @@ impl LocalWaiters {
     pub(crate) fn detached(client_id: &str) -> Arc<LocalWaiters> {
         let (commands, _) = mpsc::unbounded_channel();
         Arc::new(LocalWaiters {
-            queues: Mutex::new(HashMap::new()),
+            queues: Mutex::new(Queues::default()),
             client_id: client_id.into(),
             commands,
         })
@@ -264,7 +337,7 @@ pub(crate) fn start(
 ) -> Arc<LocalWaiters> {
     let (commands, rx) = mpsc::unbounded_channel();
     let local = Arc::new(LocalWaiters {
-        queues: Mutex::new(HashMap::new()),
+        queues: Mutex::new(Queues::default()),
         client_id,
         commands,
     });
@@ -427,7 +500,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_release_of_n_permits_wakes_n_heads_and_a_lock_release_one() {
         let local = LocalWaiters::detached("me");
-        let tickets: Vec<Ticket> = (0..5).map(|_| local.join("ch", 4)).collect();
+        let tickets: Vec<Ticket> = (0..5).map(|_| local.join_watching("ch", 4, &[])).collect();
         let mut heads = Vec::new();
         for t in &tickets[..4] {
             heads.push(t.head().await.expect("a width-4 gate has 4 heads"));
@@ -466,7 +539,7 @@ mod tests {
         assert_eq!(woken(local.clone(), Wake::All).await, 4);
         // A waiter that asks for a wider queue (a handle with more permits) gets a head at
         // once instead of queueing behind heads Redis may not admit.
-        let wider = local.join("ch", 6);
+        let wider = local.join_watching("ch", 6, &[]);
         assert!(
             tokio::time::timeout(Duration::from_millis(10), wider.head())
                 .await
@@ -474,5 +547,31 @@ mod tests {
             "widened: a head for the newcomer"
         );
         drop(heads);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_queue_watching_several_channels_wakes_on_any_of_them_beside_their_own_queues() {
+        let local = LocalWaiters::detached("me");
+        let multi = local.join_watching("multi:a+b", 1, &["a".to_owned(), "b".to_owned()]);
+        let plain = local.join_watching("a", 1, &[]);
+        let (_m, _p) = (multi.head().await, plain.head().await);
+        for (channel, plain_woken) in [("b", false), ("a", true)] {
+            let mut m = Box::pin(multi.wake().notified());
+            let mut p = Box::pin(plain.wake().notified());
+            m.as_mut().enable();
+            p.as_mut().enable();
+            local.released(channel, Wake::One);
+            let ms = Duration::from_millis(1);
+            assert!(
+                tokio::time::timeout(ms, m).await.is_ok(),
+                "{channel} wakes the multi queue"
+            );
+            assert_eq!(
+                tokio::time::timeout(ms, p).await.is_ok(),
+                plain_woken,
+                "{channel}"
+            );
+        }
+        assert!(local.has_waiters("multi:a+b") && !local.has_waiters("b"));
     }
 }

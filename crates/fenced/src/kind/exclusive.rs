@@ -22,8 +22,8 @@ impl LeaseKind for Exclusive {
         &self.name
     }
 
-    fn channel(&self) -> &str {
-        &self.keys.channel
+    fn channels(&self) -> Vec<&str> {
+        vec![&self.keys.channel]
     }
 
     fn wakes(&self) -> Wake {

@@ -14,6 +14,7 @@
 //! | abandon | 1 the attempt had taken the lease, now released; 0 a tombstone voids it |
 
 pub(crate) mod exclusive;
+pub(crate) mod multi;
 pub(crate) mod permits;
 pub(crate) mod reentrant;
 
@@ -32,8 +33,8 @@ use crate::token::{FencingToken, OwnerToken};
 pub(crate) trait LeaseKind: Send + Sync + 'static {
     /// The primitive's name, for logs and errors.
     fn name(&self) -> &Arc<str>;
-    /// The pub/sub channel its releases are announced on; also the key of the local queue.
-    fn channel(&self) -> &str;
+    /// The pub/sub channels its releases are announced on (one per name it holds).
+    fn channels(&self) -> Vec<&str>;
     /// Whom a release of this lease wakes.
     fn wakes(&self) -> Wake;
     /// One acquire attempt by `owner` for `ttl_ms`.

@@ -56,8 +56,8 @@ impl LeaseKind for Permits {
         &self.name
     }
 
-    fn channel(&self) -> &str {
-        &self.keys.channel
+    fn channels(&self) -> Vec<&str> {
+        vec![&self.keys.channel]
     }
 
     fn wakes(&self) -> Wake {

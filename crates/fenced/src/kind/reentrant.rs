@@ -34,8 +34,8 @@ impl LeaseKind for ReentrantHold {
         &self.name
     }
 
-    fn channel(&self) -> &str {
-        &self.keys.channel
+    fn channels(&self) -> Vec<&str> {
+        vec![&self.keys.channel]
     }
 
     fn wakes(&self) -> Wake {

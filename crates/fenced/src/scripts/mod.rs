@@ -76,6 +76,14 @@ lua!(/// Void a semaphore acquire attempt of unknown outcome.
     SEMAPHORE_ABANDON, "abandon", "semaphore_abandon.lua");
 lua!(/// Count a semaphore's live permits.
     SEMAPHORE_STATUS, "semaphore status", "semaphore_status.lua");
+lua!(/// Take several locks, all or nothing, with one token.
+    MULTI_ACQUIRE, "acquire", "multi_acquire.lua");
+lua!(/// Renew every lock of a multi-lock, all or nothing.
+    MULTI_EXTEND, "extend", "multi_extend.lua");
+lua!(/// Give back every lock of a multi-lock.
+    MULTI_RELEASE, "release", "multi_release.lua");
+lua!(/// Void a multi-lock attempt of unknown outcome.
+    MULTI_ABANDON, "abandon", "multi_abandon.lua");
 lua!(/// Arm a countdown latch.
     LATCH_ARM, "latch arm", "latch_arm.lua");
 lua!(/// Count a latch down; opening it wakes every waiter.

@@ -1,0 +1,82 @@
+//! The lease under [`MultiLock`](crate::MultiLock): the exclusive lock keys of several names,
+//! taken, renewed and given back together by one script each.
+
+use std::sync::Arc;
+
+use crate::core::Wake;
+use crate::keys::LockKeys;
+use crate::kind::LeaseKind;
+use crate::scripts::{MULTI_ABANDON, MULTI_ACQUIRE, MULTI_EXTEND, MULTI_RELEASE, ScriptCall};
+use crate::token::OwnerToken;
+
+/// Several names held as one lease. `keys` is sorted by name and never empty.
+pub(crate) struct MultiExclusive {
+    pub(crate) name: Arc<str>,
+    pub(crate) keys: Arc<Vec<LockKeys>>,
+    pub(crate) fence_retention_ms: u64,
+}
+
+impl MultiExclusive {
+    /// The first name's keys, where the per-owner records live.
+    fn first(&self) -> &LockKeys {
+        &self.keys[0]
+    }
+
+    fn locks(&self, call: ScriptCall) -> ScriptCall {
+        self.keys.iter().fold(call, |call, k| call.key(&k.lock))
+    }
+
+    fn channel_args(&self, call: ScriptCall) -> ScriptCall {
+        self.keys.iter().fold(call, |call, k| call.arg(&k.channel))
+    }
+}
+
+impl LeaseKind for MultiExclusive {
+    fn name(&self) -> &Arc<str> {
+        &self.name
+    }
+
+    fn channels(&self) -> Vec<&str> {
+        self.keys.iter().map(|k| k.channel.as_str()).collect()
+    }
+
+    fn wakes(&self) -> Wake {
+        Wake::One
+    }
+
+    fn acquire(&self, owner: &OwnerToken, ttl_ms: u64) -> ScriptCall {
+        let call = self.locks(ScriptCall::new(&MULTI_ACQUIRE).key(self.first().tombstone(owner)));
+        self.keys
+            .iter()
+            .fold(call, |call, k| call.key(&k.fence))
+            .arg(owner.as_str())
+            .arg(ttl_ms)
+            .arg(self.fence_retention_ms)
+            .arg(self.keys.len())
+    }
+
+    fn extend(&self, owner: &OwnerToken, ttl_ms: u64, epoch: u64) -> ScriptCall {
+        self.locks(ScriptCall::new(&MULTI_EXTEND).key(self.first().epoch(owner)))
+            .arg(owner.as_str())
+            .arg(ttl_ms)
+            .arg(epoch)
+    }
+
+    fn release(&self, owner: &OwnerToken, message: &str, record_ms: u64) -> ScriptCall {
+        let call = self
+            .locks(ScriptCall::new(&MULTI_RELEASE).key(self.first().release_record(owner)))
+            .arg(owner.as_str())
+            .arg(record_ms)
+            .arg(message);
+        self.channel_args(call)
+    }
+
+    fn abandon(&self, owner: &OwnerToken, message: &str, patience_ms: u64) -> ScriptCall {
+        let call = self
+            .locks(ScriptCall::new(&MULTI_ABANDON).key(self.first().tombstone(owner)))
+            .arg(owner.as_str())
+            .arg(patience_ms.max(1))
+            .arg(message);
+        self.channel_args(call)
+    }
+}
