@@ -152,6 +152,13 @@ pub struct RunArgs {
     /// another permit.)
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     pub permits: Option<u32>,
+    /// Run as one of many readers of the read-write lock NAME (writers wait for all readers).
+    #[arg(long, conflicts_with_all = ["permits", "write"])]
+    pub read: bool,
+    /// Run as the one writer of the read-write lock NAME (writer-preferring: new readers wait
+    /// while it waits).
+    #[arg(long, conflicts_with = "permits")]
+    pub write: bool,
     /// After the lease is lost: time between SIGTERM and SIGKILL to CMD (at most 1 day).
     #[arg(long, default_value = "10s", value_parser = kill_after, value_name = "DUR")]
     pub kill_after: Duration,

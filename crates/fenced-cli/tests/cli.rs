@@ -1054,3 +1054,49 @@ async fn a_latch_is_armed_counted_down_and_waited_for_from_the_command_line() {
     let count = finish(run(&["latch", "none", "count"]), Duration::from_secs(10)).await;
     assert_eq!(count.stdout.trim(), "none");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readers_run_together_and_a_writer_waits_for_them() {
+    let s = server();
+    let url = s.url();
+    let reader = || {
+        fenced(&url, &["run", "doc", "--read", "--", "sleep", "30"])
+            .spawn()
+            .unwrap()
+    };
+    let (mut r1, mut r2) = (reader(), reader());
+    let mut conn = raw(&s).await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let n: u64 = fenced::redis::cmd("ZCARD")
+            .arg("fenced:{doc}:readers")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        if n == 2 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the two readers never ran together"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let blocked = finish(
+        fenced(&url, &["run", "doc", "--write", "--no-wait", "--", "true"]),
+        Duration::from_secs(10),
+    )
+    .await;
+    assert_eq!(blocked.code, Some(75), "{}", blocked.stderr);
+    let writer = fenced(
+        &url,
+        &["run", "doc", "--write", "--wait", "10s", "--", "true"],
+    );
+    let writing = tokio::spawn(finish(writer, Duration::from_secs(20)));
+    signal(&r1, Signal::SIGTERM);
+    signal(&r2, Signal::SIGTERM);
+    wait_exit(&mut r1, Duration::from_secs(10)).await;
+    wait_exit(&mut r2, Duration::from_secs(10)).await;
+    let wrote = writing.await.unwrap();
+    assert_eq!(wrote.code, Some(0), "{}", wrote.stderr);
+}

@@ -17,6 +17,7 @@ use crate::optimistic::pool::TxPool;
 use crate::options::ClientOptions;
 use crate::reentrant::ReentrantLock;
 use crate::resource::FencedResource;
+use crate::rwlock::RwLock;
 use crate::semaphore::Semaphore;
 use crate::striped::StripedLock;
 use crate::token::hex;
@@ -119,6 +120,11 @@ impl Client {
         S: Into<String>,
     {
         MultiLock::new(self, names.into_iter().map(Into::into).collect())
+    }
+
+    /// A read-write lock named `name`: many readers or one writer.
+    pub fn rw_lock(&self, name: impl Into<String>) -> RwLock {
+        RwLock::new(self, name.into())
     }
 
     /// A countdown latch named `name`.

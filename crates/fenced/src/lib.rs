@@ -34,6 +34,8 @@
 //!   decides, never a client clock); a release of k permits wakes up to k waiters.
 //! - [`Latch`]: a countdown latch across processes; the count down that opens it wakes every
 //!   waiter with one message.
+//! - [`RwLock`]: many readers or one writer, writer-preferring, a lease per reader, a
+//!   writer's release waking every reader; no upgrade deadlock.
 //! - [`MultiLock`]: several names locked all or nothing, by one script (no deadlock between
 //!   `{a, b}` and `{b, a}`), one guard and one fencing token for all of them.
 //! - [`StripedLock`]: lock segments; K locks over a large key space, by a stable hash.
@@ -124,6 +126,7 @@ mod optimistic;
 mod options;
 mod reentrant;
 mod resource;
+mod rwlock;
 mod semaphore;
 mod striped;
 mod token;
@@ -144,6 +147,7 @@ pub use optimistic::{
 pub use options::{MAX_TTL, MIN_TTL};
 pub use reentrant::{HolderHandle, ReentrantGuard, ReentrantLock};
 pub use resource::{FencedRead, FencedResource, FencedUpdate, FencedWrite, MAX_FIELDS_PER_WRITE};
+pub use rwlock::{ReadGuard, RwLock, WriteGuard};
 pub use semaphore::{MAX_PERMITS, Semaphore, SemaphorePermit, SemaphoreStatus};
 pub use striped::{MAX_STRIPES, StripedLock};
 pub use token::FencingToken;
@@ -193,6 +197,9 @@ mod bounds {
         send_sync_static::<crate::StripedLock>();
         send_sync_static::<crate::MultiLock>();
         send_sync_static::<crate::MultiGuard>();
+        send_sync_static::<crate::RwLock>();
+        send_sync_static::<crate::ReadGuard>();
+        send_sync_static::<crate::WriteGuard>();
         send_sync_static::<crate::SemaphorePermit>();
         send_sync_static::<crate::Error>();
     }

@@ -24,5 +24,6 @@ mod outages;
 mod reentrant;
 mod release;
 mod renewal;
+mod rwlock;
 mod semaphore;
 mod wakeup;

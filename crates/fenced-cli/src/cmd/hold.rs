@@ -1,11 +1,14 @@
 //! What `fenced run` holds while CMD runs: a reentrant lock (entered afresh, or re-entered
-//! through the holder a parent `fenced run` passed down), or a semaphore's permit; and how it
-//! waits for it, showing progress.
+//! through the holder a parent `fenced run` passed down), a semaphore's permit, or a read or
+//! write lease of a read-write lock; and how it waits for it, showing progress.
 
 use std::io::IsTerminal;
 use std::time::Duration;
 
-use fenced::{Client, FencingToken, HolderHandle, ReentrantGuard, SemaphorePermit, WaitPolicy};
+use fenced::{
+    Client, FencingToken, HolderHandle, ReadGuard, ReentrantGuard, SemaphorePermit, WaitPolicy,
+    WriteGuard,
+};
 use futures_util::FutureExt;
 use futures_util::future::BoxFuture;
 use tokio::time::Instant;
@@ -26,6 +29,8 @@ pub const HOLDS_VAR: &str = "FENCED_HOLDS";
 pub enum Hold {
     Lock(ReentrantGuard),
     Permits(SemaphorePermit),
+    Read(ReadGuard),
+    Write(WriteGuard),
 }
 
 impl Hold {
@@ -33,6 +38,8 @@ impl Hold {
         match self {
             Hold::Lock(g) => g.fencing_token(),
             Hold::Permits(p) => p.fencing_token(),
+            Hold::Read(r) => r.fencing_token(),
+            Hold::Write(w) => w.fencing_token(),
         }
     }
 
@@ -40,6 +47,8 @@ impl Hold {
         match self {
             Hold::Lock(g) => g.lost(),
             Hold::Permits(p) => p.lost(),
+            Hold::Read(r) => r.lost(),
+            Hold::Write(w) => w.lost(),
         }
     }
 
@@ -47,6 +56,8 @@ impl Hold {
         match self {
             Hold::Lock(g) => g.is_lost(),
             Hold::Permits(p) => p.is_lost(),
+            Hold::Read(r) => r.is_lost(),
+            Hold::Write(w) => w.is_lost(),
         }
     }
 
@@ -54,6 +65,8 @@ impl Hold {
         match self {
             Hold::Lock(g) => g.release().await,
             Hold::Permits(p) => p.release().await,
+            Hold::Read(r) => r.release().await,
+            Hold::Write(w) => w.release().await,
         }
     }
 
@@ -139,6 +152,30 @@ pub async fn acquire(
         };
         let permit = showing_progress(&args.name, pool.acquire(), lookup, global.verbose).await;
         return permit.map(Hold::Permits).map_err(fail);
+    }
+    if args.read || args.write {
+        let rw = client
+            .rw_lock(args.name.clone())
+            .with_ttl(args.ttl)
+            .with_wait(policy);
+        let plain = client.lock(args.name.clone());
+        let lookup = || {
+            let plain = plain.clone();
+            async move {
+                plain.status().await.map(|status| match status.holder {
+                    Some(h) => format!("the writer {}", h.owner_prefix),
+                    None => "readers, or a waiting writer".to_owned(),
+                })
+            }
+            .boxed()
+        };
+        return if args.read {
+            let read = showing_progress(&args.name, rw.read(), lookup, global.verbose).await;
+            read.map(Hold::Read).map_err(fail)
+        } else {
+            let write = showing_progress(&args.name, rw.write(), lookup, global.verbose).await;
+            write.map(Hold::Write).map_err(fail)
+        };
     }
     let lock = client
         .reentrant_lock(args.name.clone())

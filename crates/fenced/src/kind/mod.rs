@@ -17,6 +17,7 @@ pub(crate) mod exclusive;
 pub(crate) mod multi;
 pub(crate) mod permits;
 pub(crate) mod reentrant;
+pub(crate) mod rw;
 
 use std::sync::Arc;
 use std::time::Duration;

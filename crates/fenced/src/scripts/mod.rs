@@ -84,6 +84,10 @@ lua!(/// Give back every lock of a multi-lock.
     MULTI_RELEASE, "release", "multi_release.lua");
 lua!(/// Void a multi-lock attempt of unknown outcome.
     MULTI_ABANDON, "abandon", "multi_abandon.lua");
+lua!(/// Take a read lease of a read-write lock (writer-preferring).
+    RW_READ_ACQUIRE, "acquire", "rw_read_acquire.lua");
+lua!(/// Take the write lease of a read-write lock, or register as a waiting writer.
+    RW_WRITE_ACQUIRE, "acquire", "rw_write_acquire.lua");
 lua!(/// Arm a countdown latch.
     LATCH_ARM, "latch arm", "latch_arm.lua");
 lua!(/// Count a latch down; opening it wakes every waiter.

@@ -1,0 +1,314 @@
+//! [`RwLock`]: many readers or one writer, across processes; writer-preferring.
+
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use tracing::Instrument;
+
+use crate::client::Client;
+use crate::core::{Core, Held, LeaseOptions};
+use crate::error::{Error, Result};
+use crate::kind::exclusive::Exclusive;
+use crate::kind::rw::{ReadLease, RwKeys, WriteLease};
+use crate::options::ttl_millis;
+use crate::token::OwnerToken;
+use crate::wait::WaitPolicy;
+
+/// A read-write lock: many readers at once, or one writer.
+///
+/// - **Writer-preferring.** A writer that waits is registered in Redis, and new readers wait
+///   behind it, so a stream of readers cannot starve writers. A writer that gives up is
+///   forgotten after a few poll intervals.
+/// - **Each reader has its own lease**, renewed while its guard lives: a dead reader blocks
+///   writers for at most its ttl.
+/// - **A writer's release wakes every waiting reader at once**; a reader's release wakes
+///   one waiter (a writer may be waiting for the last reader).
+/// - **Fencing tokens** come from one counter: a writer's token is greater than every
+///   reader's and writer's before it, and a reader's token is greater than the last writer's,
+///   which proves it read after that writer.
+/// - **No upgrade deadlock.** A read lease cannot be turned into a write lease: release it
+///   and take the write lease. A `write` through a handle (or a clone of it) that still holds
+///   a read guard fails at once instead of waiting for itself.
+///
+/// The writer holds the plain lock key of the name, so an `RwLock` writer and a plain
+/// [`Lock`](crate::Lock) of the same name exclude each other.
+///
+/// # Examples
+///
+/// ```
+/// # fenced_testkit::doctest(|url| async move {
+/// let client = fenced::Client::connect(&url).await?;
+/// let catalogue = client.rw_lock("catalogue");
+///
+/// let r1 = catalogue.read().await?;
+/// let r2 = catalogue.read().await?;           // readers share it
+/// assert!(catalogue.try_write().await.is_err(), "this handle still reads: refused, not deadlocked");
+/// drop((r1, r2));
+/// let w = catalogue.write().await?;
+/// assert!(catalogue.try_read().await?.is_none());
+/// w.release().await?;                        // wakes every waiting reader
+/// # Ok(()) });
+/// ```
+#[derive(Clone)]
+pub struct RwLock {
+    core: Arc<Core>,
+    name: Arc<str>,
+    keys: Arc<RwKeys>,
+    opts: LeaseOptions,
+    /// Read guards alive from this handle and its clones.
+    reading: Arc<AtomicUsize>,
+}
+
+impl fmt::Debug for RwLock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RwLock")
+            .field("name", &self.name)
+            .field("ttl", &self.opts.ttl(&self.core))
+            .field("wait", &self.opts.wait)
+            .finish()
+    }
+}
+
+impl RwLock {
+    pub(crate) fn new(client: &Client, name: String) -> Self {
+        let core = client.core().clone();
+        let keys = Arc::new(RwKeys::new(&core.options().namespace, &name));
+        RwLock {
+            core,
+            name: name.into(),
+            keys,
+            opts: LeaseOptions::default(),
+            reading: Arc::new(AtomicUsize::new(0)),
+        }
+    }
+
+    /// Lease length of each reader and writer (default: the client's).
+    pub fn with_ttl(mut self, ttl: Duration) -> Self {
+        self.opts.ttl = Some(ttl);
+        self
+    }
+
+    /// Whether held leases are renewed automatically (default `true`).
+    pub fn with_auto_renew(mut self, on: bool) -> Self {
+        self.opts.auto_renew = on;
+        self
+    }
+
+    /// How long [`read`](Self::read) and [`write`](Self::write) wait (default: no limit).
+    pub fn with_wait(mut self, policy: WaitPolicy) -> Self {
+        self.opts.wait = policy;
+        self
+    }
+
+    /// The lock's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn read_attempt(&self) -> Result<(ReadLease, OwnerToken)> {
+        let kind = ReadLease {
+            name: self.name.clone(),
+            keys: self.keys.clone(),
+            fence_retention_ms: self.core.fence_retention_ms(),
+        };
+        Ok((kind, OwnerToken::fresh()?))
+    }
+
+    fn write_attempt(&self, waiter: &Arc<str>, waits: bool) -> Result<(WriteLease, OwnerToken)> {
+        let options = self.core.options();
+        let kind = WriteLease {
+            exclusive: Exclusive {
+                name: self.name.clone(),
+                keys: self.keys.lock.clone(),
+                fence_retention_ms: self.core.fence_retention_ms(),
+            },
+            keys: self.keys.clone(),
+            waiter: waiter.clone(),
+            // A waiting writer retries at least every poll_max; a few of those, and the
+            // registration of one that gave up lapses.
+            registration_ms: if waits {
+                ttl_millis(options.poll_max * 3 + options.timeout * 2)
+            } else {
+                0
+            },
+        };
+        Ok((kind, OwnerToken::fresh()?))
+    }
+
+    fn refuse_upgrade(&self) -> Result<()> {
+        if self.reading.load(Ordering::SeqCst) > 0 {
+            return Err(Error::invalid(format!(
+                "rw lock {:?}: this handle (or a clone) still holds a read guard, and a write now would wait for itself; release the read guard first",
+                self.name
+            )));
+        }
+        Ok(())
+    }
+
+    /// Takes a read lease, waiting by the [`WaitPolicy`] while a writer holds or waits.
+    ///
+    /// # Errors
+    ///
+    /// As [`Lock::acquire`](crate::Lock::acquire).
+    pub async fn read(&self) -> Result<ReadGuard> {
+        let ttl = self.opts.checked_ttl(&self.core, "lock", &self.name)?;
+        let req = self
+            .opts
+            .request(&self.name, &self.keys.lock.channel, ttl, usize::MAX);
+        let span = tracing::debug_span!("fenced.rw.read", lock = %self.name);
+        let held = self
+            .core
+            .acquire_with(&req, || self.read_attempt())
+            .instrument(span)
+            .await?;
+        Ok(self.read_guard(held))
+    }
+
+    /// One read attempt, never waits: `None` while a writer holds or waits.
+    ///
+    /// # Errors
+    ///
+    /// As [`Lock::try_acquire`](crate::Lock::try_acquire).
+    pub async fn try_read(&self) -> Result<Option<ReadGuard>> {
+        let ttl = self.opts.checked_ttl(&self.core, "lock", &self.name)?;
+        let req = self
+            .opts
+            .request(&self.name, &self.keys.lock.channel, ttl, usize::MAX);
+        let (kind, owner) = self.read_attempt()?;
+        let granted = self.core.try_once(&req, kind, owner).await?;
+        Ok(granted.ok().map(|held| self.read_guard(held)))
+    }
+
+    /// Takes the write lease, waiting by the [`WaitPolicy`] for the writer and every reader
+    /// to leave; while it waits, new readers wait behind it.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] when this handle (or a clone) holds a read guard; otherwise
+    /// as [`Lock::acquire`](crate::Lock::acquire).
+    pub async fn write(&self) -> Result<WriteGuard> {
+        self.refuse_upgrade()?;
+        let ttl = self.opts.checked_ttl(&self.core, "lock", &self.name)?;
+        let req = self
+            .opts
+            .request(&self.name, &self.keys.lock.channel, ttl, 1);
+        let waiter = waiter_id()?;
+        let span = tracing::debug_span!("fenced.rw.write", lock = %self.name);
+        let held = self
+            .core
+            .acquire_with(&req, || self.write_attempt(&waiter, true))
+            .instrument(span)
+            .await?;
+        Ok(WriteGuard { held })
+    }
+
+    /// One write attempt, never waits: `None` while anybody holds it. A refused attempt does
+    /// not register as a waiting writer, so it never holds readers back.
+    ///
+    /// # Errors
+    ///
+    /// As [`write`](Self::write), without the waiting.
+    pub async fn try_write(&self) -> Result<Option<WriteGuard>> {
+        self.refuse_upgrade()?;
+        let ttl = self.opts.checked_ttl(&self.core, "lock", &self.name)?;
+        let req = self
+            .opts
+            .request(&self.name, &self.keys.lock.channel, ttl, 1);
+        let (kind, owner) = self.write_attempt(&waiter_id()?, false)?;
+        let granted = self.core.try_once(&req, kind, owner).await?;
+        Ok(granted.ok().map(|held| WriteGuard { held }))
+    }
+
+    fn read_guard(&self, held: Held) -> ReadGuard {
+        self.reading.fetch_add(1, Ordering::SeqCst);
+        ReadGuard {
+            held,
+            _reading: Reading(self.reading.clone()),
+        }
+    }
+}
+
+/// The id a waiting writer registers under: the same for every attempt of one `write()`.
+fn waiter_id() -> Result<Arc<str>> {
+    Ok(OwnerToken::fresh()?.as_str()[..16].into())
+}
+
+/// Counts a live read guard of a handle family.
+struct Reading(Arc<AtomicUsize>);
+
+impl Drop for Reading {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// A read lease of an [`RwLock`]. Owned, `Send + 'static`; given back on
+/// [`release`](Self::release) or drop, renewed while it lives.
+#[must_use = "dropping the guard gives the read lease back at once"]
+pub struct ReadGuard {
+    held: Held,
+    _reading: Reading,
+}
+
+impl fmt::Debug for ReadGuard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ReadGuard")
+            .field("name", &self.held.lease().name())
+            .field("fencing_token", &self.fencing_token())
+            .finish()
+    }
+}
+
+impl ReadGuard {
+    crate::core::held::lease_accessors!();
+
+    /// Gives the read lease back; the last reader's release lets a waiting writer in.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NotHeld`] when the lease had already ended; transport errors.
+    pub async fn release(self) -> Result<()> {
+        let ReadGuard { held, _reading } = self;
+        held.release().await.map(|_| ())
+    }
+}
+
+/// The write lease of an [`RwLock`]. Owned, `Send + 'static`; given back on
+/// [`release`](Self::release) or drop, renewed while it lives.
+#[must_use = "dropping the guard gives the write lease back at once"]
+pub struct WriteGuard {
+    held: Held,
+}
+
+impl fmt::Debug for WriteGuard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WriteGuard")
+            .field("name", &self.held.lease().name())
+            .field("fencing_token", &self.fencing_token())
+            .finish()
+    }
+}
+
+impl WriteGuard {
+    crate::core::held::lease_accessors!();
+
+    /// Sets the lease to `ttl` from now; see [`LockGuard::extend`](crate::LockGuard::extend).
+    ///
+    /// # Errors
+    ///
+    /// As [`LockGuard::extend`](crate::LockGuard::extend).
+    pub async fn extend(&self, ttl: Duration) -> Result<()> {
+        self.held.extend(ttl).await
+    }
+
+    /// Gives the write lease back and wakes every waiting reader (and writer).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NotHeld`] when the lease had already ended; transport errors.
+    pub async fn release(self) -> Result<()> {
+        self.held.release().await.map(|_| ())
+    }
+}
