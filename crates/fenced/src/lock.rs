@@ -13,7 +13,6 @@ use crate::guard::{Lease, LockGuard};
 use crate::keys::LockKeys;
 use crate::kind::exclusive::Exclusive;
 use crate::token::OwnerToken;
-use crate::wait::WaitPolicy;
 
 /// An exclusive, time-bounded lease on one name, with a fencing token per grant.
 ///
@@ -70,25 +69,7 @@ impl Lock {
         }
     }
 
-    /// Lease length (default: the client's, 30s unless configured). At least
-    /// [`MIN_TTL`](crate::MIN_TTL), at most [`MAX_TTL`](crate::MAX_TTL).
-    pub fn with_ttl(mut self, ttl: Duration) -> Self {
-        self.opts.ttl = Some(ttl);
-        self
-    }
-
-    /// Whether held leases are renewed automatically (default `true`). Without renewal the
-    /// lease ends after its ttl and the guard's lost signal fires at its validity deadline.
-    pub fn with_auto_renew(mut self, on: bool) -> Self {
-        self.opts.auto_renew = on;
-        self
-    }
-
-    /// How long [`acquire`](Self::acquire) waits (default: no limit).
-    pub fn with_wait(mut self, policy: WaitPolicy) -> Self {
-        self.opts.wait = policy;
-        self
-    }
+    crate::core::held::lease_option_setters!();
 
     /// The same settings on another name (a stripe of a [`StripedLock`](crate::StripedLock)).
     pub(crate) fn renamed(&self, name: String) -> Lock {
@@ -150,7 +131,7 @@ impl Lock {
         .await
     }
 
-    /// Takes the lease, waiting for it by the lock's [`WaitPolicy`].
+    /// Takes the lease, waiting for it by the lock's [`WaitPolicy`](crate::WaitPolicy).
     ///
     /// A waiter is woken when the holder releases (a notification published by the release),
     /// and polls with jittered backoff capped by the holder's remaining lease when no
@@ -164,7 +145,7 @@ impl Lock {
     /// clock. Transient failures (a reset connection, a timeout, `LOADING`, a failover) are
     /// retried with jittered backoff within the deadline and the attempt limit, and the last
     /// one ([`Error::Unavailable`], [`Error::Timeout`]) is returned when they run out; with
-    /// [`WaitPolicy::forever`] the wait goes on until Redis answers. Permanent ones
+    /// [`WaitPolicy::forever`](crate::WaitPolicy::forever) the wait goes on until Redis answers. Permanent ones
     /// ([`Error::Redis`]: `NOPERM`, `WRONGTYPE`, …) end the wait at once.
     ///
     /// # Cancel safety

@@ -12,7 +12,6 @@ use crate::error::{Error, Result};
 use crate::keys::{LockKeys, validate_name};
 use crate::kind::multi::MultiExclusive;
 use crate::token::OwnerToken;
-use crate::wait::WaitPolicy;
 
 /// The most names one multi-lock may hold.
 pub const MAX_MULTI_NAMES: usize = 64;
@@ -101,23 +100,7 @@ impl MultiLock {
         })
     }
 
-    /// Lease length (default: the client's).
-    pub fn with_ttl(mut self, ttl: Duration) -> Self {
-        self.opts.ttl = Some(ttl);
-        self
-    }
-
-    /// Whether the held names are renewed automatically (default `true`).
-    pub fn with_auto_renew(mut self, on: bool) -> Self {
-        self.opts.auto_renew = on;
-        self
-    }
-
-    /// How long [`acquire`](Self::acquire) waits (default: no limit).
-    pub fn with_wait(mut self, policy: WaitPolicy) -> Self {
-        self.opts.wait = policy;
-        self
-    }
+    crate::core::held::lease_option_setters!();
 
     /// The names, sorted.
     pub fn names(&self) -> &[String] {
@@ -138,7 +121,7 @@ impl MultiLock {
         self.opts.checked_ttl(&self.core, "lock", &self.names[0])
     }
 
-    /// Takes every name, waiting by the [`WaitPolicy`] while any of them is held.
+    /// Takes every name, waiting by the [`WaitPolicy`](crate::WaitPolicy) while any of them is held.
     ///
     /// # Errors
     ///

@@ -23,7 +23,6 @@ use crate::error::{Error, Result};
 use crate::keys::{LockKeys, validate_name};
 use crate::kind::reentrant::ReentrantHold;
 use crate::token::OwnerToken;
-use crate::wait::WaitPolicy;
 
 /// An exclusive lease whose holder can enter it again; the lock is free once every hold is
 /// given back.
@@ -88,24 +87,7 @@ impl ReentrantLock {
         }
     }
 
-    /// Lease length of each hold (default: the client's). A re-entry never shortens what the
-    /// other holds were promised.
-    pub fn with_ttl(mut self, ttl: Duration) -> Self {
-        self.opts.ttl = Some(ttl);
-        self
-    }
-
-    /// Whether holds are renewed automatically (default `true`).
-    pub fn with_auto_renew(mut self, on: bool) -> Self {
-        self.opts.auto_renew = on;
-        self
-    }
-
-    /// How long [`acquire`](Self::acquire) waits (default: no limit). Re-entries never wait.
-    pub fn with_wait(mut self, policy: WaitPolicy) -> Self {
-        self.opts.wait = policy;
-        self
-    }
+    crate::core::held::lease_option_setters!();
 
     /// The lock's name.
     pub fn name(&self) -> &str {
@@ -129,7 +111,7 @@ impl ReentrantLock {
         Ok((kind, owner))
     }
 
-    /// Takes the lock as a new holder, waiting by the lock's [`WaitPolicy`] while somebody
+    /// Takes the lock as a new holder, waiting by the lock's [`WaitPolicy`](crate::WaitPolicy) while somebody
     /// else holds it. Waiting works as for [`Lock::acquire`](crate::Lock::acquire).
     ///
     /// # Errors

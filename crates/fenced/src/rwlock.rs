@@ -14,7 +14,6 @@ use crate::kind::exclusive::Exclusive;
 use crate::kind::rw::{ReadLease, RwKeys, WriteLease};
 use crate::options::ttl_millis;
 use crate::token::OwnerToken;
-use crate::wait::WaitPolicy;
 
 /// A read-write lock: many readers at once, or one writer.
 ///
@@ -84,23 +83,7 @@ impl RwLock {
         }
     }
 
-    /// Lease length of each reader and writer (default: the client's).
-    pub fn with_ttl(mut self, ttl: Duration) -> Self {
-        self.opts.ttl = Some(ttl);
-        self
-    }
-
-    /// Whether held leases are renewed automatically (default `true`).
-    pub fn with_auto_renew(mut self, on: bool) -> Self {
-        self.opts.auto_renew = on;
-        self
-    }
-
-    /// How long [`read`](Self::read) and [`write`](Self::write) wait (default: no limit).
-    pub fn with_wait(mut self, policy: WaitPolicy) -> Self {
-        self.opts.wait = policy;
-        self
-    }
+    crate::core::held::lease_option_setters!();
 
     /// The lock's name.
     pub fn name(&self) -> &str {
@@ -147,7 +130,7 @@ impl RwLock {
         Ok(())
     }
 
-    /// Takes a read lease, waiting by the [`WaitPolicy`] while a writer holds or waits.
+    /// Takes a read lease, waiting by the [`WaitPolicy`](crate::WaitPolicy) while a writer holds or waits.
     ///
     /// # Errors
     ///
@@ -181,7 +164,7 @@ impl RwLock {
         Ok(granted.ok().map(|held| self.read_guard(held)))
     }
 
-    /// Takes the write lease, waiting by the [`WaitPolicy`] for the writer and every reader
+    /// Takes the write lease, waiting by the [`WaitPolicy`](crate::WaitPolicy) for the writer and every reader
     /// to leave; while it waits, new readers wait behind it.
     ///
     /// # Errors

@@ -20,7 +20,6 @@ use crate::kind::permits::{Permits, SemaphoreKeys};
 use crate::kind::unexpected;
 use crate::scripts::{SEMAPHORE_STATUS, ScriptCall};
 use crate::token::OwnerToken;
-use crate::wait::WaitPolicy;
 
 /// The most permits a semaphore may have.
 pub const MAX_PERMITS: u32 = 1_000_000;
@@ -103,23 +102,7 @@ impl Semaphore {
         }
     }
 
-    /// Lease length of each holder's permits (default: the client's).
-    pub fn with_ttl(mut self, ttl: Duration) -> Self {
-        self.opts.ttl = Some(ttl);
-        self
-    }
-
-    /// Whether held permits are renewed automatically (default `true`).
-    pub fn with_auto_renew(mut self, on: bool) -> Self {
-        self.opts.auto_renew = on;
-        self
-    }
-
-    /// How long [`acquire`](Self::acquire) waits (default: no limit).
-    pub fn with_wait(mut self, policy: WaitPolicy) -> Self {
-        self.opts.wait = policy;
-        self
-    }
+    crate::core::held::lease_option_setters!();
 
     /// The same semaphore with `permits` in all for this handle's requests (see the type's
     /// documentation for handles that disagree).
@@ -171,7 +154,7 @@ impl Semaphore {
         Ok((kind, OwnerToken::fresh()?))
     }
 
-    /// Takes one permit, waiting by the [`WaitPolicy`].
+    /// Takes one permit, waiting by the [`WaitPolicy`](crate::WaitPolicy).
     ///
     /// # Errors
     ///
@@ -185,7 +168,7 @@ impl Semaphore {
         self.acquire_many(1).await
     }
 
-    /// Takes `n` permits at once (all or nothing), waiting by the [`WaitPolicy`].
+    /// Takes `n` permits at once (all or nothing), waiting by the [`WaitPolicy`](crate::WaitPolicy).
     ///
     /// # Errors
     ///

@@ -293,3 +293,30 @@ macro_rules! lease_accessors {
     };
 }
 pub(crate) use lease_accessors;
+
+/// The setters of a primitive handle's [`LeaseOptions`](crate::core::LeaseOptions), for a
+/// struct with an `opts` field: one definition for every handle.
+macro_rules! lease_option_setters {
+    () => {
+        /// Lease length (default: the client's, 30s unless configured). At least
+        /// [`MIN_TTL`](crate::MIN_TTL), at most [`MAX_TTL`](crate::MAX_TTL).
+        pub fn with_ttl(mut self, ttl: std::time::Duration) -> Self {
+            self.opts.ttl = Some(ttl);
+            self
+        }
+
+        /// Whether held leases are renewed automatically (default `true`). Without renewal a
+        /// lease ends after its ttl, and its lost signal fires at its validity deadline.
+        pub fn with_auto_renew(mut self, on: bool) -> Self {
+            self.opts.auto_renew = on;
+            self
+        }
+
+        /// How long an acquire waits (default: no limit).
+        pub fn with_wait(mut self, policy: $crate::WaitPolicy) -> Self {
+            self.opts.wait = policy;
+            self
+        }
+    };
+}
+pub(crate) use lease_option_setters;
