@@ -73,7 +73,8 @@ pub enum Command {
     Run(RunArgs),
     /// Show whether NAME is held, by whom (first 8 characters of its owner token), for how
     /// much longer, how many re-entrant holds, the last fencing token, how many clients wait
-    /// for it, and the permits held of the semaphore NAME.
+    /// for it; and, when they exist, the readers and waiting writers of the read-write lock
+    /// NAME, the count of the latch NAME and the permits held of the semaphore NAME.
     Status {
         /// The lock's name.
         name: String,

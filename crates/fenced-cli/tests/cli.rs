@@ -1051,6 +1051,12 @@ async fn a_latch_is_armed_counted_down_and_waited_for_from_the_command_line() {
             .await
             .success()
     );
+    let status = finish(run(&["status", "go"]), Duration::from_secs(10)).await;
+    assert!(
+        status.stdout.contains("latch:    open"),
+        "{}",
+        status.stdout
+    );
     let count = finish(run(&["latch", "none", "count"]), Duration::from_secs(10)).await;
     assert_eq!(count.stdout.trim(), "none");
 }
@@ -1082,6 +1088,16 @@ async fn readers_run_together_and_a_writer_waits_for_them() {
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+    let status = finish(
+        fenced(&url, &["--json", "status", "doc"]),
+        Duration::from_secs(10),
+    )
+    .await;
+    let json: serde_json::Value = serde_json::from_str(&status.stdout).unwrap();
+    assert_eq!(json["readers"], 2, "{}", status.stdout);
+    assert_eq!(json["held"], false, "readers do not hold the writer's key");
+    let text = finish(fenced(&url, &["status", "doc"]), Duration::from_secs(10)).await;
+    assert!(text.stdout.contains("2 reading"), "{}", text.stdout);
     let blocked = finish(
         fenced(&url, &["run", "doc", "--write", "--no-wait", "--", "true"]),
         Duration::from_secs(10),

@@ -147,7 +147,7 @@ pub use optimistic::{
 pub use options::{MAX_TTL, MIN_TTL};
 pub use reentrant::{HolderHandle, ReentrantGuard, ReentrantLock};
 pub use resource::{FencedRead, FencedResource, FencedUpdate, FencedWrite, MAX_FIELDS_PER_WRITE};
-pub use rwlock::{ReadGuard, RwLock, WriteGuard};
+pub use rwlock::{ReadGuard, RwLock, RwReaders, WriteGuard};
 pub use semaphore::{MAX_PERMITS, Semaphore, SemaphorePermit, SemaphoreStatus};
 pub use striped::{MAX_STRIPES, StripedLock};
 pub use token::FencingToken;

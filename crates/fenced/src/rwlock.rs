@@ -13,6 +13,7 @@ use crate::error::{Error, Result};
 use crate::kind::exclusive::Exclusive;
 use crate::kind::rw::{ReadLease, RwKeys, WriteLease};
 use crate::options::ttl_millis;
+use crate::scripts::{RW_STATUS, ScriptCall};
 use crate::token::OwnerToken;
 
 /// A read-write lock: many readers at once, or one writer.
@@ -88,6 +89,27 @@ impl RwLock {
     /// The lock's name.
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// Live readers and waiting writers, read in one round trip (for display: who holds
+    /// the write lease is the plain lock's [`status`](crate::Lock::status)).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for a bad name; transport errors.
+    pub async fn readers(&self) -> Result<RwReaders> {
+        crate::keys::validate_name("lock", &self.name)?;
+        let call = ScriptCall::new(&RW_STATUS)
+            .key(&self.keys.readers)
+            .key(&self.keys.waiting_writers);
+        let reply: Vec<u64> = self.core.node().run(&call).await?;
+        match reply[..] {
+            [readers, waiting_writers] => Ok(RwReaders {
+                readers,
+                waiting_writers,
+            }),
+            _ => Err(crate::kind::unexpected("rw status", format!("{reply:?}"))),
+        }
     }
 
     fn read_attempt(&self) -> Result<(ReadLease, OwnerToken)> {
@@ -211,6 +233,16 @@ impl RwLock {
             _reading: Reading(self.reading.clone()),
         }
     }
+}
+
+/// What [`RwLock::readers`] found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RwReaders {
+    /// Readers holding a live lease.
+    pub readers: u64,
+    /// Writers registered as waiting (new readers wait behind them).
+    pub waiting_writers: u64,
 }
 
 /// The id a waiting writer registers under: the same for every attempt of one `write()`.

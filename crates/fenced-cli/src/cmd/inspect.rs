@@ -14,9 +14,14 @@ pub async fn status(global: &Global, name: &str) -> Result<u8, Failure> {
     let fail = |e| Failure::from_lib(e, &address(global.redis_url()));
     let status = client.lock(name).status().await.map_err(fail)?;
     let permits = client.semaphore(name, 1).status().await.map_err(fail)?;
+    let rw = client.rw_lock(name).readers().await.map_err(fail)?;
+    let latch = client.latch(name).count().await.map_err(fail)?;
     if global.json {
         let mut value = to_json(&status);
         value["semaphore"] = semaphore_json(&permits);
+        value["readers"] = json!(rw.readers);
+        value["waiting_writers"] = json!(rw.waiting_writers);
+        value["latch_count"] = json!(latch);
         say!("{value}");
     } else {
         say!("lock:     {}", status.name);
@@ -37,6 +42,23 @@ pub async fn status(global: &Global, name: &str) -> Result<u8, Failure> {
             say!("holds:    {} (re-entered)", status.holds);
         }
         say!("waiting:  {} client(s)", status.waiting_clients);
+        if rw.readers > 0 || rw.waiting_writers > 0 {
+            say!(
+                "readers:  {} reading, {} writer(s) waiting",
+                rw.readers,
+                rw.waiting_writers
+            );
+        }
+        if let Some(left) = latch {
+            say!(
+                "latch:    {}",
+                if left == 0 {
+                    "open".to_owned()
+                } else {
+                    format!("{left} count(s) left")
+                }
+            );
+        }
         if permits.holders > 0 {
             say!(
                 "permits:  {} held by {} holder(s) of the semaphore {:?}{}",

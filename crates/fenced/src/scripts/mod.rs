@@ -88,6 +88,8 @@ lua!(/// Take a read lease of a read-write lock (writer-preferring).
     RW_READ_ACQUIRE, "acquire", "rw_read_acquire.lua");
 lua!(/// Take the write lease of a read-write lock, or register as a waiting writer.
     RW_WRITE_ACQUIRE, "acquire", "rw_write_acquire.lua");
+lua!(/// Count a read-write lock's live readers and waiting writers.
+    RW_STATUS, "rw status", "rw_status.lua");
 lua!(/// Arm a countdown latch.
     LATCH_ARM, "latch arm", "latch_arm.lua");
 lua!(/// Count a latch down; opening it wakes every waiter.
