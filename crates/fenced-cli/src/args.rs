@@ -153,6 +153,9 @@ pub struct RunArgs {
     /// another permit.)
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     pub permits: Option<u32>,
+    /// Take the lock in FIFO order with every other `--fair` waiter, across machines.
+    #[arg(long, conflicts_with_all = ["permits", "read", "write"])]
+    pub fair: bool,
     /// Run as one of many readers of the read-write lock NAME (writers wait for all readers).
     #[arg(long, conflicts_with_all = ["permits", "write"])]
     pub read: bool,

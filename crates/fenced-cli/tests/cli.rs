@@ -1116,3 +1116,37 @@ async fn readers_run_together_and_a_writer_waits_for_them() {
     let wrote = writing.await.unwrap();
     assert_eq!(wrote.code, Some(0), "{}", wrote.stderr);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fair_runs_take_the_lock_in_the_order_they_asked() {
+    let s = server();
+    let url = s.url();
+    let c = client(&s).await;
+    let fair = c.fair_lock("line");
+    let held = fair.acquire().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("order");
+    let mut runs = Vec::new();
+    for i in 0..3u64 {
+        let script = format!("echo {i} >> {}", log.display());
+        let run = fenced(&url, &["run", "line", "--fair", "--", "sh", "-c", &script]);
+        runs.push(tokio::spawn(finish(run, Duration::from_secs(20))));
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while fair.queued().await.unwrap() < i + 1 {
+            assert!(Instant::now() < deadline, "run {i} never queued");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+    let status = finish(fenced(&url, &["status", "line"]), Duration::from_secs(10)).await;
+    assert!(
+        status.stdout.contains("3 fair waiter(s)"),
+        "{}",
+        status.stdout
+    );
+    held.release().await.unwrap();
+    for r in runs {
+        let done = r.await.unwrap();
+        assert_eq!(done.code, Some(0), "{}", done.stderr);
+    }
+    assert_eq!(std::fs::read_to_string(&log).unwrap(), "0\n1\n2\n");
+}

@@ -10,6 +10,7 @@ use crate::backend::{Backend, Node};
 use crate::core::Core;
 use crate::core::renew::RenewalStats;
 use crate::error::{Error, Result};
+use crate::fair::FairLock;
 use crate::latch::Latch;
 use crate::lock::Lock;
 use crate::multi::MultiLock;
@@ -120,6 +121,11 @@ impl Client {
         S: Into<String>,
     {
         MultiLock::new(self, names.into_iter().map(Into::into).collect())
+    }
+
+    /// A fair lock named `name`: granted in FIFO order across processes.
+    pub fn fair_lock(&self, name: impl Into<String>) -> FairLock {
+        FairLock::new(self, name.into())
     }
 
     /// A read-write lock named `name`: many readers or one writer.

@@ -34,6 +34,8 @@
 //!   decides, never a client clock); a release of k permits wakes up to k waiters.
 //! - [`Latch`]: a countdown latch across processes; the count down that opens it wakes every
 //!   waiter with one message.
+//! - [`FairLock`]: an exclusive lock granted in FIFO order across processes; a release wakes
+//!   only the head of the queue, and a waiter that gives up leaves it at once.
 //! - [`RwLock`]: many readers or one writer, writer-preferring, a lease per reader, a
 //!   writer's release waking every reader; no upgrade deadlock.
 //! - [`MultiLock`]: several names locked all or nothing, by one script (no deadlock between
@@ -116,6 +118,7 @@ mod util;
 // The client, and the primitives on the core.
 mod client;
 mod error;
+mod fair;
 mod guard;
 mod inspect;
 mod keys;
@@ -135,6 +138,7 @@ mod wait;
 pub use client::{Client, ClientBuilder};
 pub use core::renew::RenewalStats;
 pub use error::{Error, Result};
+pub use fair::FairLock;
 pub use guard::{Lease, LockGuard};
 pub use inspect::{Holder, LockStatus, OWNER_PREFIX_LEN};
 pub use keys::{MAX_NAME_LEN, MAX_NAMESPACE_LEN};
@@ -198,6 +202,7 @@ mod bounds {
         send_sync_static::<crate::MultiLock>();
         send_sync_static::<crate::MultiGuard>();
         send_sync_static::<crate::RwLock>();
+        send_sync_static::<crate::FairLock>();
         send_sync_static::<crate::ReadGuard>();
         send_sync_static::<crate::WriteGuard>();
         send_sync_static::<crate::SemaphorePermit>();

@@ -13,6 +13,7 @@ mod tls;
 mod bad_input;
 mod exclusion;
 mod expiry;
+mod fair;
 mod faults;
 mod fencing;
 mod inspect;

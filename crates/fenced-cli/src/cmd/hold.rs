@@ -6,8 +6,8 @@ use std::io::IsTerminal;
 use std::time::Duration;
 
 use fenced::{
-    Client, FencingToken, HolderHandle, ReadGuard, ReentrantGuard, SemaphorePermit, WaitPolicy,
-    WriteGuard,
+    Client, FencingToken, HolderHandle, LockGuard, ReadGuard, ReentrantGuard, SemaphorePermit,
+    WaitPolicy, WriteGuard,
 };
 use futures_util::FutureExt;
 use futures_util::future::BoxFuture;
@@ -31,6 +31,7 @@ pub enum Hold {
     Permits(SemaphorePermit),
     Read(ReadGuard),
     Write(WriteGuard),
+    Fair(LockGuard),
 }
 
 impl Hold {
@@ -40,6 +41,7 @@ impl Hold {
             Hold::Permits(p) => p.fencing_token(),
             Hold::Read(r) => r.fencing_token(),
             Hold::Write(w) => w.fencing_token(),
+            Hold::Fair(g) => g.fencing_token(),
         }
     }
 
@@ -49,6 +51,7 @@ impl Hold {
             Hold::Permits(p) => p.lost(),
             Hold::Read(r) => r.lost(),
             Hold::Write(w) => w.lost(),
+            Hold::Fair(g) => g.lost(),
         }
     }
 
@@ -58,6 +61,7 @@ impl Hold {
             Hold::Permits(p) => p.is_lost(),
             Hold::Read(r) => r.is_lost(),
             Hold::Write(w) => w.is_lost(),
+            Hold::Fair(g) => g.is_lost(),
         }
     }
 
@@ -67,6 +71,7 @@ impl Hold {
             Hold::Permits(p) => p.release().await,
             Hold::Read(r) => r.release().await,
             Hold::Write(w) => w.release().await,
+            Hold::Fair(g) => g.release().await,
         }
     }
 
@@ -152,6 +157,23 @@ pub async fn acquire(
         };
         let permit = showing_progress(&args.name, pool.acquire(), lookup, global.verbose).await;
         return permit.map(Hold::Permits).map_err(fail);
+    }
+    if args.fair {
+        let fair = client
+            .fair_lock(args.name.clone())
+            .with_ttl(args.ttl)
+            .with_wait(policy);
+        let lookup = || {
+            let fair = fair.clone();
+            async move {
+                fair.queued()
+                    .await
+                    .map(|n| format!("somebody ({n} queued)"))
+            }
+            .boxed()
+        };
+        let guard = showing_progress(&args.name, fair.acquire(), lookup, global.verbose).await;
+        return guard.map(Hold::Fair).map_err(fail);
     }
     if args.read || args.write {
         let rw = client

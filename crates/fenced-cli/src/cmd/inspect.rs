@@ -16,12 +16,14 @@ pub async fn status(global: &Global, name: &str) -> Result<u8, Failure> {
     let permits = client.semaphore(name, 1).status().await.map_err(fail)?;
     let rw = client.rw_lock(name).readers().await.map_err(fail)?;
     let latch = client.latch(name).count().await.map_err(fail)?;
+    let queued = client.fair_lock(name).queued().await.map_err(fail)?;
     if global.json {
         let mut value = to_json(&status);
         value["semaphore"] = semaphore_json(&permits);
         value["readers"] = json!(rw.readers);
         value["waiting_writers"] = json!(rw.waiting_writers);
         value["latch_count"] = json!(latch);
+        value["fair_queue"] = json!(queued);
         say!("{value}");
     } else {
         say!("lock:     {}", status.name);
@@ -48,6 +50,9 @@ pub async fn status(global: &Global, name: &str) -> Result<u8, Failure> {
                 rw.readers,
                 rw.waiting_writers
             );
+        }
+        if queued > 0 {
+            say!("queue:    {queued} fair waiter(s), served in order");
         }
         if let Some(left) = latch {
             say!(

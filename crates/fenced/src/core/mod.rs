@@ -75,6 +75,17 @@ impl Core {
         self.waiters.released(channel, wake);
     }
 
+    /// Hands `kind`'s clean-up to the background: for a waiter that gives up a place it holds
+    /// in Redis (a fair lock's queue), voiding `owner`'s attempt at the same time.
+    pub(crate) fn abandon_in_background(
+        &self,
+        kind: std::sync::Arc<dyn crate::kind::LeaseKind>,
+        owner: crate::token::OwnerToken,
+        patience: Duration,
+    ) {
+        self.renewer.abandon_in_background(kind, owner, patience);
+    }
+
     /// The message a release of this client publishes.
     pub(crate) fn release_message(&self, wake: Wake) -> String {
         wake.message(self.waiters.client_id())

@@ -14,6 +14,7 @@
 //! | abandon | 1 the attempt had taken the lease, now released; 0 a tombstone voids it |
 
 pub(crate) mod exclusive;
+pub(crate) mod fair;
 pub(crate) mod multi;
 pub(crate) mod permits;
 pub(crate) mod reentrant;

@@ -90,6 +90,12 @@ lua!(/// Take the write lease of a read-write lock, or register as a waiting wri
     RW_WRITE_ACQUIRE, "acquire", "rw_write_acquire.lua");
 lua!(/// Count a read-write lock's live readers and waiting writers.
     RW_STATUS, "rw status", "rw_status.lua");
+lua!(/// Take a fair lock at the head of its FIFO queue, or queue.
+    FAIR_ACQUIRE, "acquire", "fair_acquire.lua");
+lua!(/// Give a fair lock back and wake the head of its queue.
+    FAIR_RELEASE, "release", "fair_release.lua");
+lua!(/// Leave a fair lock's queue; void an attempt of unknown outcome.
+    FAIR_ABANDON, "abandon", "fair_abandon.lua");
 lua!(/// Arm a countdown latch.
     LATCH_ARM, "latch arm", "latch_arm.lua");
 lua!(/// Count a latch down; opening it wakes every waiter.

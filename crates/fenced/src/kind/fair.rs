@@ -1,0 +1,84 @@
+//! The lease under [`FairLock`](crate::FairLock): the plain lock key, taken only by the head
+//! of a FIFO queue of waiters kept in Redis (a list, and a hash of when each waiter's
+//! registration ends, in server ms).
+
+use std::sync::Arc;
+
+use crate::core::Wake;
+use crate::kind::LeaseKind;
+use crate::kind::exclusive::Exclusive;
+use crate::scripts::{FAIR_ABANDON, FAIR_ACQUIRE, FAIR_RELEASE, ScriptCall};
+use crate::token::OwnerToken;
+
+/// One waiter's (then holder's) lease of a fair lock.
+pub(crate) struct FairLease {
+    pub(crate) exclusive: Exclusive,
+    /// list: waiter ids, oldest first.
+    pub(crate) queue: Arc<str>,
+    /// hash: waiter id -> end of its registration.
+    pub(crate) registrations: Arc<str>,
+    /// A waiter is woken on `<prefix><waiter id>`.
+    pub(crate) channel_prefix: Arc<str>,
+    pub(crate) waiter: Arc<str>,
+    /// 0: a try that never queues.
+    pub(crate) registration_ms: u64,
+}
+
+impl LeaseKind for FairLease {
+    fn name(&self) -> &Arc<str> {
+        self.exclusive.name()
+    }
+
+    fn channels(&self) -> Vec<&str> {
+        // The release script wakes the queue's head on its own channel, with a message that
+        // this client's pub/sub task delivers too: no local wake-up to add.
+        Vec::new()
+    }
+
+    fn wakes(&self) -> Wake {
+        Wake::One
+    }
+
+    fn acquire(&self, owner: &OwnerToken, ttl_ms: u64) -> ScriptCall {
+        let keys = &self.exclusive.keys;
+        ScriptCall::new(&FAIR_ACQUIRE)
+            .key(&keys.lock)
+            .key(&*self.queue)
+            .key(&*self.registrations)
+            .key(&keys.fence)
+            .key(keys.tombstone(owner))
+            .arg(owner.as_str())
+            .arg(ttl_ms)
+            .arg(self.exclusive.fence_retention_ms)
+            .arg(&*self.waiter)
+            .arg(self.registration_ms)
+    }
+
+    fn extend(&self, owner: &OwnerToken, ttl_ms: u64, epoch: u64) -> ScriptCall {
+        self.exclusive.extend(owner, ttl_ms, epoch)
+    }
+
+    fn release(&self, owner: &OwnerToken, _message: &str, record_ms: u64) -> ScriptCall {
+        let keys = &self.exclusive.keys;
+        ScriptCall::new(&FAIR_RELEASE)
+            .key(&keys.lock)
+            .key(keys.release_record(owner))
+            .key(&*self.queue)
+            .arg(owner.as_str())
+            .arg(&*self.channel_prefix)
+            .arg(record_ms)
+    }
+
+    fn abandon(&self, owner: &OwnerToken, _message: &str, patience_ms: u64) -> ScriptCall {
+        let keys = &self.exclusive.keys;
+        ScriptCall::new(&FAIR_ABANDON)
+            .key(&keys.lock)
+            .key(keys.tombstone(owner))
+            .key(&*self.queue)
+            .key(&*self.registrations)
+            .arg(owner.as_str())
+            .arg(&*self.waiter)
+            .arg(&*self.channel_prefix)
+            .arg(patience_ms.max(1))
+    }
+}

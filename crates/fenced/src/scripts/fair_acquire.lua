@@ -1,0 +1,58 @@
+-- Take a fair lock: FIFO among waiters of every process. A waiter queues by its id (the
+-- same for every attempt of one acquire) and may take the lock only at the head of the
+-- queue. Its place lasts until its registration ends (server TIME, renewed by every
+-- attempt), so a waiter that died leaves the queue by itself; never by comparing clocks.
+--
+-- KEYS[1]  the lock key (string: owner token; the plain lock's key)
+-- KEYS[2]  queue (list of waiter ids, oldest first)
+-- KEYS[3]  registrations (hash: waiter id -> end of its registration, server ms)
+-- KEYS[4]  fence key (hash: last)
+-- KEYS[5]  this attempt's tombstone
+-- ARGV[1]  owner token
+-- ARGV[2]  lease in ms
+-- ARGV[3]  fence retention in ms
+-- ARGV[4]  waiter id
+-- ARGV[5]  how long a registration lasts, in ms (0: a try that never queues)
+--
+-- Returns {1, token} granted, {0, ms} wait (ms until the holder's lease ends, -1 unknown),
+--         {0, -3} the client already abandoned this attempt.
+if redis.call('DEL', KEYS[5]) == 1 then
+  return {0, -3}
+end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+-- Waiters whose registration ended leave from the head.
+while true do
+  local head = redis.call('LINDEX', KEYS[2], 0)
+  if not head then break end
+  local ends = tonumber(redis.call('HGET', KEYS[3], head) or '0')
+  if ends > now then break end
+  redis.call('LPOP', KEYS[2])
+  redis.call('HDEL', KEYS[3], head)
+end
+local head = redis.call('LINDEX', KEYS[2], 0)
+local pttl = redis.call('PTTL', KEYS[1])
+if pttl == -2 and (not head or head == ARGV[4]) then
+  if head then
+    redis.call('LPOP', KEYS[2])
+    redis.call('HDEL', KEYS[3], ARGV[4])
+  end
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  local last = tonumber(redis.call('HGET', KEYS[4], 'last') or '0') or 0
+  local token = string.format('%.0f', math.max(last + 1, tonumber(t[1]) * 1000000 + tonumber(t[2])))
+  redis.call('HSET', KEYS[4], 'last', token)
+  redis.call('PEXPIRE', KEYS[4], ARGV[3])
+  return {1, token}
+end
+local registration = tonumber(ARGV[5])
+if registration > 0 then
+  if redis.call('HSET', KEYS[3], ARGV[4], now + registration) == 1 then
+    redis.call('RPUSH', KEYS[2], ARGV[4])
+  end
+  redis.call('PEXPIRE', KEYS[2], registration * 2)
+  redis.call('PEXPIRE', KEYS[3], registration * 2)
+end
+if pttl == -2 then
+  return {0, -1}
+end
+return {0, pttl}
