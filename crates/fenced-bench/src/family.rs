@@ -170,3 +170,195 @@ pub(crate) async fn striped(
         ..Row::default()
     })
 }
+
+/// `fair-8`: 8 workers on one fair lock, each holding it ~1ms: acquisitions/s, fairness
+/// (fewest / most acquisitions of a worker), the longest and the mean wait.
+pub(crate) async fn fair(window: Window, env: &Env) -> Result<Row, BoxError> {
+    let lock = env
+        .fenced
+        .fair_lock("bench:fair")
+        .with_ttl(Duration::from_secs(10));
+    let mut handles = Vec::new();
+    for _ in 0..8 {
+        let lock = lock.clone();
+        handles.push(tokio::spawn(async move {
+            let mut waits = histogram()?;
+            while Instant::now() < window.end {
+                let asked = Instant::now();
+                let guard = match tokio::time::timeout_at(window.end, lock.acquire()).await {
+                    Ok(guard) => guard?,
+                    Err(_) => break,
+                };
+                if window.measures(asked) {
+                    waits.record(micros(asked.elapsed()))?;
+                }
+                std::thread::sleep(HOLD);
+                guard.release().await?;
+            }
+            Ok::<_, BoxError>(waits)
+        }));
+    }
+    let mut waits = histogram()?;
+    let (mut most, mut least) = (0u64, u64::MAX);
+    for h in handles {
+        let w = h.await??;
+        most = most.max(w.len());
+        least = least.min(w.len());
+        waits.add(&w)?;
+    }
+    Ok(Row {
+        scenario: Scenario::Fair8.name().into(),
+        library: "fenced".into(),
+        ops_per_sec: waits.len() as f64 / window.duration.as_secs_f64(),
+        runs: 1,
+        p50_us: waits.mean(),
+        p99_us: waits.value_at_quantile(0.99) as f64,
+        max_wait_ms: Some(waits.max() as f64 / 1000.0),
+        fairness: Some(if most > 0 {
+            least as f64 / most as f64
+        } else {
+            0.0
+        }),
+        ..Row::default()
+    })
+}
+
+/// `rw-reads`: 32 readers and 1 writer on one read-write lock, each holding ~1ms: reads/s
+/// (the row's ops/s) and the writer's longest wait (max wait).
+pub(crate) async fn rw_reads(window: Window, env: &Env) -> Result<Row, BoxError> {
+    let rw = env
+        .fenced
+        .rw_lock("bench:rw")
+        .with_ttl(Duration::from_secs(10));
+    let mut readers = Vec::new();
+    for _ in 0..32 {
+        let rw = env
+            .fenced
+            .rw_lock("bench:rw")
+            .with_ttl(Duration::from_secs(10));
+        readers.push(tokio::spawn(async move {
+            let mut reads = 0u64;
+            while Instant::now() < window.end {
+                let asked = Instant::now();
+                let guard = match tokio::time::timeout_at(window.end, rw.read()).await {
+                    Ok(guard) => guard?,
+                    Err(_) => break,
+                };
+                if window.measures(asked) {
+                    reads += 1;
+                }
+                tokio::time::sleep(HOLD).await;
+                guard.release().await?;
+            }
+            Ok::<_, BoxError>(reads)
+        }));
+    }
+    let mut writer_waits = histogram()?;
+    while Instant::now() < window.end {
+        let asked = Instant::now();
+        let guard = match tokio::time::timeout_at(window.end, rw.write()).await {
+            Ok(guard) => guard?,
+            Err(_) => break,
+        };
+        if window.measures(asked) {
+            writer_waits.record(micros(asked.elapsed()))?;
+        }
+        tokio::time::sleep(HOLD).await;
+        guard.release().await?;
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let mut reads = 0;
+    for r in readers {
+        reads += r.await??;
+    }
+    Ok(Row {
+        scenario: Scenario::RwReads.name().into(),
+        library: "fenced".into(),
+        ops_per_sec: reads as f64 / window.duration.as_secs_f64(),
+        runs: 1,
+        p50_us: writer_waits.value_at_quantile(0.5) as f64,
+        p99_us: writer_waits.value_at_quantile(0.99) as f64,
+        max_wait_ms: Some(writer_waits.max() as f64 / 1000.0),
+        ..Row::default()
+    })
+}
+
+/// `latch-1000`: 1000 waiters on one latch; the time from the last count down to the last
+/// waiter awake (p50/p99 of the wake-ups, max = the last one), over repeated rounds.
+pub(crate) async fn latch(window: Window, env: &Env) -> Result<Row, BoxError> {
+    let mut woken = histogram()?;
+    let mut rounds = 0u64;
+    while Instant::now() < window.end {
+        let latch = env.fenced.latch(format!("bench:latch:{rounds}"));
+        latch.arm(1).await?;
+        let mut waiters = Vec::with_capacity(1000);
+        for _ in 0..1000 {
+            let latch = latch.clone();
+            waiters.push(tokio::spawn(async move {
+                latch.wait().await?;
+                Ok::<_, BoxError>(Instant::now())
+            }));
+        }
+        // Let every waiter reach its wait.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let opened = Instant::now();
+        latch.count_down().await?;
+        for w in waiters {
+            let at = w.await??;
+            woken.record(micros(at.saturating_duration_since(opened)))?;
+        }
+        rounds += 1;
+    }
+    Ok(Row {
+        scenario: Scenario::Latch1000.name().into(),
+        library: "fenced".into(),
+        ops_per_sec: rounds as f64 / window.duration.as_secs_f64(),
+        runs: 1,
+        p50_us: woken.value_at_quantile(0.5) as f64,
+        p99_us: woken.value_at_quantile(0.99) as f64,
+        max_wait_ms: Some(woken.max() as f64 / 1000.0),
+        ..Row::default()
+    })
+}
+
+/// `multi-3`: 16 tasks taking 3 of 6 names at a time (all or nothing), each holding ~1ms.
+pub(crate) async fn multi(window: Window, env: &Env) -> Result<Row, BoxError> {
+    let names = ["m0", "m1", "m2", "m3", "m4", "m5"];
+    let mut handles = Vec::new();
+    for task in 0..16usize {
+        let lock = env
+            .fenced
+            .multi_lock((0..3).map(|i| format!("bench:{}", names[(task + i * 2) % 6])))?
+            .with_ttl(Duration::from_secs(10));
+        handles.push(tokio::spawn(async move {
+            let mut waits = histogram()?;
+            while Instant::now() < window.end {
+                let asked = Instant::now();
+                let guard = match tokio::time::timeout_at(window.end, lock.acquire()).await {
+                    Ok(guard) => guard?,
+                    Err(_) => break,
+                };
+                if window.measures(asked) {
+                    waits.record(micros(asked.elapsed()))?;
+                }
+                tokio::time::sleep(HOLD).await;
+                guard.release().await?;
+            }
+            Ok::<_, BoxError>(waits)
+        }));
+    }
+    let mut waits = histogram()?;
+    for h in handles {
+        waits.add(&h.await??)?;
+    }
+    Ok(Row {
+        scenario: Scenario::Multi3.name().into(),
+        library: "fenced".into(),
+        ops_per_sec: waits.len() as f64 / window.duration.as_secs_f64(),
+        runs: 1,
+        p50_us: waits.value_at_quantile(0.5) as f64,
+        p99_us: waits.value_at_quantile(0.99) as f64,
+        max_wait_ms: Some(waits.max() as f64 / 1000.0),
+        ..Row::default()
+    })
+}

@@ -12,6 +12,9 @@
 //!   (fenced only: no Rust peer re-enters);
 //! - `striped-1`, `striped-16`, `striped-256`: 32 tasks locking random items of 10 000
 //!   through 1, 16 or 256 lock stripes (seed 001's segments: contention against key count);
+//! - `fair-8` (fairness, max against mean wait; p50 is the MEAN wait here), `rw-reads` (reads/s
+//!   of 32 readers; p50/p99/max are the one writer's waits), `latch-1000` (wake-up of 1000
+//!   waiters after the count down; ops/s = rounds/s), `multi-3` (3-name locks under contention);
 //! - `waiters-1000`: one holder keeps a name for a few seconds while 1000 tasks wait; what
 //!   waiting costs Redis and the client, then how long until all had the lock once;
 //! - `renew-10000`: 10 000 leases renewed automatically for a few renewal periods;

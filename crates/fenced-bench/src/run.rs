@@ -31,6 +31,14 @@ pub enum Scenario {
     Striped16,
     /// The same through 256 stripes.
     Striped256,
+    /// 8 workers on one fair lock, each holding it ~1ms.
+    Fair8,
+    /// 32 readers and 1 writer on one read-write lock.
+    RwReads,
+    /// 1000 waiters on one latch, opened by one count down, round after round.
+    Latch1000,
+    /// 16 tasks taking 3 of 6 names at a time.
+    Multi3,
     /// One holder keeps a name for a few seconds while 1000 tasks of one process wait.
     Waiters1000,
     /// One process holds 10 000 leases with automatic renewal for a few renewal periods.
@@ -44,7 +52,7 @@ pub enum Scenario {
 
 impl Scenario {
     /// Every scenario, in run order.
-    pub const ALL: [Scenario; 12] = [
+    pub const ALL: [Scenario; 16] = [
         Scenario::Uncontended1,
         Scenario::Uncontended32,
         Scenario::Contended8,
@@ -53,6 +61,10 @@ impl Scenario {
         Scenario::Striped1,
         Scenario::Striped16,
         Scenario::Striped256,
+        Scenario::Fair8,
+        Scenario::RwReads,
+        Scenario::Latch1000,
+        Scenario::Multi3,
         Scenario::Waiters1000,
         Scenario::Renew10000,
         Scenario::Seckill,
@@ -70,6 +82,10 @@ impl Scenario {
             Scenario::Striped1 => "striped-1",
             Scenario::Striped16 => "striped-16",
             Scenario::Striped256 => "striped-256",
+            Scenario::Fair8 => "fair-8",
+            Scenario::RwReads => "rw-reads",
+            Scenario::Latch1000 => "latch-1000",
+            Scenario::Multi3 => "multi-3",
             Scenario::Waiters1000 => "waiters-1000",
             Scenario::Renew10000 => "renew-10000",
             Scenario::Seckill => "seckill",
@@ -90,7 +106,11 @@ impl Scenario {
             | Scenario::ReentrantDepth3
             | Scenario::Striped1
             | Scenario::Striped16
-            | Scenario::Striped256 => &[Fenced],
+            | Scenario::Striped256
+            | Scenario::Fair8
+            | Scenario::RwReads
+            | Scenario::Latch1000
+            | Scenario::Multi3 => &[Fenced],
             Scenario::Seckill => &[FencedTx, FencedScript, FencedLock],
             Scenario::CounterContended => &[FencedTx, FencedScript],
         }
@@ -310,6 +330,10 @@ async fn run_pair(
         Scenario::Striped1 => crate::family::striped(scenario, 1, window, env).await?,
         Scenario::Striped16 => crate::family::striped(scenario, 16, window, env).await?,
         Scenario::Striped256 => crate::family::striped(scenario, 256, window, env).await?,
+        Scenario::Fair8 => crate::family::fair(window, env).await?,
+        Scenario::RwReads => crate::family::rw_reads(window, env).await?,
+        Scenario::Latch1000 => crate::family::latch(window, env).await?,
+        Scenario::Multi3 => crate::family::multi(window, env).await?,
         Scenario::Seckill => crate::optimistic::seckill(library, window, env).await?,
         Scenario::CounterContended => crate::optimistic::counter(library, 32, window, env).await?,
         Scenario::Waiters1000 | Scenario::Renew10000 => return Err("handled above".into()),
