@@ -14,6 +14,7 @@ mod bad_input;
 mod exclusion;
 mod expiry;
 mod fair;
+mod family_faults;
 mod faults;
 mod fencing;
 mod inspect;
