@@ -15,6 +15,34 @@ use crate::run::{BoxError, Env, Scenario, Window, histogram, micros};
 /// its thread), about 1-2 ms.
 const HOLD: Duration = Duration::from_millis(1);
 
+/// One worker: take, hold ~1ms, give back, until the window ends; the waits it measured.
+async fn worker<G, Take, TakeFut, Give, GiveFut>(
+    window: Window,
+    mut take: Take,
+    give: Give,
+) -> Result<hdrhistogram::Histogram<u64>, BoxError>
+where
+    Take: FnMut() -> TakeFut,
+    TakeFut: Future<Output = fenced::Result<G>>,
+    Give: Fn(G) -> GiveFut,
+    GiveFut: Future<Output = fenced::Result<()>>,
+{
+    let mut waits = histogram()?;
+    while Instant::now() < window.end {
+        let asked = Instant::now();
+        let held = match tokio::time::timeout_at(window.end, take()).await {
+            Ok(held) => held?,
+            Err(_) => break,
+        };
+        if window.measures(asked) {
+            waits.record(micros(asked.elapsed()))?;
+        }
+        tokio::time::sleep(HOLD).await;
+        give(held).await?;
+    }
+    Ok(waits)
+}
+
 /// `tasks` tasks taking one of `permits` permits each, holding it ~1ms: acquisitions/s,
 /// fairness (fewest / most acquisitions of a task), the longest wait, and holders above
 /// `permits` at once (violations, must be 0).
@@ -133,26 +161,16 @@ pub(crate) async fn striped(
     for task in 0..32u64 {
         let items = items.clone();
         handles.push(tokio::spawn(async move {
-            let mut waits = histogram()?;
             // xorshift: a different item sequence per task, the same in every run.
             let mut rng = 0x9e37_79b9_7f4a_7c15u64 ^ (task + 1);
-            while Instant::now() < window.end {
+            let take = move || {
                 rng ^= rng << 13;
                 rng ^= rng >> 7;
                 rng ^= rng << 17;
                 let lock = items.lock_for(&format!("item:{}", rng % 10_000));
-                let asked = Instant::now();
-                let guard = match tokio::time::timeout_at(window.end, lock.acquire()).await {
-                    Ok(guard) => guard?,
-                    Err(_) => break,
-                };
-                if window.measures(asked) {
-                    waits.record(micros(asked.elapsed()))?;
-                }
-                tokio::time::sleep(HOLD).await;
-                guard.release().await?;
-            }
-            Ok::<_, BoxError>(waits)
+                async move { lock.acquire().await }
+            };
+            worker(window, take, |g: fenced::LockGuard| g.release()).await
         }));
     }
     let mut waits = histogram()?;
@@ -182,20 +200,8 @@ pub(crate) async fn fair(window: Window, env: &Env) -> Result<Row, BoxError> {
     for _ in 0..8 {
         let lock = lock.clone();
         handles.push(tokio::spawn(async move {
-            let mut waits = histogram()?;
-            while Instant::now() < window.end {
-                let asked = Instant::now();
-                let guard = match tokio::time::timeout_at(window.end, lock.acquire()).await {
-                    Ok(guard) => guard?,
-                    Err(_) => break,
-                };
-                if window.measures(asked) {
-                    waits.record(micros(asked.elapsed()))?;
-                }
-                std::thread::sleep(HOLD);
-                guard.release().await?;
-            }
-            Ok::<_, BoxError>(waits)
+            let take = || lock.acquire();
+            worker(window, take, |g: fenced::LockGuard| g.release()).await
         }));
     }
     let mut waits = histogram()?;
@@ -331,20 +337,8 @@ pub(crate) async fn multi(window: Window, env: &Env) -> Result<Row, BoxError> {
             .multi_lock((0..3).map(|i| format!("bench:{}", names[(task + i * 2) % 6])))?
             .with_ttl(Duration::from_secs(10));
         handles.push(tokio::spawn(async move {
-            let mut waits = histogram()?;
-            while Instant::now() < window.end {
-                let asked = Instant::now();
-                let guard = match tokio::time::timeout_at(window.end, lock.acquire()).await {
-                    Ok(guard) => guard?,
-                    Err(_) => break,
-                };
-                if window.measures(asked) {
-                    waits.record(micros(asked.elapsed()))?;
-                }
-                tokio::time::sleep(HOLD).await;
-                guard.release().await?;
-            }
-            Ok::<_, BoxError>(waits)
+            let take = || lock.acquire();
+            worker(window, take, |g: fenced::MultiGuard| g.release()).await
         }));
     }
     let mut waits = histogram()?;
