@@ -15,6 +15,21 @@ use crate::run::{BoxError, Env, Scenario, Window, histogram, micros};
 /// its thread), about 1-2 ms.
 const HOLD: Duration = Duration::from_millis(1);
 
+/// A fenced row of `scenario`: `ops` operations over the window; p50, p99 and max from
+/// `waits` (µs).
+fn row(scenario: Scenario, ops: u64, window: Window, waits: &hdrhistogram::Histogram<u64>) -> Row {
+    Row {
+        scenario: scenario.name().into(),
+        library: "fenced".into(),
+        ops_per_sec: ops as f64 / window.duration.as_secs_f64(),
+        runs: 1,
+        p50_us: waits.value_at_quantile(0.5) as f64,
+        p99_us: waits.value_at_quantile(0.99) as f64,
+        max_wait_ms: Some(waits.max() as f64 / 1000.0),
+        ..Row::default()
+    }
+}
+
 /// One worker: take, hold ~1ms, give back, until the window ends; the waits it measured.
 async fn worker<G, Take, TakeFut, Give, GiveFut>(
     window: Window,
@@ -93,20 +108,13 @@ pub(crate) async fn semaphore(
         least = least.min(acquired);
     }
     Ok(Row {
-        scenario: Scenario::Semaphore4of16.name().into(),
-        library: "fenced".into(),
-        ops_per_sec: waits.len() as f64 / window.duration.as_secs_f64(),
-        runs: 1,
-        p50_us: waits.value_at_quantile(0.5) as f64,
-        p99_us: waits.value_at_quantile(0.99) as f64,
         violations: violations.load(Ordering::Relaxed),
-        max_wait_ms: Some(waits.max() as f64 / 1000.0),
         fairness: Some(if most > 0 {
             least as f64 / most as f64
         } else {
             0.0
         }),
-        ..Row::default()
+        ..row(Scenario::Semaphore4of16, waits.len(), window, &waits)
     })
 }
 
@@ -177,16 +185,7 @@ pub(crate) async fn striped(
     for h in handles {
         waits.add(&h.await??)?;
     }
-    Ok(Row {
-        scenario: scenario.name().into(),
-        library: "fenced".into(),
-        ops_per_sec: waits.len() as f64 / window.duration.as_secs_f64(),
-        runs: 1,
-        p50_us: waits.value_at_quantile(0.5) as f64,
-        p99_us: waits.value_at_quantile(0.99) as f64,
-        max_wait_ms: Some(waits.max() as f64 / 1000.0),
-        ..Row::default()
-    })
+    Ok(row(scenario, waits.len(), window, &waits))
 }
 
 /// `fair-8`: 8 workers on one fair lock, each holding it ~1ms: acquisitions/s, fairness
@@ -277,16 +276,7 @@ pub(crate) async fn rw_reads(window: Window, env: &Env) -> Result<Row, BoxError>
     for r in readers {
         reads += r.await??;
     }
-    Ok(Row {
-        scenario: Scenario::RwReads.name().into(),
-        library: "fenced".into(),
-        ops_per_sec: reads as f64 / window.duration.as_secs_f64(),
-        runs: 1,
-        p50_us: writer_waits.value_at_quantile(0.5) as f64,
-        p99_us: writer_waits.value_at_quantile(0.99) as f64,
-        max_wait_ms: Some(writer_waits.max() as f64 / 1000.0),
-        ..Row::default()
-    })
+    Ok(row(Scenario::RwReads, reads, window, &writer_waits))
 }
 
 /// `latch-1000`: 1000 waiters on one latch; the time from the last count down to the last
@@ -315,16 +305,7 @@ pub(crate) async fn latch(window: Window, env: &Env) -> Result<Row, BoxError> {
         }
         rounds += 1;
     }
-    Ok(Row {
-        scenario: Scenario::Latch1000.name().into(),
-        library: "fenced".into(),
-        ops_per_sec: rounds as f64 / window.duration.as_secs_f64(),
-        runs: 1,
-        p50_us: woken.value_at_quantile(0.5) as f64,
-        p99_us: woken.value_at_quantile(0.99) as f64,
-        max_wait_ms: Some(woken.max() as f64 / 1000.0),
-        ..Row::default()
-    })
+    Ok(row(Scenario::Latch1000, rounds, window, &woken))
 }
 
 /// `multi-3`: 16 tasks taking 3 of 6 names at a time (all or nothing), each holding ~1ms.
@@ -345,14 +326,5 @@ pub(crate) async fn multi(window: Window, env: &Env) -> Result<Row, BoxError> {
     for h in handles {
         waits.add(&h.await??)?;
     }
-    Ok(Row {
-        scenario: Scenario::Multi3.name().into(),
-        library: "fenced".into(),
-        ops_per_sec: waits.len() as f64 / window.duration.as_secs_f64(),
-        runs: 1,
-        p50_us: waits.value_at_quantile(0.5) as f64,
-        p99_us: waits.value_at_quantile(0.99) as f64,
-        max_wait_ms: Some(waits.max() as f64 / 1000.0),
-        ..Row::default()
-    })
+    Ok(row(Scenario::Multi3, waits.len(), window, &waits))
 }

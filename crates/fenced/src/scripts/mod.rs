@@ -81,9 +81,9 @@ lua!(/// Take several locks, all or nothing, with one token.
 lua!(/// Renew every lock of a multi-lock, all or nothing.
     MULTI_EXTEND, "extend", "multi_extend.lua");
 lua!(/// Give back every lock of a multi-lock.
-    MULTI_RELEASE, "release", "multi_release.lua");
+    MULTI_RELEASE, "release", "multi_free.lua", "multi_release.lua");
 lua!(/// Void a multi-lock attempt of unknown outcome.
-    MULTI_ABANDON, "abandon", "multi_abandon.lua");
+    MULTI_ABANDON, "abandon", "multi_free.lua", "multi_abandon.lua");
 lua!(/// Take a read lease of a read-write lock (writer-preferring).
     RW_READ_ACQUIRE, "acquire", "rw_read_acquire.lua");
 lua!(/// Take the write lease of a read-write lock, or register as a waiting writer.

@@ -9,15 +9,8 @@
 -- ARGV[4..] the locks' channels
 --
 -- Returns 1 the attempt had taken the locks, now released; 0 a tombstone voids it.
-local freed = false
-for i = 2, #KEYS do
-  if redis.call('GET', KEYS[i]) == ARGV[1] then
-    redis.call('DEL', KEYS[i])
-    redis.call('PUBLISH', ARGV[i + 2], ARGV[3])
-    freed = true
-  end
-end
-if freed then
+-- `free_all` comes from multi_free.lua, prepended when the script is built.
+if free_all(ARGV[1], ARGV[3]) then
   return 1
 end
 redis.call('SET', KEYS[1], 1, 'PX', ARGV[2])

@@ -9,15 +9,8 @@
 --
 -- Returns 1 released (all that were still ours), 2 already released by this same release,
 --         0 none of them was ours any more: nothing changed.
-local freed = false
-for i = 2, #KEYS do
-  if redis.call('GET', KEYS[i]) == ARGV[1] then
-    redis.call('DEL', KEYS[i])
-    redis.call('PUBLISH', ARGV[i + 2], ARGV[3])
-    freed = true
-  end
-end
-if freed then
+-- `free_all` comes from multi_free.lua, prepended when the script is built.
+if free_all(ARGV[1], ARGV[3]) then
   redis.call('SET', KEYS[1], 1, 'PX', ARGV[2])
   return 1
 end
