@@ -79,7 +79,8 @@ pub enum Command {
         /// The lock's name.
         name: String,
     },
-    /// List the held locks and semaphores of the namespace (found with SCAN, never KEYS).
+    /// List what is held, queued or counting in the namespace: locks, semaphores, read-write
+    /// locks, fair queues and latches (found with SCAN, never KEYS).
     List {
         /// Only names matching this glob.
         #[arg(default_value = "*")]

@@ -671,6 +671,65 @@ async fn status_list_and_release_show_and_break_locks() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_shows_every_primitive_with_its_holders_queue_and_waiters() {
+    let s = server();
+    let c = client(&s).await;
+    let rw = c.rw_lock("doc");
+    let _r1 = rw.read().await.unwrap();
+    let _r2 = rw.read().await.unwrap();
+    let holder = c.fair_lock("line").acquire().await.unwrap();
+    let waiter = c.fair_lock("line");
+    let queued = tokio::spawn(async move { waiter.acquire().await.map(drop) });
+    let line = c.fair_lock("line");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while line.queued().await.unwrap() == 0 {
+        assert!(Instant::now() < deadline, "the fair waiter never queued");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(c.latch("gate").arm(3).await.unwrap());
+    let _permit = c.semaphore("pool", 4).acquire().await.unwrap();
+    let list = finish(fenced(&s.url(), &["list"]), Duration::from_secs(10)).await;
+    assert_eq!(list.code, Some(0), "{}", list.stderr);
+    for expected in [
+        "RW LOCK",
+        "doc",
+        "FAIR LOCK",
+        "line",
+        "LATCH",
+        "gate",
+        "SEMAPHORE",
+        "pool",
+    ] {
+        assert!(
+            list.stdout.contains(expected),
+            "{expected}: {}",
+            list.stdout
+        );
+    }
+    let json = finish(
+        fenced(&s.url(), &["--json", "list"]),
+        Duration::from_secs(10),
+    )
+    .await;
+    let all: serde_json::Value = serde_json::from_str(&json.stdout).unwrap();
+    let find = |kind: &str| {
+        all.as_array()
+            .unwrap()
+            .iter()
+            .find(|v| v["kind"] == kind)
+            .cloned()
+            .unwrap_or_else(|| panic!("no {kind} in {all}"))
+    };
+    assert_eq!(find("rw_lock")["readers"], 2);
+    assert_eq!(find("fair_queue")["queued"], 1);
+    assert_eq!(find("latch")["count"], 3);
+    assert_eq!(find("semaphore")["holders"], 1);
+    assert_eq!(find("lock")["name"], "line");
+    holder.release().await.unwrap();
+    queued.await.unwrap().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn demo_against_a_given_server_sells_exactly_the_stock_and_cleans_up() {
     let s = server();
     let done = finish(

@@ -205,6 +205,105 @@ impl Client {
     }
 }
 
+/// A read-write lock with live readers or waiting writers, as [`Client::rw_locks`] finds it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RwLockStatus {
+    /// The lock's name.
+    pub name: String,
+    /// Readers holding a live lease.
+    pub readers: u64,
+    /// Writers registered as waiting.
+    pub waiting_writers: u64,
+}
+
+/// A countdown latch, as [`Client::latches`] finds it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LatchStatus {
+    /// The latch's name.
+    pub name: String,
+    /// Counts left before it opens (0: open).
+    pub count: u64,
+}
+
+/// A fair lock's queue of waiters, as [`Client::fair_queues`] finds it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct FairQueueStatus {
+    /// The lock's name.
+    pub name: String,
+    /// Waiters in the queue, in the order they will be served.
+    pub queued: u64,
+}
+
+impl Client {
+    /// Every read-write lock of this client's namespace with live readers or waiting writers
+    /// whose name matches the glob `pattern`, sorted by name. (A writer holds the lock's
+    /// plain key: [`locks`](Self::locks) lists it.)
+    ///
+    /// # Errors
+    ///
+    /// Transport errors, as for [`locks`](Self::locks).
+    pub async fn rw_locks(&self, pattern: &str) -> Result<Vec<RwLockStatus>> {
+        let ns = &self.core().options().namespace;
+        let node = self.core().node();
+        let mut names = scan_names(node, ns, pattern, ":readers", "zset").await?;
+        names.extend(scan_names(node, ns, pattern, ":writers", "zset").await?);
+        names.sort();
+        names.dedup();
+        let mut out = Vec::with_capacity(names.len());
+        for name in names {
+            let seen = self.rw_lock(&name).readers().await?;
+            if seen.readers > 0 || seen.waiting_writers > 0 {
+                out.push(RwLockStatus {
+                    name,
+                    readers: seen.readers,
+                    waiting_writers: seen.waiting_writers,
+                });
+            }
+        }
+        Ok(out)
+    }
+
+    /// Every countdown latch of this client's namespace whose name matches the glob
+    /// `pattern`, open or counting, sorted by name.
+    ///
+    /// # Errors
+    ///
+    /// Transport errors, as for [`locks`](Self::locks); a latch key that is not a count.
+    pub async fn latches(&self, pattern: &str) -> Result<Vec<LatchStatus>> {
+        let ns = &self.core().options().namespace;
+        let names = scan_names(self.core().node(), ns, pattern, ":latch", "string").await?;
+        let mut out = Vec::with_capacity(names.len());
+        for name in names {
+            if let Some(count) = self.latch(&name).count().await? {
+                out.push(LatchStatus { name, count });
+            }
+        }
+        Ok(out)
+    }
+
+    /// Every fair lock of this client's namespace with waiters in its queue whose name
+    /// matches the glob `pattern`, sorted by name.
+    ///
+    /// # Errors
+    ///
+    /// Transport errors, as for [`locks`](Self::locks).
+    pub async fn fair_queues(&self, pattern: &str) -> Result<Vec<FairQueueStatus>> {
+        let ns = &self.core().options().namespace;
+        let names = scan_names(self.core().node(), ns, pattern, ":queue", "list").await?;
+        let mut out = Vec::with_capacity(names.len());
+        for name in names {
+            let queued = self.fair_lock(&name).queued().await?;
+            if queued > 0 {
+                out.push(FairQueueStatus { name, queued });
+            }
+        }
+        Ok(out)
+    }
+}
+
 /// The names whose key `<ns>{name}<suffix>` of `key_type` exists, matching the glob `pattern`,
 /// sorted and without duplicates (`SCAN` may return a key twice).
 async fn scan_names(

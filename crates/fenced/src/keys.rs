@@ -15,6 +15,14 @@
 //! | `<ns>{<name>}:permits` | zset | a semaphore's holders, scored by the end of their lease (server ms) |
 //! | `<ns>{<name>}:permits:n` | hash | permits held, per holder |
 //! | `<ns>{<name>}:permits:released` | pub/sub channel | one message per semaphore release |
+//! | `<ns>{<name>}:readers` | zset | a read-write lock's readers, scored by the end of their lease (server ms) |
+//! | `<ns>{<name>}:readers:n` | hash | a read-write lock's holds per reader |
+//! | `<ns>{<name>}:writers` | zset | a read-write lock's waiting writers, scored by the end of their registration |
+//! | `<ns>{<name>}:queue` | list | a fair lock's waiters, oldest first |
+//! | `<ns>{<name>}:queue:ends` | hash | a fair lock's waiter -> end of its registration (server ms) |
+//! | `<ns>{<name>}:fair:<waiter>` | pub/sub channel | wakes one fair waiter when it reaches the head |
+//! | `<ns>{<name>}:latch` | string | a latch's count left, with `PX` = its lifetime |
+//! | `<ns>{<name>}:latch:opened` | pub/sub channel | one message when the latch opens |
 //! | `<ns>res:{<name>}` | hash | a [`FencedResource`](crate::FencedResource)'s fields |
 //! | `<ns>res:{<name>}:fence` | string | the highest fencing token that resource has accepted |
 

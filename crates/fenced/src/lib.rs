@@ -140,7 +140,9 @@ pub use core::renew::RenewalStats;
 pub use error::{Error, Result};
 pub use fair::FairLock;
 pub use guard::{Lease, LockGuard};
-pub use inspect::{Holder, LockStatus, OWNER_PREFIX_LEN};
+pub use inspect::{
+    FairQueueStatus, Holder, LatchStatus, LockStatus, OWNER_PREFIX_LEN, RwLockStatus,
+};
 pub use keys::{MAX_NAME_LEN, MAX_NAMESPACE_LEN};
 pub use latch::Latch;
 pub use lock::Lock;

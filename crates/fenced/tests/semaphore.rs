@@ -4,8 +4,6 @@
 //! The multi-process tests run this test binary again as worker processes (the `worker`
 //! test, which does nothing unless `FENCED_SEMAPHORE_WORKER` is set).
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
@@ -13,7 +11,7 @@ use std::time::Duration;
 use fenced::{Client, WaitPolicy};
 use tokio::time::Instant;
 
-use crate::support::{client, on_every_backend, raw, server};
+use crate::support::{Worker, client, on_every_backend, raw, server};
 
 const PERMITS: u32 = 4;
 const TASKS: usize = 50;
@@ -98,21 +96,11 @@ async fn worker() {
     let _: () = redis::cmd("PING").query_async(&mut conn).await.unwrap();
 }
 
-fn spawn_worker(url: &str, mode: &str) -> std::process::Child {
-    Command::new(std::env::current_exe().unwrap())
-        .args([
-            "semaphore::worker",
-            "--exact",
-            "--nocapture",
-            "--test-threads",
-            "1",
-        ])
-        .env("FENCED_SEMAPHORE_WORKER", mode)
-        .env("FENCED_URL", url)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap()
+fn spawn_worker(url: &str, mode: &str) -> Worker {
+    Worker::spawn(
+        "semaphore::worker",
+        &[("FENCED_SEMAPHORE_WORKER", mode), ("FENCED_URL", url)],
+    )
 }
 
 async fn evalsha_calls(conn: &mut redis::aio::MultiplexedConnection) -> u64 {
@@ -142,7 +130,7 @@ async fn two_processes_of_fifty_tasks_never_hold_more_than_n_permits_and_are_wok
         let status = watcher.status().await.unwrap();
         assert!(status.held <= u64::from(PERMITS), "{status:?}");
         samples += 1;
-        if workers.iter_mut().all(|w| w.try_wait().unwrap().is_some()) {
+        if workers.iter_mut().all(|w| w.finished().is_some()) {
             break;
         }
         assert!(
@@ -153,7 +141,7 @@ async fn two_processes_of_fifty_tasks_never_hold_more_than_n_permits_and_are_wok
     }
     let elapsed = started.elapsed();
     for w in &mut workers {
-        assert!(w.wait().unwrap().success(), "a worker failed");
+        assert_eq!(w.finished(), Some(true), "a worker failed");
     }
     let total = (2 * TASKS * ROUNDS) as u64;
     let done: u64 = redis::cmd("GET")
@@ -191,22 +179,8 @@ async fn a_sigkilled_holders_permits_come_back_within_its_ttl() {
     let server = server();
     let url = server.url();
     let mut holder = spawn_worker(&url, "hold");
-    let out = holder.stdout.take().unwrap();
-    let read = tokio::task::spawn_blocking(move || {
-        let mut out = BufReader::new(out);
-        let mut line = String::new();
-        // libtest prints "test semaphore::worker ... " first, on the same line.
-        while !line.contains("held") {
-            line.clear();
-            if out.read_line(&mut line).unwrap_or(0) == 0 {
-                return false;
-            }
-        }
-        true
-    });
-    let held = tokio::time::timeout(Duration::from_secs(30), read).await;
     assert!(
-        matches!(held, Ok(Ok(true))),
+        holder.said("held").await,
         "the holder did not take its permits"
     );
     let client = notified_only(&url).await;
@@ -214,8 +188,7 @@ async fn a_sigkilled_holders_permits_come_back_within_its_ttl() {
         .semaphore("killed", 2)
         .with_wait(WaitPolicy::up_to(Duration::from_secs(5)));
     assert!(pool.try_acquire().await.unwrap().is_none());
-    holder.kill().unwrap(); // SIGKILL: no release, no renewal
-    holder.wait().unwrap();
+    holder.kill(); // SIGKILL: no release, no renewal
     let killed = Instant::now();
     let permits = pool.acquire_many(2).await.unwrap();
     let back = killed.elapsed();

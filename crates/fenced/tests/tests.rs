@@ -28,4 +28,5 @@ mod release;
 mod renewal;
 mod rwlock;
 mod semaphore;
+mod storms;
 mod wakeup;

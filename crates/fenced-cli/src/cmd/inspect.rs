@@ -86,74 +86,147 @@ pub async fn list(global: &Global, pattern: &str) -> Result<u8, Failure> {
     let fail = |e| Failure::from_lib(e, &address(global.redis_url()));
     let locks = client.locks(pattern).await.map_err(fail)?;
     let semaphores = client.semaphores(pattern).await.map_err(fail)?;
+    let rw = client.rw_locks(pattern).await.map_err(fail)?;
+    let queues = client.fair_queues(pattern).await.map_err(fail)?;
+    let latches = client.latches(pattern).await.map_err(fail)?;
     if global.json {
         let all = locks
             .iter()
             .map(to_json)
-            .chain(semaphores.iter().map(semaphore_json));
+            .chain(semaphores.iter().map(semaphore_json))
+            .chain(rw.iter().map(|r| {
+                json!({"kind": "rw_lock", "name": r.name, "readers": r.readers,
+                       "waiting_writers": r.waiting_writers})
+            }))
+            .chain(
+                queues
+                    .iter()
+                    .map(|q| json!({"kind": "fair_queue", "name": q.name, "queued": q.queued})),
+            )
+            .chain(
+                latches
+                    .iter()
+                    .map(|l| json!({"kind": "latch", "name": l.name, "count": l.count})),
+            );
         say!("{}", Value::Array(all.collect()));
         return Ok(exit::OK);
     }
-    if locks.is_empty() && semaphores.is_empty() {
+    let mut tables = Vec::new();
+    if !locks.is_empty() {
+        let rows = locks.iter().map(|l| {
+            let (holder, ttl) = match &l.holder {
+                Some(h) => (
+                    h.owner_prefix.clone(),
+                    h.ttl_left.map_or("none".into(), show),
+                ),
+                None => ("-".into(), "-".into()),
+            };
+            let token = l.last_fencing_token.map_or("-".into(), |t| t.to_string());
+            let holds = if l.holds > 1 {
+                l.holds.to_string()
+            } else {
+                "-".into()
+            };
+            vec![
+                l.name.clone(),
+                holder,
+                ttl,
+                token,
+                holds,
+                l.waiting_clients.to_string(),
+            ]
+        });
+        let head = [
+            "NAME",
+            "HOLDER",
+            "TTL LEFT",
+            "LAST TOKEN",
+            "HOLDS",
+            "WAITING",
+        ];
+        tables.push(table(&head, rows));
+    }
+    if !semaphores.is_empty() {
+        let rows = semaphores.iter().map(|s| {
+            let next = s.next_expiry.map_or("-".into(), show);
+            vec![
+                s.name.clone(),
+                s.held.to_string(),
+                s.holders.to_string(),
+                next,
+            ]
+        });
+        tables.push(table(&["SEMAPHORE", "HELD", "HOLDERS", "NEXT END"], rows));
+    }
+    if !rw.is_empty() {
+        let rows = rw.iter().map(|r| {
+            vec![
+                r.name.clone(),
+                r.readers.to_string(),
+                r.waiting_writers.to_string(),
+            ]
+        });
+        tables.push(table(&["RW LOCK", "READERS", "WRITERS WAITING"], rows));
+    }
+    if !queues.is_empty() {
+        let rows = queues
+            .iter()
+            .map(|q| vec![q.name.clone(), q.queued.to_string()]);
+        tables.push(table(&["FAIR LOCK", "QUEUED"], rows));
+    }
+    if !latches.is_empty() {
+        let rows = latches.iter().map(|l| {
+            let state = if l.count == 0 {
+                "open".to_owned()
+            } else {
+                l.count.to_string()
+            };
+            vec![l.name.clone(), state]
+        });
+        tables.push(table(&["LATCH", "COUNT LEFT"], rows));
+    }
+    if tables.is_empty() {
         say!(
-            "no held locks or semaphores match {pattern:?} in namespace {:?}",
+            "nothing held, queued or counting matches {pattern:?} in namespace {:?}",
             global.namespace
         );
         return Ok(exit::OK);
     }
-    if !semaphores.is_empty() {
-        let width = semaphores
-            .iter()
-            .map(|s| s.name.len())
-            .max()
-            .unwrap_or(4)
-            .max(9);
-        say!(
-            "{:<width$}  {:>7}  {:>7}  {:>10}",
-            "SEMAPHORE",
-            "HELD",
-            "HOLDERS",
-            "NEXT END"
-        );
-        for s in &semaphores {
-            let next = s.next_expiry.map_or("-".into(), show);
-            say!(
-                "{:<width$}  {:>7}  {:>7}  {next:>10}",
-                s.name,
-                s.held,
-                s.holders
-            );
-        }
-        if locks.is_empty() {
-            return Ok(exit::OK);
-        }
-        say!("");
-    }
-    let width = locks.iter().map(|l| l.name.len()).max().unwrap_or(4).max(4);
-    say!(
-        "{:<width$}  {:<8}  {:>10}  {:>20}  {:>7}",
-        "NAME",
-        "HOLDER",
-        "TTL LEFT",
-        "LAST TOKEN",
-        "WAITING"
-    );
-    for l in &locks {
-        let (holder, ttl) = match &l.holder {
-            Some(h) => (
-                h.owner_prefix.clone(),
-                h.ttl_left.map_or("none".into(), show),
-            ),
-            None => ("-".into(), "-".into()),
-        };
-        let token = l.last_fencing_token.map_or("-".into(), |t| t.to_string());
-        say!(
-            "{:<width$}  {holder:<8}  {ttl:>10}  {token:>20}  {:>7}",
-            l.name,
-            l.waiting_clients
-        );
-    }
+    say!("{}", tables.join("\n").trim_end());
     Ok(exit::OK)
+}
+
+/// A table: the first column left-aligned, the others right-aligned, each as wide as its
+/// widest cell.
+fn table(head: &[&str], rows: impl Iterator<Item = Vec<String>>) -> String {
+    let mut all: Vec<Vec<String>> = vec![head.iter().map(|h| (*h).to_owned()).collect()];
+    all.extend(rows);
+    let widths: Vec<usize> = (0..head.len())
+        .map(|c| {
+            all.iter()
+                .map(|r| r.get(c).map_or(0, |s| s.chars().count()))
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let mut out = String::new();
+    for row in &all {
+        let cells: Vec<String> = row
+            .iter()
+            .zip(&widths)
+            .enumerate()
+            .map(|(c, (cell, w))| {
+                if c == 0 {
+                    format!("{cell:<w$}")
+                } else {
+                    format!("{cell:>w$}")
+                }
+            })
+            .collect();
+        out.push_str(cells.join("  ").trim_end());
+        out.push('\n');
+    }
+    out
 }
 
 pub async fn release(global: &Global, name: &str, force: bool) -> Result<u8, Failure> {

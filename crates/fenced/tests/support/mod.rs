@@ -120,3 +120,172 @@ macro_rules! on_every_backend {
     };
 }
 pub(crate) use on_every_backend;
+
+/// A worker process: this test binary run again with one test selected (`test`, a path such
+/// as `storms::worker`) and `env` set, so a test can hold leases from another process and
+/// SIGKILL it. Killed when dropped.
+pub struct Worker {
+    child: std::process::Child,
+    lines: Option<std::io::BufReader<std::process::ChildStdout>>,
+}
+
+impl Worker {
+    pub fn spawn(test: &str, env: &[(&str, &str)]) -> Worker {
+        let mut command = std::process::Command::new(std::env::current_exe().unwrap());
+        command
+            .args([test, "--exact", "--nocapture", "--test-threads", "1"])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::inherit());
+        for (k, v) in env {
+            command.env(k, v);
+        }
+        let mut child = command.spawn().unwrap();
+        let lines = child.stdout.take().map(std::io::BufReader::new);
+        Worker { child, lines }
+    }
+
+    /// Waits (up to 30 s) for the worker to print a line containing `word`; false if it
+    /// exited or stayed silent. (libtest prints "test <name> ... " first, on the same line.)
+    pub async fn said(&mut self, word: &'static str) -> bool {
+        use std::io::BufRead;
+        let Some(mut out) = self.lines.take() else {
+            return false;
+        };
+        let read = tokio::task::spawn_blocking(move || {
+            let mut line = String::new();
+            loop {
+                line.clear();
+                if out.read_line(&mut line).unwrap_or(0) == 0 {
+                    return (false, out);
+                }
+                if line.contains(word) {
+                    return (true, out);
+                }
+            }
+        });
+        match tokio::time::timeout(Duration::from_secs(30), read).await {
+            Ok(Ok((seen, out))) => {
+                self.lines = Some(out);
+                seen
+            }
+            _ => false,
+        }
+    }
+
+    /// SIGKILL: no release, no renewal, no goodbye.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Whether the worker has exited, and if so whether it succeeded.
+    pub fn finished(&mut self) -> Option<bool> {
+        self.child.try_wait().unwrap().map(|s| s.success())
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A `MONITOR` connection recording, in execution order, every script call clients make
+/// (commands that scripts run are left out). The server's own order of events, for checkers
+/// that must not trust the library's view.
+pub struct Monitor {
+    lines: tokio::task::JoinHandle<Vec<Vec<String>>>,
+    port: u16,
+}
+
+impl Monitor {
+    pub async fn start(server: &RedisServer) -> Monitor {
+        use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+        let mut stream = tokio::net::TcpStream::connect(server.addr()).await.unwrap();
+        stream.write_all(b"MONITOR\r\n").await.unwrap();
+        let mut reader = tokio::io::BufReader::new(stream);
+        let mut ok = String::new();
+        reader.read_line(&mut ok).await.unwrap();
+        assert_eq!(ok.trim(), "+OK");
+        let lines = tokio::spawn(async move {
+            let mut calls = Vec::new();
+            let mut line = String::new();
+            loop {
+                line.clear();
+                if reader.read_line(&mut line).await.unwrap_or(0) == 0 {
+                    return calls;
+                }
+                // `+<time> [<db> <addr>] "CMD" "arg" ...`; `[0 lua]` lines are script-internal.
+                let Some((_, rest)) = line.split_once("] ") else {
+                    continue;
+                };
+                if line.contains(" lua] ") {
+                    continue;
+                }
+                let words = monitor_words(rest.trim_end());
+                if words.first().is_some_and(|w| w == "ECHO")
+                    && words.get(1).is_some_and(|w| w == "monitor-end")
+                {
+                    return calls;
+                }
+                if words.first().is_some_and(|w| {
+                    w.eq_ignore_ascii_case("EVALSHA") || w.eq_ignore_ascii_case("EVAL")
+                }) {
+                    calls.push(words);
+                }
+            }
+        });
+        Monitor {
+            lines,
+            port: server.port(),
+        }
+    }
+
+    /// Every script call seen until now: `["EVALSHA", sha, numkeys, keys.., args..]`.
+    pub async fn stop(self) -> Vec<Vec<String>> {
+        let mut conn = redis::Client::open(format!("redis://127.0.0.1:{}", self.port))
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap();
+        let _: String = redis::cmd("ECHO")
+            .arg("monitor-end")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        tokio::time::timeout(Duration::from_secs(30), self.lines)
+            .await
+            .expect("the monitor fell behind")
+            .unwrap()
+    }
+}
+
+/// Splits a MONITOR line's `"quoted" "words"` (with `\"`, `\\` and `\xNN` escapes).
+fn monitor_words(line: &str) -> Vec<String> {
+    let mut words = Vec::new();
+    let mut chars = line.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c != '"' {
+            continue;
+        }
+        let mut word = String::new();
+        while let Some(c) = chars.next() {
+            match c {
+                '"' => break,
+                '\\' => match chars.next() {
+                    Some('x') => {
+                        let hex: String = chars.by_ref().take(2).collect();
+                        if let Ok(b) = u8::from_str_radix(&hex, 16) {
+                            word.push(char::from(b));
+                        }
+                    }
+                    Some(other) => word.push(other),
+                    None => {}
+                },
+                other => word.push(other),
+            }
+        }
+        words.push(word);
+    }
+    words
+}
