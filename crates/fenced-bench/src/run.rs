@@ -31,6 +31,8 @@ pub enum Scenario {
     Striped16,
     /// The same through 256 stripes.
     Striped256,
+    /// The same through 1024 stripes.
+    Striped1024,
     /// 8 workers on one fair lock, each holding it ~1ms.
     Fair8,
     /// 32 readers and 1 writer on one read-write lock.
@@ -52,7 +54,7 @@ pub enum Scenario {
 
 impl Scenario {
     /// Every scenario, in run order.
-    pub const ALL: [Scenario; 16] = [
+    pub const ALL: [Scenario; 17] = [
         Scenario::Uncontended1,
         Scenario::Uncontended32,
         Scenario::Contended8,
@@ -61,6 +63,7 @@ impl Scenario {
         Scenario::Striped1,
         Scenario::Striped16,
         Scenario::Striped256,
+        Scenario::Striped1024,
         Scenario::Fair8,
         Scenario::RwReads,
         Scenario::Latch1000,
@@ -82,6 +85,7 @@ impl Scenario {
             Scenario::Striped1 => "striped-1",
             Scenario::Striped16 => "striped-16",
             Scenario::Striped256 => "striped-256",
+            Scenario::Striped1024 => "striped-1024",
             Scenario::Fair8 => "fair-8",
             Scenario::RwReads => "rw-reads",
             Scenario::Latch1000 => "latch-1000",
@@ -107,6 +111,7 @@ impl Scenario {
             | Scenario::Striped1
             | Scenario::Striped16
             | Scenario::Striped256
+            | Scenario::Striped1024
             | Scenario::Fair8
             | Scenario::RwReads
             | Scenario::Latch1000
@@ -330,6 +335,7 @@ async fn run_pair(
         Scenario::Striped1 => crate::family::striped(scenario, 1, window, env).await?,
         Scenario::Striped16 => crate::family::striped(scenario, 16, window, env).await?,
         Scenario::Striped256 => crate::family::striped(scenario, 256, window, env).await?,
+        Scenario::Striped1024 => crate::family::striped(scenario, 1024, window, env).await?,
         Scenario::Fair8 => crate::family::fair(window, env).await?,
         Scenario::RwReads => crate::family::rw_reads(window, env).await?,
         Scenario::Latch1000 => crate::family::latch(window, env).await?,
