@@ -82,16 +82,16 @@ async fn inspect(node: &Node, locks: &[LockKeys]) -> Result<Vec<Inspection>> {
             .arg(&keys.lock)
             .cmd("PTTL")
             .arg(&keys.lock)
-            .cmd("HGET")
+            // MGET: nil rather than an error for a fence of another type (an older layout).
+            .cmd("MGET")
             .arg(&keys.fence)
-            .arg("last")
             .cmd("PUBSUB")
             .arg("NUMSUB")
             .arg(&keys.channel)
             .cmd("HLEN")
             .arg(&keys.holds);
     }
-    type Reply = (Option<String>, i64, Option<Vec<u8>>, (String, u64), u64);
+    type Reply = (Option<String>, i64, (Option<Vec<u8>>,), (String, u64), u64);
     let replies: Vec<Value> = node.query_pipe("inspect", &pipe).await?;
     replies
         .chunks(5)
@@ -102,7 +102,7 @@ async fn inspect(node: &Node, locks: &[LockKeys]) -> Result<Vec<Inspection>> {
             Ok(Inspection {
                 owner,
                 pttl,
-                last_token: last.map(|b| parse_token("inspect", &b)).transpose()?,
+                last_token: last.0.map(|b| parse_token("inspect", &b)).transpose()?,
                 subscribers: numsub.1,
                 // The hash holds `token` and one field per hold.
                 holds: hlen.saturating_sub(1),

@@ -6,9 +6,8 @@
 //! | key | type | what it holds |
 //! |---|---|---|
 //! | `<ns>{<name>}` | string | the owner token of the current holder, with `PX` = the lease |
-//! | `<ns>{<name>}:fence` | hash | `last`: the last fencing token handed out |
+//! | `<ns>{<name>}:fence` | string | the last fencing token handed out, kept for the fence retention after the last grant |
 //! | `<ns>{<name>}:released` | pub/sub channel | one message per release, payload = the releasing client's id |
-//! | `<ns>{<name>}:rel:<owner>` | string | a release's record, for a few seconds: lets a retried release recognise its own effect |
 //! | `<ns>{<name>}:void:<owner>` | string | tombstone of an abandoned acquire attempt, until the attempt can no longer arrive |
 //! | `<ns>{<name>}:epoch:<owner>` | string | the newest expiry epoch applied to that owner's lease, after an `extend`; expires with the lease |
 //! | `<ns>{<name>}:holds` | hash | a reentrant lock's holds: `token`, and `h:<id>` per hold |
@@ -92,11 +91,6 @@ impl LockKeys {
 }
 
 impl LockKeys {
-    /// The record a release leaves for its own retries.
-    pub(crate) fn release_record(&self, owner: &crate::token::OwnerToken) -> String {
-        format!("{}:rel:{}", self.lock, owner.as_str())
-    }
-
     /// The tombstone that voids an abandoned acquire attempt.
     pub(crate) fn tombstone(&self, owner: &crate::token::OwnerToken) -> String {
         format!("{}:void:{}", self.lock, owner.as_str())
@@ -179,7 +173,7 @@ mod tests {
         ) {
             let keys = LockKeys::new(&ns, &name);
             let owner = crate::token::OwnerToken::generate().expect("OS random source");
-            for key in [keys.lock.clone(), keys.fence.clone(), keys.channel.clone(), keys.release_record(&owner), keys.tombstone(&owner), keys.epoch(&owner), keys.holds.clone()] {
+            for key in [keys.lock.clone(), keys.fence.clone(), keys.channel.clone(), keys.tombstone(&owner), keys.epoch(&owner), keys.holds.clone()] {
                 proptest::prop_assert_eq!(cluster_hash_tag(&key), name.as_str());
             }
             let res = ResourceKeys::new(&ns, &name);

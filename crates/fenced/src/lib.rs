@@ -97,9 +97,8 @@
 //! | key | holds |
 //! |---|---|
 //! | `fenced:{name}` | owner token of the holder, `PX` = lease |
-//! | `fenced:{name}:fence` | hash: `last` fencing token |
+//! | `fenced:{name}:fence` | the last fencing token handed out |
 //! | `fenced:{name}:released` | pub/sub channel: one message per release |
-//! | `fenced:{name}:rel:<owner>` | a release's record, for a few seconds |
 //! | `fenced:{name}:void:<owner>` | tombstone of an abandoned acquire attempt |
 //!
 //! # Timeouts

@@ -41,6 +41,31 @@ async fn a_release_whose_reply_is_lost_is_retried_and_reports_success() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retried_release_after_the_lease_ran_out_says_not_held_not_released() {
+    let server = server();
+    let proxy = Proxy::start(server.addr()).unwrap();
+    let c = client_via(&proxy).await;
+    let guard = c
+        .lock("ran-out")
+        .with_ttl(Duration::from_millis(200))
+        .with_auto_renew(false)
+        .acquire()
+        .await
+        .unwrap();
+    // The lease runs out; then the release's reply is lost, and its retry finds the key gone.
+    // Redis keeps no record, and past the validity deadline the client cannot prove the first
+    // attempt freed it: "not held" (the truth here), never a false "released".
+    guard.lost().await;
+    proxy.set(Fault::CutNextReply);
+    let result = guard.release().await;
+    assert_eq!(proxy.fault(), Fault::Pass, "the fault struck");
+    assert!(
+        matches!(result, Err(fenced::Error::NotHeld { .. })),
+        "{result:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_acquire_whose_reply_is_lost_leaves_no_orphaned_lock() {
     let server = server();
     let proxy = Proxy::start(server.addr()).unwrap();

@@ -6,8 +6,13 @@
 //! 1. A clean-up retries transient failures until its patience runs out: a release for up to
 //!    the lease's ttl (after which it has expired anyway), an abandon for as long as the
 //!    attempt could still reach Redis.
-//! 2. Every retried step is exact: a release recognises its own earlier effect (its record),
-//!    and an abandon leaves a tombstone the late attempt refuses itself on.
+//! 2. Every retried step is exact. An abandon leaves a tombstone the late attempt refuses
+//!    itself on. A release keeps no record in Redis: a retry that finds the lease gone, with
+//!    its reply back before the lease's validity deadline, can only have found it freed by an
+//!    earlier attempt of the same release, since the key could not have expired yet (the
+//!    deadline never claims more than Redis granted, `lease.rs` invariant 1). After the
+//!    deadline the retry cannot tell, and says "not held": the lease was not proven ours to the
+//!    end. Only an operator's `force_release` in between is misread, as "released".
 //! 3. A clean-up that may have freed the lease wakes this process's waiters; a failed one too,
 //!    because a wake is only a hint.
 
@@ -16,12 +21,15 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::backend::Backend;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use crate::backend::{Backend, Node};
 use crate::core::Core;
 use crate::core::notify::LocalWaiters;
 use crate::error::Result;
 use crate::kind::{LeaseKind, ReleaseReply, abandon_reply, release_reply};
 use crate::options::ttl_millis;
+use crate::scripts::ScriptCall;
 use crate::token::OwnerToken;
 use crate::util::retry_transient;
 
@@ -43,7 +51,7 @@ pub(crate) struct Job {
 }
 
 /// Runs one clean-up to its end.
-pub(crate) async fn run(backend: Backend, local: Arc<LocalWaiters>, record_ms: u64, job: Job) {
+pub(crate) async fn run(backend: Backend, local: Arc<LocalWaiters>, job: Job) {
     let Job {
         kind,
         owner,
@@ -54,11 +62,11 @@ pub(crate) async fn run(backend: Backend, local: Arc<LocalWaiters>, record_ms: u
     let node = backend.node();
     let message = kind.wakes().message(local.client_id());
     let freed = match how {
-        CleanUp::Release => retry_transient(give_up_at, || async {
-            release_reply(node.run(&kind.release(&owner, &message, record_ms)).await?)
-        })
-        .await
-        .map(ReleaseReply::freed),
+        // Nobody hears this outcome but the local waiters, and for a wake (a hint) a retry that
+        // finds the lease gone counts as freed: its first attempt may have been the one.
+        CleanUp::Release => release_until(node, &kind.release(&owner, &message), give_up_at, None)
+            .await
+            .map(ReleaseReply::freed),
         CleanUp::Abandon => {
             retry_transient(give_up_at, || async {
                 abandon_reply(
@@ -87,26 +95,72 @@ fn wakes_local_waiters(freed: &Result<bool>) -> bool {
 }
 
 /// Releases, retrying transient failures for a short burst (the caller is waiting; what is
-/// left after it goes to the background). A retry whose first attempt did take effect is
-/// answered "already released" by the script, never a false "not held".
+/// left after it goes to the background). `valid_until` is the lease's validity deadline as it
+/// was before the release began: a retry answered "not held" before it is "already released"
+/// (invariant 2), never a false "not held".
 pub(crate) async fn release_with_retry(
     core: &Core,
     kind: &dyn LeaseKind,
     owner: &OwnerToken,
     message: &str,
+    valid_until: Instant,
 ) -> Result<ReleaseReply> {
     let give_up_at = Instant::now() + core.timeout() * 2;
-    let call = kind.release(owner, message, core.release_record_ms());
+    let call = kind.release(owner, message);
+    release_until(core.node(), &call, give_up_at, Some(valid_until)).await
+}
+
+/// Runs `call` (a release) until it answers or `give_up_at`, and reads a retry's "not held" by
+/// invariant 2; with no deadline known, such a retry counts as "already released".
+async fn release_until(
+    node: &Node,
+    call: &ScriptCall,
+    give_up_at: Instant,
+    valid_until: Option<Instant>,
+) -> Result<ReleaseReply> {
+    let attempts = AtomicU32::new(0);
     retry_transient(give_up_at, || async {
-        release_reply(core.node().run(&call).await?)
+        let retry = attempts.fetch_add(1, Ordering::Relaxed) > 0;
+        let reply = release_reply(node.run(call).await?)?;
+        let answered = Instant::now();
+        Ok(read_release(
+            reply,
+            retry,
+            valid_until.is_none_or(|v| answered < v),
+        ))
     })
     .await
+}
+
+/// A release's reply, read by invariant 2: `retry` when an earlier attempt of the same release
+/// may have run (its reply was lost), `in_validity` when this reply came back before the
+/// lease's validity deadline.
+fn read_release(reply: ReleaseReply, retry: bool, in_validity: bool) -> ReleaseReply {
+    match reply {
+        ReleaseReply::NotHeld if retry && in_validity => ReleaseReply::AlreadyReleased,
+        other => other,
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::error::Error;
+
+    #[test]
+    fn a_retry_that_finds_the_lease_gone_is_a_release_only_within_the_validity() {
+        use ReleaseReply::*;
+        // The first attempt: its own reply, as it is.
+        assert_eq!(read_release(NotHeld, false, true), NotHeld);
+        assert_eq!(read_release(Released, false, true), Released);
+        // A retry, while the key could not have expired: only the first attempt freed it.
+        assert_eq!(read_release(NotHeld, true, true), AlreadyReleased);
+        // A retry after the deadline: it may have expired first; not proven ours to the end.
+        assert_eq!(read_release(NotHeld, true, false), NotHeld);
+        // A retry that found the lease still held released it itself, whatever the clock.
+        assert_eq!(read_release(Released, true, false), Released);
+        assert_eq!(read_release(Retained, true, true), Retained);
+    }
 
     #[test]
     fn a_clean_up_that_failed_still_wakes_local_waiters() {

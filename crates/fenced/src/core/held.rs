@@ -92,9 +92,11 @@ impl Held {
         // Stop renewing first, so the renewal of a lease being released is not mistaken for
         // loss; and end the lease for every clone before it is given back.
         core.renewer.untrack(self.id);
+        let valid_until = self.lease.state.valid_until();
         self.lease.state.end();
         let message = core.release_message(self.kind.wakes());
-        let reply = match release_with_retry(&core, &*self.kind, &owner, &message).await {
+        let release = release_with_retry(&core, &*self.kind, &owner, &message, valid_until);
+        let reply = match release.await {
             Ok(reply) => reply,
             Err(e) => {
                 if e.is_transient() {

@@ -50,7 +50,7 @@ impl Core {
         client_id: Arc<str>,
     ) -> Arc<Core> {
         let waiters = notify::start(backend.dedicated().clone(), client_id, options.timeout);
-        let renewer = Renewer::start(backend.clone(), waiters.clone(), options.timeout);
+        let renewer = Renewer::start(backend.clone(), waiters.clone());
         Arc::new(Core {
             backend,
             options,
@@ -89,11 +89,6 @@ impl Core {
     /// The message a release of this client publishes.
     pub(crate) fn release_message(&self, wake: Wake) -> String {
         wake.message(self.waiters.client_id())
-    }
-
-    /// How long a release's record lives: longer than a release is retried in the foreground.
-    pub(crate) fn release_record_ms(&self) -> u64 {
-        ttl_millis(self.options.timeout * 3)
     }
 
     /// The fencing counter's retention, in ms.

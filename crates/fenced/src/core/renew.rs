@@ -111,15 +111,14 @@ pub(crate) struct Renewer {
 }
 
 impl Renewer {
-    pub(crate) fn start(backend: Backend, local: Arc<LocalWaiters>, timeout: Duration) -> Self {
+    pub(crate) fn start(backend: Backend, local: Arc<LocalWaiters>) -> Self {
         let (commands, rx) = mpsc::unbounded_channel();
         let shared = Arc::new(Shared {
             registry: Mutex::new(Registry::default()),
             changed: Notify::new(),
             stats: Counters::default(),
         });
-        let record_ms = ttl_millis(timeout * 3);
-        tokio::spawn(run(backend, local, record_ms, shared.clone(), rx));
+        tokio::spawn(run(backend, local, shared.clone(), rx));
         Renewer {
             shared,
             commands,
@@ -257,7 +256,6 @@ type RenewOutcome = (Vec<(u64, ExpiryChange)>, Result<Vec<Result<ExpiryReply>>>)
 async fn run(
     backend: Backend,
     local: Arc<LocalWaiters>,
-    record_ms: u64,
     shared: Arc<Shared>,
     mut commands: mpsc::UnboundedReceiver<Command>,
 ) {
@@ -276,7 +274,7 @@ async fn run(
             biased;
             command = commands.recv(), if !closed => match command {
                 Some(Command::CleanUp(job)) => {
-                    releases.push(cleanup::run(backend.clone(), local.clone(), record_ms, job));
+                    releases.push(cleanup::run(backend.clone(), local.clone(), job));
                 }
                 Some(Command::Flush(done)) => flushes.push(done),
                 None => closed = true,

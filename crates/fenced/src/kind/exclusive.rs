@@ -49,14 +49,12 @@ impl LeaseKind for Exclusive {
             .arg(epoch)
     }
 
-    fn release(&self, owner: &OwnerToken, message: &str, record_ms: u64) -> ScriptCall {
+    fn release(&self, owner: &OwnerToken, message: &str) -> ScriptCall {
         ScriptCall::new(&RELEASE)
             .key(&self.keys.lock)
-            .key(self.keys.release_record(owner))
             .arg(owner.as_str())
             .arg(&self.keys.channel)
             .arg(message)
-            .arg(record_ms)
     }
 
     fn abandon(&self, owner: &OwnerToken, message: &str, patience_ms: u64) -> ScriptCall {

@@ -58,15 +58,12 @@ impl LeaseKind for FairLease {
         self.exclusive.extend(owner, ttl_ms, epoch)
     }
 
-    fn release(&self, owner: &OwnerToken, _message: &str, record_ms: u64) -> ScriptCall {
-        let keys = &self.exclusive.keys;
+    fn release(&self, owner: &OwnerToken, _message: &str) -> ScriptCall {
         ScriptCall::new(&FAIR_RELEASE)
-            .key(&keys.lock)
-            .key(keys.release_record(owner))
+            .key(&self.exclusive.keys.lock)
             .key(&*self.queue)
             .arg(owner.as_str())
             .arg(&*self.channel_prefix)
-            .arg(record_ms)
     }
 
     fn abandon(&self, owner: &OwnerToken, _message: &str, patience_ms: u64) -> ScriptCall {

@@ -10,7 +10,7 @@
 //! |---|---|
 //! | acquire | `{1, token}` granted, `{0, ms}` busy (ms until the blocking lease ends, -1 unknown), `{0, -3}` abandoned, `{0, -4}` refused (a re-entry whose lease is gone) |
 //! | extend | 1 applied, 0 not held, 2 superseded by a newer epoch |
-//! | release | 1 released (waiters woken), 2 already released by this same call, 0 not held, 3 this hold released but the lease stays (inner re-entrant hold) |
+//! | release | 1 released (waiters woken), 0 not held (also: an earlier attempt of this same release did it), 3 this hold released but the lease stays (inner re-entrant hold) |
 //! | abandon | 1 the attempt had taken the lease, now released; 0 a tombstone voids it |
 
 pub(crate) mod exclusive;
@@ -43,8 +43,9 @@ pub(crate) trait LeaseKind: Send + Sync + 'static {
     fn acquire(&self, owner: &OwnerToken, ttl_ms: u64) -> ScriptCall;
     /// Renew (or re-time) the lease to `ttl_ms` from now, in epoch order.
     fn extend(&self, owner: &OwnerToken, ttl_ms: u64, epoch: u64) -> ScriptCall;
-    /// Give the lease back and publish `message`; `record_ms` keeps the release's record.
-    fn release(&self, owner: &OwnerToken, message: &str, record_ms: u64) -> ScriptCall;
+    /// Give the lease back and publish `message`. Keeps no record: a retry finds the lease
+    /// gone, and the core tells that from a lost lease (`core/cleanup.rs`, invariant 2).
+    fn release(&self, owner: &OwnerToken, message: &str) -> ScriptCall;
     /// Void an attempt of unknown outcome: release what it took, or leave a tombstone that
     /// lives `patience_ms`.
     fn abandon(&self, owner: &OwnerToken, message: &str, patience_ms: u64) -> ScriptCall;

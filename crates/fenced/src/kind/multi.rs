@@ -62,11 +62,10 @@ impl LeaseKind for MultiExclusive {
             .arg(epoch)
     }
 
-    fn release(&self, owner: &OwnerToken, message: &str, record_ms: u64) -> ScriptCall {
+    fn release(&self, owner: &OwnerToken, message: &str) -> ScriptCall {
         let call = self
-            .locks(ScriptCall::new(&MULTI_RELEASE).key(self.first().release_record(owner)))
+            .locks(ScriptCall::new(&MULTI_RELEASE))
             .arg(owner.as_str())
-            .arg(record_ms)
             .arg(message);
         self.channel_args(call)
     }

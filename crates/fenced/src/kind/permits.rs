@@ -87,15 +87,13 @@ impl LeaseKind for Permits {
             .arg(epoch)
     }
 
-    fn release(&self, owner: &OwnerToken, message: &str, record_ms: u64) -> ScriptCall {
+    fn release(&self, owner: &OwnerToken, message: &str) -> ScriptCall {
         ScriptCall::new(&SEMAPHORE_RELEASE)
             .key(&self.keys.holders)
             .key(&self.keys.counts)
-            .key(self.keys.per_owner("rel", owner))
             .arg(owner.as_str())
             .arg(&self.keys.channel)
             .arg(message)
-            .arg(record_ms)
     }
 
     fn abandon(&self, owner: &OwnerToken, message: &str, patience_ms: u64) -> ScriptCall {

@@ -66,16 +66,14 @@ impl LeaseKind for ReentrantHold {
             .arg(&self.hold)
     }
 
-    fn release(&self, owner: &OwnerToken, message: &str, record_ms: u64) -> ScriptCall {
+    fn release(&self, owner: &OwnerToken, message: &str) -> ScriptCall {
         ScriptCall::new(&REENTRANT_RELEASE)
             .key(&self.keys.lock)
             .key(&self.keys.holds)
-            .key(self.per_hold(self.keys.release_record(owner)))
             .arg(owner.as_str())
             .arg(&self.hold)
             .arg(&self.keys.channel)
             .arg(message)
-            .arg(record_ms)
     }
 
     fn abandon(&self, owner: &OwnerToken, message: &str, patience_ms: u64) -> ScriptCall {

@@ -88,15 +88,13 @@ impl LeaseKind for ReadLease {
             .arg(epoch)
     }
 
-    fn release(&self, owner: &OwnerToken, message: &str, record_ms: u64) -> ScriptCall {
+    fn release(&self, owner: &OwnerToken, message: &str) -> ScriptCall {
         ScriptCall::new(&SEMAPHORE_RELEASE)
             .key(&self.keys.readers)
             .key(&self.keys.reader_counts)
-            .key(self.keys.reader_key("rel", owner))
             .arg(owner.as_str())
             .arg(&self.keys.lock.channel)
             .arg(message)
-            .arg(record_ms)
     }
 
     fn abandon(&self, owner: &OwnerToken, message: &str, patience_ms: u64) -> ScriptCall {
@@ -153,8 +151,8 @@ impl LeaseKind for WriteLease {
         self.exclusive.extend(owner, ttl_ms, epoch)
     }
 
-    fn release(&self, owner: &OwnerToken, message: &str, record_ms: u64) -> ScriptCall {
-        self.exclusive.release(owner, message, record_ms)
+    fn release(&self, owner: &OwnerToken, message: &str) -> ScriptCall {
+        self.exclusive.release(owner, message)
     }
 
     fn abandon(&self, owner: &OwnerToken, message: &str, patience_ms: u64) -> ScriptCall {

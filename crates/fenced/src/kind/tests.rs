@@ -41,12 +41,7 @@ async fn acquire(n: &Node, kind: &dyn LeaseKind, who: &OwnerToken, ttl_ms: u64) 
 }
 
 async fn release(n: &Node, kind: &dyn LeaseKind, who: &OwnerToken) -> ReleaseReply {
-    release_reply(
-        n.run::<Value>(&kind.release(who, "c 1", 5_000))
-            .await
-            .unwrap(),
-    )
-    .unwrap()
+    release_reply(n.run::<Value>(&kind.release(who, "c 1")).await.unwrap()).unwrap()
 }
 
 async fn abandon(n: &Node, kind: &dyn LeaseKind, who: &OwnerToken, ms: u64) -> bool {
@@ -77,22 +72,52 @@ fn granted(reply: AcquireReply) -> bool {
 }
 
 #[tokio::test]
-async fn a_repeated_release_reports_already_released_not_not_held() {
+async fn a_release_frees_only_its_own_lease_and_writes_nothing_else() {
     let server = fenced_testkit::RedisServer::start().unwrap();
     let n = node(&server).await;
     let job = lock("job");
     let me = owner();
     assert!(granted(acquire(&n, &job, &me, 10_000).await));
     assert_eq!(release(&n, &job, &me).await, ReleaseReply::Released);
-    // The same release again, as after a lost reply:
-    assert_eq!(release(&n, &job, &me).await, ReleaseReply::AlreadyReleased);
-    // ... even after other holders came and went in between:
+    // Only the fence is left: no release record (a retry is read by the client's validity
+    // deadline, core/cleanup.rs).
+    let keys: Vec<String> = n.query("keys", redis::cmd("KEYS").arg("*")).await.unwrap();
+    assert_eq!(keys, vec![job.keys.fence.clone()]);
+    // The same release again (a retry after a lost reply) changes nothing, and neither does
+    // it once another holder has the lock:
+    assert_eq!(release(&n, &job, &me).await, ReleaseReply::NotHeld);
     let other = owner();
     assert!(granted(acquire(&n, &job, &other, 10_000).await));
-    assert_eq!(release(&n, &job, &other).await, ReleaseReply::Released);
-    assert_eq!(release(&n, &job, &me).await, ReleaseReply::AlreadyReleased);
-    // Somebody else's release attempt with a token that never held the lock:
-    assert_eq!(release(&n, &job, &owner()).await, ReleaseReply::NotHeld);
+    assert_eq!(release(&n, &job, &me).await, ReleaseReply::NotHeld);
+    assert!(
+        pttl(&n, &job.keys.lock).await > 0,
+        "the new holder's lock stays"
+    );
+}
+
+#[tokio::test]
+async fn a_fence_of_an_older_layout_or_another_type_never_fails_a_grant_half_way() {
+    let server = fenced_testkit::RedisServer::start().unwrap();
+    let n = node(&server).await;
+    let job = lock("layout");
+    // Before 0.2 the fence was a hash `last`; another program may have written anything.
+    let _: () = n
+        .query(
+            "hset",
+            redis::cmd("HSET").arg(&job.keys.fence).arg("last").arg("7"),
+        )
+        .await
+        .unwrap();
+    let AcquireReply::Acquired(token) = acquire(&n, &job, &owner(), 10_000).await else {
+        panic!("not granted");
+    };
+    // The server clock's floor (µs since 1970) keeps it above any token of the old fence.
+    assert!(token.get() > 1_700_000_000_000_000, "{token}");
+    let fence: String = n
+        .query("get", redis::cmd("GET").arg(&job.keys.fence))
+        .await
+        .unwrap();
+    assert_eq!(fence, token.get().to_string(), "the fence is a string now");
 }
 
 #[tokio::test]
@@ -277,9 +302,11 @@ async fn reentrant_holds_share_one_token_and_the_last_release_frees_the_lock() {
         release(&n, &hold("re", "h1", false), &me).await,
         ReleaseReply::Released
     );
+    // Its retry finds the lock gone: "not held" from the script, which the client reads as
+    // "already released" while the lease was still valid (core/cleanup.rs).
     assert_eq!(
         release(&n, &hold("re", "h1", false), &me).await,
-        ReleaseReply::AlreadyReleased
+        ReleaseReply::NotHeld
     );
     assert_eq!(pttl(&n, "t:{re}").await, -2, "the lock key is gone");
     assert_eq!(pttl(&n, "t:{re}:holds").await, -2, "the holds are gone");
@@ -344,7 +371,7 @@ async fn permits_are_counted_against_each_requests_limit_and_expire_by_server_ti
     );
     assert_eq!(
         release(&n, &permits("pool", 2, 3), &a).await,
-        ReleaseReply::AlreadyReleased
+        ReleaseReply::NotHeld
     );
     assert_eq!(
         release(&n, &permits("pool", 1, 3), &b).await,

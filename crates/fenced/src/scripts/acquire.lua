@@ -1,7 +1,7 @@
 -- Take a lease and hand out a fencing token, in one step.
 --
 -- KEYS[1]  lock key         (string: owner token, PX = lease)
--- KEYS[2]  fence key        (hash: last = last fencing token handed out)
+-- KEYS[2]  fence key        (string: the last fencing token handed out; see fence.lua)
 -- KEYS[3]  this attempt's tombstone, <lock>:void:<owner> (exists only if abandoned)
 -- ARGV[1]  owner token      (128 random bits, hex)
 -- ARGV[2]  lease in ms
@@ -11,22 +11,18 @@
 --         {0, pttl}  when somebody holds the lock (pttl = -1 for a key without expiry),
 --         {0, -3}    when the client already abandoned this attempt (see abandon.lua).
 --
--- The token is max(last + 1, server time in microseconds). While the fence key exists the
--- counter alone keeps tokens increasing; once it has expired (no grant for the retention
--- period) the server clock, which has moved on by at least that period, keeps the next token
--- above every earlier one. So fence keys need not live forever, and tokens keep increasing
--- even after a restart that lost the data, unless the server clock stepped back by more than
--- the retention period.
-if redis.call('DEL', KEYS[3]) == 1 then
-  return {0, -3}
-end
+-- Four commands when granted, two when busy: the tombstone is read with the fence (one MGET),
+-- and only once the lock is taken, since a refused attempt changes nothing whether or not it
+-- was abandoned (its tombstone then expires unused).
 if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   return {0, redis.call('PTTL', KEYS[1])}
 end
-local now = redis.call('TIME')
-local now_us = tonumber(now[1]) * 1000000 + tonumber(now[2])
-local last = tonumber(redis.call('HGET', KEYS[2], 'last') or '0') or 0
-local token = string.format('%.0f', math.max(last + 1, now_us))
-redis.call('HSET', KEYS[2], 'last', token)
-redis.call('PEXPIRE', KEYS[2], ARGV[3])
+local seen = redis.call('MGET', KEYS[2], KEYS[3])
+if seen[2] then
+  -- Abandoned before it arrived: nobody can have seen the lock yet, so simply undo it.
+  redis.call('DEL', KEYS[1], KEYS[3])
+  return {0, -3}
+end
+local token = next_token(seen[1], redis.call('TIME'))
+redis.call('SET', KEYS[2], token, 'PX', ARGV[3])
 return {1, token}

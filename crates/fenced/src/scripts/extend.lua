@@ -6,7 +6,7 @@
 -- than the newest applied one is refused: the ttl that Redis applies last is always the one
 -- the client asked for last. Requests of one epoch ask for the same ttl, so their order does
 -- not matter. Epoch 0 (the acquire's ttl) writes no epoch key: a lease that is never
--- extended pays one GET of a missing key.
+-- extended reads one missing key, in the same MGET as the lock.
 --
 -- KEYS[1]  lock key
 -- KEYS[2]  this owner's epoch key: <lock>:epoch:<owner>
@@ -17,11 +17,12 @@
 -- Returns 1 applied,
 --         0 not held by this owner (nothing changed),
 --         2 superseded: a newer epoch was applied before; nothing changed.
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+local seen = redis.call('MGET', KEYS[1], KEYS[2])
+if seen[1] ~= ARGV[1] then
   return 0
 end
 local epoch = tonumber(ARGV[3])
-if epoch < (tonumber(redis.call('GET', KEYS[2]) or '0') or 0) then
+if epoch < (tonumber(seen[2] or '0') or 0) then
   return 2
 end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])

@@ -6,7 +6,7 @@
 -- KEYS[1]  the lock key (string: owner token; the plain lock's key)
 -- KEYS[2]  queue (list of waiter ids, oldest first)
 -- KEYS[3]  registrations (hash: waiter id -> end of its registration, server ms)
--- KEYS[4]  fence key (hash: last)
+-- KEYS[4]  fence key (string: the last token; see fence.lua)
 -- KEYS[5]  this attempt's tombstone
 -- ARGV[1]  owner token
 -- ARGV[2]  lease in ms
@@ -38,10 +38,8 @@ if pttl == -2 and (not head or head == ARGV[4]) then
     redis.call('HDEL', KEYS[3], ARGV[4])
   end
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-  local last = tonumber(redis.call('HGET', KEYS[4], 'last') or '0') or 0
-  local token = string.format('%.0f', math.max(last + 1, tonumber(t[1]) * 1000000 + tonumber(t[2])))
-  redis.call('HSET', KEYS[4], 'last', token)
-  redis.call('PEXPIRE', KEYS[4], ARGV[3])
+  local token = next_token(redis.call('MGET', KEYS[4])[1], t)
+  redis.call('SET', KEYS[4], token, 'PX', ARGV[3])
   return {1, token}
 end
 local registration = tonumber(ARGV[5])

@@ -49,7 +49,7 @@ macro_rules! lua {
 }
 
 lua!(/// Take a lock and a fencing token.
-    ACQUIRE, "acquire", "acquire.lua");
+    ACQUIRE, "acquire", "fence.lua", "acquire.lua");
 lua!(/// Compare-and-delete a lock, then publish.
     RELEASE, "release", "release.lua");
 lua!(/// Void an acquire attempt of unknown outcome.
@@ -59,7 +59,7 @@ lua!(/// Renew or re-time a lease, in epoch order.
 lua!(/// Break a lock whoever holds it.
     FORCE_RELEASE, "force release", "force_release.lua");
 lua!(/// Take or re-enter a reentrant lock.
-    REENTRANT_ACQUIRE, "acquire", "reentrant_acquire.lua");
+    REENTRANT_ACQUIRE, "acquire", "fence.lua", "reentrant_acquire.lua");
 lua!(/// Renew one hold of a reentrant lock (never shortens it).
     REENTRANT_EXTEND, "extend", "reentrant_extend.lua");
 lua!(/// Give back one hold of a reentrant lock.
@@ -67,7 +67,7 @@ lua!(/// Give back one hold of a reentrant lock.
 lua!(/// Void a reentrant acquire attempt of unknown outcome.
     REENTRANT_ABANDON, "abandon", "reentrant_abandon.lua");
 lua!(/// Take leased permits of a semaphore.
-    SEMAPHORE_ACQUIRE, "acquire", "semaphore_acquire.lua");
+    SEMAPHORE_ACQUIRE, "acquire", "fence.lua", "semaphore_acquire.lua");
 lua!(/// Renew or re-time a semaphore holder's lease.
     SEMAPHORE_EXTEND, "extend", "semaphore_extend.lua");
 lua!(/// Give back a holder's permits.
@@ -77,7 +77,7 @@ lua!(/// Void a semaphore acquire attempt of unknown outcome.
 lua!(/// Count a semaphore's live permits.
     SEMAPHORE_STATUS, "semaphore status", "semaphore_status.lua");
 lua!(/// Take several locks, all or nothing, with one token.
-    MULTI_ACQUIRE, "acquire", "multi_acquire.lua");
+    MULTI_ACQUIRE, "acquire", "fence.lua", "multi_acquire.lua");
 lua!(/// Renew every lock of a multi-lock, all or nothing.
     MULTI_EXTEND, "extend", "multi_extend.lua");
 lua!(/// Give back every lock of a multi-lock.
@@ -85,13 +85,13 @@ lua!(/// Give back every lock of a multi-lock.
 lua!(/// Void a multi-lock attempt of unknown outcome.
     MULTI_ABANDON, "abandon", "multi_free.lua", "multi_abandon.lua");
 lua!(/// Take a read lease of a read-write lock (writer-preferring).
-    RW_READ_ACQUIRE, "acquire", "rw_read_acquire.lua");
+    RW_READ_ACQUIRE, "acquire", "fence.lua", "rw_read_acquire.lua");
 lua!(/// Take the write lease of a read-write lock, or register as a waiting writer.
-    RW_WRITE_ACQUIRE, "acquire", "rw_write_acquire.lua");
+    RW_WRITE_ACQUIRE, "acquire", "fence.lua", "rw_write_acquire.lua");
 lua!(/// Count a read-write lock's live readers and waiting writers.
     RW_STATUS, "rw status", "rw_status.lua");
 lua!(/// Take a fair lock at the head of its FIFO queue, or queue.
-    FAIR_ACQUIRE, "acquire", "fair_acquire.lua");
+    FAIR_ACQUIRE, "acquire", "fence.lua", "fair_acquire.lua");
 lua!(/// Give a fair lock back and wake the head of its queue.
     FAIR_RELEASE, "release", "fair_release.lua");
 lua!(/// Leave a fair lock's queue; void an attempt of unknown outcome.

@@ -10,7 +10,7 @@
 --
 -- Returns 1 the attempt had taken the locks, now released; 0 a tombstone voids it.
 -- `free_all` comes from multi_free.lua, prepended when the script is built.
-if free_all(ARGV[1], ARGV[3]) then
+if free_all(ARGV[1], ARGV[3], 2, 4) then
   return 1
 end
 redis.call('SET', KEYS[1], 1, 'PX', ARGV[2])

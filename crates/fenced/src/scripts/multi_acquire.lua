@@ -6,7 +6,7 @@
 --
 -- KEYS[1]          this attempt's tombstone (see abandon.lua), on the first name
 -- KEYS[2..n+1]     the lock keys (strings: owner token, PX = lease)
--- KEYS[n+2..2n+1]  their fence keys (hash: last)
+-- KEYS[n+2..2n+1]  their fence keys (strings: the last token; see fence.lua)
 -- ARGV[1]  owner token
 -- ARGV[2]  lease in ms
 -- ARGV[3]  how long the fence keys outlive the last grant, in ms
@@ -25,18 +25,18 @@ for i = 2, n + 1 do
     return {0, pttl}
   end
 end
-local now = redis.call('TIME')
-local highest = tonumber(now[1]) * 1000000 + tonumber(now[2]) - 1
-for i = n + 2, 2 * n + 1 do
-  local last = tonumber(redis.call('HGET', KEYS[i], 'last') or '0') or 0
-  if last > highest then
+-- One MGET for every fence; the token is above the highest of them (and the server clock).
+local fences = redis.call('MGET', unpack(KEYS, n + 2, 2 * n + 1))
+local highest = false
+for i = 1, n do
+  local last = tonumber(fences[i] or '0') or 0
+  if not highest or last > highest then
     highest = last
   end
 end
-local token = string.format('%.0f', highest + 1)
+local token = next_token(highest, redis.call('TIME'))
 for i = 2, n + 1 do
   redis.call('SET', KEYS[i], ARGV[1], 'PX', ARGV[2])
-  redis.call('HSET', KEYS[i + n], 'last', token)
-  redis.call('PEXPIRE', KEYS[i + n], ARGV[3])
+  redis.call('SET', KEYS[i + n], token, 'PX', ARGV[3])
 end
 return {1, token}

@@ -6,7 +6,7 @@
 --
 -- KEYS[1]  lock key        (string: owner token, PX = lease)
 -- KEYS[2]  holds key       (hash: token = the fencing token of the whole hold, h:<id> = 1 per hold)
--- KEYS[3]  fence key       (hash: last = last fencing token handed out)
+-- KEYS[3]  fence key       (string: the last token handed out; see fence.lua)
 -- KEYS[4]  this attempt's tombstone, <lock>:void:<owner>:<hold id> (exists only if abandoned)
 -- ARGV[1]  owner token
 -- ARGV[2]  lease in ms
@@ -47,12 +47,8 @@ if holder then
   return {0, redis.call('PTTL', KEYS[1])}
 end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ttl)
-local now = redis.call('TIME')
-local now_us = tonumber(now[1]) * 1000000 + tonumber(now[2])
-local last = tonumber(redis.call('HGET', KEYS[3], 'last') or '0') or 0
-local token = string.format('%.0f', math.max(last + 1, now_us))
-redis.call('HSET', KEYS[3], 'last', token)
-redis.call('PEXPIRE', KEYS[3], ARGV[3])
+local token = next_token(redis.call('MGET', KEYS[3])[1], redis.call('TIME'))
+redis.call('SET', KEYS[3], token, 'PX', ARGV[3])
 redis.call('DEL', KEYS[2])
 redis.call('HSET', KEYS[2], 'token', token, 'h:' .. ARGV[4], 1)
 redis.call('PEXPIRE', KEYS[2], ttl)

@@ -6,7 +6,7 @@
 -- KEYS[3]  readers' counts (hash: owner -> 1; shared with the semaphore scripts that renew
 --          and release readers)
 -- KEYS[4]  waiting writers (zset: waiter id -> when its wait registration ends, server ms)
--- KEYS[5]  fence key (hash: last)
+-- KEYS[5]  fence key (string: the last token; see fence.lua)
 -- KEYS[6]  this attempt's tombstone
 -- ARGV[1]  owner token
 -- ARGV[2]  lease in ms
@@ -38,8 +38,6 @@ redis.call('HSET', KEYS[3], ARGV[1], 1)
 local last_end = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')
 redis.call('PEXPIREAT', KEYS[2], last_end[2])
 redis.call('PEXPIREAT', KEYS[3], last_end[2])
-local last = tonumber(redis.call('HGET', KEYS[5], 'last') or '0') or 0
-local token = string.format('%.0f', math.max(last + 1, tonumber(t[1]) * 1000000 + tonumber(t[2])))
-redis.call('HSET', KEYS[5], 'last', token)
-redis.call('PEXPIRE', KEYS[5], ARGV[3])
+local token = next_token(redis.call('MGET', KEYS[5])[1], t)
+redis.call('SET', KEYS[5], token, 'PX', ARGV[3])
 return {1, token}

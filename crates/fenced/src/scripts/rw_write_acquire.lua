@@ -6,7 +6,7 @@
 -- KEYS[1]  the lock key (string: owner token, PX = lease)
 -- KEYS[2]  readers (zset: owner -> end of its lease, server ms)
 -- KEYS[3]  waiting writers (zset: waiter id -> end of its registration, server ms)
--- KEYS[4]  fence key (hash: last)
+-- KEYS[4]  fence key (string: the last token; see fence.lua)
 -- KEYS[5]  this attempt's tombstone
 -- ARGV[1]  owner token
 -- ARGV[2]  lease in ms
@@ -41,8 +41,6 @@ if reader[2] then
 end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 redis.call('ZREM', KEYS[3], ARGV[4])
-local last = tonumber(redis.call('HGET', KEYS[4], 'last') or '0') or 0
-local token = string.format('%.0f', math.max(last + 1, tonumber(t[1]) * 1000000 + tonumber(t[2])))
-redis.call('HSET', KEYS[4], 'last', token)
-redis.call('PEXPIRE', KEYS[4], ARGV[3])
+local token = next_token(redis.call('MGET', KEYS[4])[1], t)
+redis.call('SET', KEYS[4], token, 'PX', ARGV[3])
 return {1, token}

@@ -4,7 +4,7 @@
 --
 -- KEYS[1]  holders key (zset: owner token -> end of its lease, server ms)
 -- KEYS[2]  counts key  (hash: owner token -> permits it holds)
--- KEYS[3]  fence key   (hash: last = last fencing token handed out)
+-- KEYS[3]  fence key   (string: the last token handed out; see fence.lua)
 -- KEYS[4]  this attempt's tombstone, <holders>:void:<owner> (exists only if abandoned)
 -- ARGV[1]  owner token
 -- ARGV[2]  permits wanted (>= 1)
@@ -48,8 +48,6 @@ redis.call('HSET', KEYS[2], ARGV[1], wanted)
 local last_end = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
 redis.call('PEXPIREAT', KEYS[1], last_end[2])
 redis.call('PEXPIREAT', KEYS[2], last_end[2])
-local last = tonumber(redis.call('HGET', KEYS[3], 'last') or '0') or 0
-local token = string.format('%.0f', math.max(last + 1, tonumber(t[1]) * 1000000 + tonumber(t[2])))
-redis.call('HSET', KEYS[3], 'last', token)
-redis.call('PEXPIRE', KEYS[3], ARGV[5])
+local token = next_token(redis.call('MGET', KEYS[3])[1], t)
+redis.call('SET', KEYS[3], token, 'PX', ARGV[5])
 return {1, token}

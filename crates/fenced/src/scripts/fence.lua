@@ -1,0 +1,19 @@
+-- Shared by every script that hands out fencing tokens; prepended to them when they are built
+-- (scripts/mod.rs).
+--
+-- A fence key is a string: the last fencing token handed out for a name (a decimal), with PX =
+-- how long it outlives the last grant. Scripts read it with MGET, never GET: MGET answers nil
+-- for a key of another type (an older layout, another program) instead of failing the script
+-- half-way, after its lock was already set.
+--
+-- next_token(last, t): the token of a new grant, max(last + 1, server time in µs); `last` is the
+-- fence as read (or false), `t` the reply of TIME. While the fence exists the counter alone
+-- keeps tokens increasing; once it has expired (no grant for the retention period), or was
+-- lost with a restart or a failover to a replica that missed the last writes, the server clock
+-- keeps the next token above every earlier one, since each earlier token was at most the
+-- server time of its grant (grants of one name are rarer than one per µs), unless the clock
+-- stepped back. So the TIME call stays, on every grant.
+local function next_token(last, t)
+  local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  return string.format('%.0f', math.max((tonumber(last or '0') or 0) + 1, now_us))
+end
