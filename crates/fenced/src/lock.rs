@@ -7,6 +7,7 @@ use std::time::Duration;
 use tracing::Instrument;
 
 use crate::client::Client;
+use crate::core::acquire::AcquireRequest;
 use crate::core::{Core, LeaseOptions};
 use crate::error::{Error, Result};
 use crate::guard::{Lease, LockGuard};
@@ -157,7 +158,10 @@ impl Lock {
         let span = tracing::debug_span!("fenced.acquire", lock = %self.name);
         self.core
             .acquire_with(
-                &self.opts.request(&self.name, &self.keys.channel, ttl, 1),
+                &AcquireRequest {
+                    hand_over: true,
+                    ..self.opts.request(&self.name, &self.keys.channel, ttl, 1)
+                },
                 || self.next_attempt(),
             )
             .instrument(span)

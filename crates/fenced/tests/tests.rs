@@ -17,6 +17,7 @@ mod fair;
 mod family_faults;
 mod faults;
 mod fencing;
+mod handover;
 mod inspect;
 mod latch;
 mod lease_validity;

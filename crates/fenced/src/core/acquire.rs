@@ -23,7 +23,10 @@ use std::time::Duration;
 use redis::Value;
 use tokio::time::Instant;
 
+use tokio::sync::oneshot;
+
 use crate::core::Core;
+use crate::core::handover::Offer;
 use crate::core::held::{Held, Lease};
 use crate::core::lease::LeaseState;
 use crate::core::notify::LocalWaiters;
@@ -31,7 +34,7 @@ use crate::core::renew::Tracked;
 use crate::error::{Error, Result};
 use crate::kind::{AcquireReply, LeaseKind, acquire_reply};
 use crate::options::ttl_millis;
-use crate::token::OwnerToken;
+use crate::token::{FencingToken, OwnerToken};
 use crate::util::Backoff;
 use crate::wait::WaitPolicy;
 
@@ -52,6 +55,9 @@ pub(crate) struct AcquireRequest<'a> {
     /// Channels whose releases wake the waiter besides `channel` (then only a queue key):
     /// a multi-lock waits on every name's releases.
     pub(crate) also: &'a [String],
+    /// Whether a local holder may hand the lease straight to this waiter (a plain lock;
+    /// `handover.rs`).
+    pub(crate) hand_over: bool,
 }
 
 /// A primitive handle's lease settings, with the checks every acquire makes before it sends
@@ -106,6 +112,7 @@ impl LeaseOptions {
             wait: self.wait,
             heads,
             also: &[],
+            hand_over: false,
         }
     }
 }
@@ -134,14 +141,61 @@ impl Core {
             poll: (self.options.poll_min, self.options.poll_max),
             timeout: self.options.timeout,
         };
-        wait_for(&self.waiters, &wait, || {
-            let next = next();
-            async move {
-                let (kind, owner) = next?;
-                self.try_once(req, kind, owner).await
-            }
-        })
+        // A plain lock's head offers to take the lease straight from a local holder.
+        let offer = || {
+            let owner = OwnerToken::fresh().ok()?;
+            let (to, handed) = oneshot::channel();
+            let offer = Offer {
+                owner,
+                name: req.name.clone(),
+                ttl: req.ttl,
+                auto_renew: req.auto_renew,
+                to,
+            };
+            self.waiters.post_offer(req.channel, offer);
+            Some(handed)
+        };
+        let offers: Option<&OfferFn<'_, Held>> = if req.hand_over { Some(&offer) } else { None };
+        wait_with_offers(
+            &self.waiters,
+            &wait,
+            || {
+                let next = next();
+                async move {
+                    let (kind, owner) = next?;
+                    self.try_once(req, kind, owner).await
+                }
+            },
+            offers,
+        )
         .await
+    }
+
+    /// Makes a granted lease a [`Held`]: tracked for renewal (if asked), with its validity
+    /// counted from `requested_at`, before the request that took it was sent.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn adopt(
+        self: &Arc<Self>,
+        name: Arc<str>,
+        kind: Arc<dyn LeaseKind>,
+        owner: OwnerToken,
+        fencing_token: FencingToken,
+        requested_at: Instant,
+        ttl: Duration,
+        auto_renew: bool,
+    ) -> Held {
+        tracing::debug!(name = %name, %fencing_token, "fenced: acquired");
+        tracing::trace!(owner = owner.as_str(), "fenced: owner token");
+        let state = Arc::new(LeaseState::new(requested_at, ttl));
+        let id = self.renewer.track(Tracked {
+            kind: kind.clone(),
+            owner: owner.clone(),
+            fencing_token,
+            renew: auto_renew,
+            state: state.clone(),
+        });
+        let lease = Lease::new(name, fencing_token, state);
+        Held::new(self.clone(), kind, owner, id, lease)
     }
 
     /// Waits, by `wait`, for a condition that is not a lease (a latch opening): `check` is
@@ -192,20 +246,15 @@ impl Core {
         let reply = acquire_reply(self.node().run::<Value>(&call).await?)?;
         pending.armed = None;
         match reply {
-            AcquireReply::Acquired(fencing_token) => {
-                tracing::debug!(name = %req.name, %fencing_token, "fenced: acquired");
-                tracing::trace!(owner = owner.as_str(), "fenced: owner token");
-                let state = Arc::new(LeaseState::new(requested_at, req.ttl));
-                let id = self.renewer.track(Tracked {
-                    kind: kind.clone(),
-                    owner: owner.clone(),
-                    fencing_token,
-                    renew: req.auto_renew,
-                    state: state.clone(),
-                });
-                let lease = Lease::new(req.name.clone(), fencing_token, state);
-                Ok(Ok(Held::new(self.clone(), kind, owner, id, lease)))
-            }
+            AcquireReply::Acquired(fencing_token) => Ok(Ok(self.adopt(
+                req.name.clone(),
+                kind,
+                owner,
+                fencing_token,
+                requested_at,
+                req.ttl,
+                req.auto_renew,
+            ))),
             AcquireReply::Busy { remaining } => Ok(Err(remaining)),
             // Only an attempt this client gave up on is answered so, and its reply is never
             // awaited; should one arrive anyway, nothing was taken.
@@ -248,11 +297,29 @@ pub(crate) struct WaitSpec<'a> {
     pub(crate) timeout: Duration,
 }
 
+/// Posts a head's offer of a handover, and gives where the lease arrives (`None`: no offer).
+pub(crate) type OfferFn<'a, G> = dyn Fn() -> Option<oneshot::Receiver<G>> + Send + Sync + 'a;
+
 /// The wait loop, generic over the attempt so it can be tested without a server.
 pub(crate) async fn wait_for<G, F, Fut>(
     waiters: &Arc<LocalWaiters>,
     spec: &WaitSpec<'_>,
+    attempt: F,
+) -> Result<G>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<Attempt<G>>>,
+{
+    wait_with_offers(waiters, spec, attempt, None).await
+}
+
+/// The wait loop; with `offers`, a head whose attempt found the lock busy also offers to take
+/// it straight from a local holder (`handover.rs`), and returns what is handed to it.
+async fn wait_with_offers<G, F, Fut>(
+    waiters: &Arc<LocalWaiters>,
+    spec: &WaitSpec<'_>,
     mut attempt: F,
+    offers: Option<&OfferFn<'_, G>>,
 ) -> Result<G>
 where
     F: FnMut() -> Fut,
@@ -328,28 +395,45 @@ where
     };
     tracing::debug!(subscribed, "fenced: waiting");
     let mut backoff = Backoff::new(poll_min, poll_max);
+    // One standing offer at a time (`handover.rs`, invariant 1).
+    let mut offered: Option<oneshot::Receiver<G>> = None;
+    let mut first_turn = true;
     loop {
         let notified = ticket.wake().notified();
         tokio::pin!(notified);
         notified.as_mut().enable(); // register before the attempt: no release is missed
-        attempts = attempts.saturating_add(1);
-        let pause = match attempt().await {
-            Ok(Ok(granted)) => {
-                tracing::debug!(attempts, waited = ?started.elapsed(), "fenced: acquired after waiting");
-                return Ok(granted);
-            }
-            Ok(Err(remaining)) => {
-                if out_of_attempts(attempts) || past_deadline() {
-                    return Err(give_up(attempts));
+        // Handed to this process's previous head: a new head offers at once rather than try a
+        // lock known to be taken (its next poll tries, should the holder never give it back).
+        let skip = first_turn && offers.is_some() && waiters.is_held_here(spec.channel);
+        first_turn = false;
+        if skip && offered.is_none() {
+            offered = offers.and_then(|post| post());
+        }
+        let pause = if skip && offered.is_some() {
+            backoff.next_wait()
+        } else {
+            attempts = attempts.saturating_add(1);
+            match attempt().await {
+                Ok(Ok(granted)) => {
+                    tracing::debug!(attempts, waited = ?started.elapsed(), "fenced: acquired after waiting");
+                    return Ok(granted);
                 }
-                failures.reset();
-                let pause = backoff.next_wait();
-                // Retry right when the blocking lease runs out, in case it never releases.
-                remaining.map_or(pause, |left| pause.min(left + Duration::from_millis(1)))
-            }
-            Err(e) => {
-                retry_or_fail(e, attempts)?;
-                failures.next_wait()
+                Ok(Err(remaining)) => {
+                    if out_of_attempts(attempts) || past_deadline() {
+                        return Err(give_up(attempts));
+                    }
+                    failures.reset();
+                    if offered.is_none() {
+                        offered = offers.and_then(|post| post());
+                    }
+                    let pause = backoff.next_wait();
+                    // Retry right when the blocking lease runs out, in case it never releases.
+                    remaining.map_or(pause, |left| pause.min(left + Duration::from_millis(1)))
+                }
+                Err(e) => {
+                    retry_or_fail(e, attempts)?;
+                    failures.next_wait()
+                }
             }
         };
         let mut wake_at = Instant::now() + pause;
@@ -359,7 +443,23 @@ where
         tokio::select! {
             _ = &mut notified => backoff.reset(),
             _ = tokio::time::sleep_until(wake_at) => {}
+            handed = handed_over(&mut offered) => match handed {
+                Some(lease) => {
+                    tracing::debug!(attempts, waited = ?started.elapsed(), "fenced: handed over");
+                    return Ok(lease);
+                }
+                // The holder could not hand it over (it released as usual): try now.
+                None => offered = None,
+            },
         }
+    }
+}
+
+/// What is handed over on the standing offer; never resolves without one.
+async fn handed_over<G>(offered: &mut Option<oneshot::Receiver<G>>) -> Option<G> {
+    match offered.as_mut() {
+        Some(handed) => handed.await.ok(),
+        None => std::future::pending().await,
     }
 }
 

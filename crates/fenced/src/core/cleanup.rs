@@ -64,9 +64,15 @@ pub(crate) async fn run(backend: Backend, local: Arc<LocalWaiters>, job: Job) {
     let freed = match how {
         // Nobody hears this outcome but the local waiters, and for a wake (a hint) a retry that
         // finds the lease gone counts as freed: its first attempt may have been the one.
-        CleanUp::Release => release_until(node, &kind.release(&owner, &message), give_up_at, None)
-            .await
-            .map(ReleaseReply::freed),
+        CleanUp::Release => release_until(
+            node,
+            &kind.release(&owner, &message),
+            give_up_at,
+            None,
+            false,
+        )
+        .await
+        .map(ReleaseReply::freed),
         CleanUp::Abandon => {
             retry_transient(give_up_at, || async {
                 abandon_reply(
@@ -97,17 +103,26 @@ fn wakes_local_waiters(freed: &Result<bool>) -> bool {
 /// Releases, retrying transient failures for a short burst (the caller is waiting; what is
 /// left after it goes to the background). `valid_until` is the lease's validity deadline as it
 /// was before the release began: a retry answered "not held" before it is "already released"
-/// (invariant 2), never a false "not held".
+/// (invariant 2), never a false "not held". `after_unknown`: a step that may have freed the
+/// lease already ran (a handover of unknown outcome), so even the first attempt is a retry.
 pub(crate) async fn release_with_retry(
     core: &Core,
     kind: &dyn LeaseKind,
     owner: &OwnerToken,
     message: &str,
     valid_until: Instant,
+    after_unknown: bool,
 ) -> Result<ReleaseReply> {
     let give_up_at = Instant::now() + core.timeout() * 2;
     let call = kind.release(owner, message);
-    release_until(core.node(), &call, give_up_at, Some(valid_until)).await
+    release_until(
+        core.node(),
+        &call,
+        give_up_at,
+        Some(valid_until),
+        after_unknown,
+    )
+    .await
 }
 
 /// Runs `call` (a release) until it answers or `give_up_at`, and reads a retry's "not held" by
@@ -117,8 +132,9 @@ async fn release_until(
     call: &ScriptCall,
     give_up_at: Instant,
     valid_until: Option<Instant>,
+    after_unknown: bool,
 ) -> Result<ReleaseReply> {
-    let attempts = AtomicU32::new(0);
+    let attempts = AtomicU32::new(u32::from(after_unknown));
     retry_transient(give_up_at, || async {
         let retry = attempts.fetch_add(1, Ordering::Relaxed) > 0;
         let reply = release_reply(node.run(call).await?)?;

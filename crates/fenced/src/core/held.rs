@@ -12,9 +12,20 @@ use crate::core::Core;
 use crate::core::cleanup::release_with_retry;
 use crate::core::lease::{ExpiryReply, LeaseState};
 use crate::error::{Error, Result};
-use crate::kind::{LeaseKind, ReleaseReply, expiry_reply};
+use crate::kind::{HandOverReply, LeaseKind, ReleaseReply, expiry_reply, hand_over_reply};
 use crate::options::{ttl_millis, validate_ttl};
 use crate::token::{FencingToken, OwnerToken};
+
+/// How a release's handover went.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Handing {
+    /// Handed to a local waiter: released, as far as the holder is concerned.
+    Done,
+    /// Not handed over; release as usual.
+    No,
+    /// Its reply was lost: the lease may be gone already (release as a retry).
+    Unknown,
+}
 
 /// A lease the renewal loop tracks, of any kind. Dropping it gives it back in the background.
 pub(crate) struct Held {
@@ -94,8 +105,21 @@ impl Held {
         core.renewer.untrack(self.id);
         let valid_until = self.lease.state.valid_until();
         self.lease.state.end();
+        let handing = self.hand_over(&core).await;
+        if handing == Handing::Done {
+            tracing::debug!(name = %self.lease.name, "fenced: handed over to a local waiter");
+            return Ok(ReleaseReply::Released);
+        }
         let message = core.release_message(self.kind.wakes());
-        let release = release_with_retry(&core, &*self.kind, &owner, &message, valid_until);
+        let after_unknown = handing == Handing::Unknown;
+        let release = release_with_retry(
+            &core,
+            &*self.kind,
+            &owner,
+            &message,
+            valid_until,
+            after_unknown,
+        );
         let reply = match release.await {
             Ok(reply) => reply,
             Err(e) => {
@@ -119,6 +143,54 @@ impl Held {
             return Err(self.not_held());
         }
         Ok(reply)
+    }
+
+    /// Gives the lease straight to this client's next local waiter, if one offered to take it
+    /// (`handover.rs`).
+    async fn hand_over(&self, core: &Arc<Core>) -> Handing {
+        if !self.kind.can_hand_over() {
+            return Handing::No;
+        }
+        let Some(channel) = self.kind.channels().first().map(|c| c.to_string()) else {
+            return Handing::No;
+        };
+        let Some(offer) = core.waiters.take_offer(&channel) else {
+            return Handing::No;
+        };
+        let Some(call) = self
+            .kind
+            .hand_over(&self.owner, &offer.owner, ttl_millis(offer.ttl))
+        else {
+            return Handing::No;
+        };
+        let requested_at = Instant::now();
+        match core.node().run(&call).await.and_then(hand_over_reply) {
+            Ok(HandOverReply::Handed(token)) => {
+                let held = core.adopt(
+                    offer.name,
+                    self.kind.clone(),
+                    offer.owner,
+                    token,
+                    requested_at,
+                    offer.ttl,
+                    offer.auto_renew,
+                );
+                // A waiter gone meanwhile: the returned lease is dropped, which gives it back
+                // in the background (invariant 5).
+                let _ = offer.to.send(held);
+                core.waiters.held_here(&channel, true);
+                Handing::Done
+            }
+            // The offer is dropped: its waiter wakes and tries on its own.
+            Ok(HandOverReply::NotHeld | HandOverReply::OthersWait) => Handing::No,
+            Err(e) => {
+                tracing::debug!(error = %e, "fenced: handover of unknown outcome; abandoning it");
+                let patience = offer.ttl.max(core.timeout() * 10);
+                core.renewer
+                    .abandon_in_background(self.kind.clone(), offer.owner, patience);
+                Handing::Unknown
+            }
+        }
     }
 
     fn not_held(&self) -> Error {

@@ -8,6 +8,7 @@
 //! - [`lease`]: a lease's validity deadline, in epoch order.
 //! - [`renew`]: one renewal loop per client, one pipelined round trip per tick.
 //! - [`cleanup`]: releases and abandons in the background, so `Drop` never blocks.
+//! - [`handover`]: a release that gives an exclusive lock straight to a local waiter.
 //! - [`notify`]: local wait queues and the one pub/sub connection; [`Wake`] says whom a
 //!   release wakes.
 //!
@@ -15,6 +16,7 @@
 
 pub(crate) mod acquire;
 pub(crate) mod cleanup;
+pub(crate) mod handover;
 pub mod held;
 pub(crate) mod lease;
 pub(crate) mod notify;

@@ -41,6 +41,7 @@ use redis::aio::{PubSubSink, PubSubStream};
 use tokio::sync::{Notify, Semaphore, SemaphorePermit, mpsc, oneshot};
 use tokio::time::Instant;
 
+use crate::core::handover::{MAX_IN_A_ROW, Offer};
 use crate::util::{Backoff, lock_unpoisoned, sleep_until_opt};
 
 /// Whom a release wakes.
@@ -95,6 +96,13 @@ pub(crate) struct WaitQueue {
     width: std::sync::atomic::AtomicUsize,
     /// Other channels whose releases wake this queue too (a multi-lock waits on every name).
     also: Vec<String>,
+    /// The head's standing offer to take the lock straight from a local holder.
+    offer: Mutex<Option<Offer>>,
+    /// Handovers made in a row (`handover.rs`, invariant 3).
+    handed: std::sync::atomic::AtomicU32,
+    /// Set by a handover, cleared by any release: the lock is held by this process, so the
+    /// next head offers at once instead of first trying a lock it knows is taken.
+    held_here: std::sync::atomic::AtomicBool,
 }
 
 /// Membership in a wait queue; dropping it leaves the queue.
@@ -189,6 +197,9 @@ impl LocalWaiters {
                     users: 0.into(),
                     width: width.into(),
                     also: also.to_vec(),
+                    offer: Mutex::new(None),
+                    handed: 0.into(),
+                    held_here: false.into(),
                 });
                 for ch in also {
                     queues
@@ -249,6 +260,44 @@ impl LocalWaiters {
         }
     }
 
+    /// Posts the head's offer to take `channel`'s lock straight from a local holder.
+    pub(crate) fn post_offer(&self, channel: &str, offer: Offer) {
+        if let Some(q) = self.queues().by_key.get(channel) {
+            *lock_unpoisoned(&q.offer) = Some(offer);
+        }
+    }
+
+    /// Takes the live offer of `channel`'s head, unless the queue has handed over
+    /// `MAX_IN_A_ROW` times in a row (then the count starts again, and the holder releases as
+    /// usual).
+    pub(crate) fn take_offer(&self, channel: &str) -> Option<Offer> {
+        use std::sync::atomic::Ordering::Relaxed;
+        let q = self.queues().by_key.get(channel).cloned()?;
+        let offer = lock_unpoisoned(&q.offer).take().filter(Offer::is_live)?;
+        if q.handed.fetch_add(1, Relaxed) >= MAX_IN_A_ROW {
+            q.handed.store(0, Relaxed);
+            return None;
+        }
+        Some(offer)
+    }
+
+    /// Records whether `channel`'s lock was handed to a waiter of this process (and not given
+    /// back since); see `WaitQueue::held_here`.
+    pub(crate) fn held_here(&self, channel: &str, held: bool) {
+        if let Some(q) = self.queues().by_key.get(channel) {
+            q.held_here
+                .store(held, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
+    /// True while `channel`'s lock is known to be held by this process after a handover.
+    pub(crate) fn is_held_here(&self, channel: &str) -> bool {
+        self.queues()
+            .by_key
+            .get(channel)
+            .is_some_and(|q| q.held_here.load(std::sync::atomic::Ordering::Relaxed))
+    }
+
     /// Makes sure this client is subscribed to `channel`; true once the server confirmed it.
     /// False means notifications are unavailable for now and the waiter relies on polling.
     pub(crate) async fn subscribe(&self, channel: &str, timeout: Duration) -> bool {
@@ -282,6 +331,8 @@ impl LocalWaiters {
         let Some(q) = own else {
             return;
         };
+        q.held_here
+            .store(false, std::sync::atomic::Ordering::Relaxed);
         match wake {
             Wake::One => q.wake.notify_one(),
             // `notify_one` wakes one registered head (or leaves one permit for the next to

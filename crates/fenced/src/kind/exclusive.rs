@@ -6,7 +6,7 @@ use std::sync::Arc;
 use crate::core::Wake;
 use crate::keys::LockKeys;
 use crate::kind::LeaseKind;
-use crate::scripts::{ABANDON, ACQUIRE, EXTEND, RELEASE, ScriptCall};
+use crate::scripts::{ABANDON, ACQUIRE, EXTEND, HAND_OVER, RELEASE, ScriptCall};
 use crate::token::OwnerToken;
 
 /// One exclusive lease on a name.
@@ -55,6 +55,27 @@ impl LeaseKind for Exclusive {
             .arg(owner.as_str())
             .arg(&self.keys.channel)
             .arg(message)
+    }
+
+    fn can_hand_over(&self) -> bool {
+        true
+    }
+
+    fn hand_over(
+        &self,
+        owner: &OwnerToken,
+        successor: &OwnerToken,
+        ttl_ms: u64,
+    ) -> Option<ScriptCall> {
+        let call = ScriptCall::new(&HAND_OVER)
+            .key(&self.keys.lock)
+            .key(&self.keys.fence)
+            .arg(owner.as_str())
+            .arg(successor.as_str())
+            .arg(ttl_ms)
+            .arg(self.fence_retention_ms)
+            .arg(&self.keys.channel);
+        Some(call)
     }
 
     fn abandon(&self, owner: &OwnerToken, message: &str, patience_ms: u64) -> ScriptCall {

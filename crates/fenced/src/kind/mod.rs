@@ -12,6 +12,7 @@
 //! | extend | 1 applied, 0 not held, 2 superseded by a newer epoch |
 //! | release | 1 released (waiters woken), 0 not held (also: an earlier attempt of this same release did it), 3 this hold released but the lease stays (inner re-entrant hold) |
 //! | abandon | 1 the attempt had taken the lease, now released; 0 a tombstone voids it |
+//! | hand over | `{1, token}` the successor holds it, `{0, 0}` not held, `{0, 1}` another client waits (exclusive locks only) |
 
 pub(crate) mod exclusive;
 pub(crate) mod fair;
@@ -49,6 +50,45 @@ pub(crate) trait LeaseKind: Send + Sync + 'static {
     /// Void an attempt of unknown outcome: release what it took, or leave a tombstone that
     /// lives `patience_ms`.
     fn abandon(&self, owner: &OwnerToken, message: &str, patience_ms: u64) -> ScriptCall;
+    /// Whether a lease of this kind can be handed straight to a local waiter.
+    fn can_hand_over(&self) -> bool {
+        false
+    }
+    /// Give the lease straight to `successor` for `ttl_ms` (see `core/handover.rs`); `None`
+    /// for kinds that are never handed over (the default).
+    fn hand_over(
+        &self,
+        _owner: &OwnerToken,
+        _successor: &OwnerToken,
+        _ttl_ms: u64,
+    ) -> Option<ScriptCall> {
+        None
+    }
+}
+
+/// What a hand-over found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum HandOverReply {
+    /// The successor holds the lease now, with this fencing token.
+    Handed(FencingToken),
+    /// The lease was not ours any more; nothing changed.
+    NotHeld,
+    /// Another client waits too; nothing changed (release as usual).
+    OthersWait,
+}
+
+pub(crate) fn hand_over_reply(value: Value) -> Result<HandOverReply> {
+    let Value::Array(pair) = value else {
+        return Err(unexpected("hand over", format!("{value:?}")));
+    };
+    match pair.as_slice() {
+        [Value::Int(1), Value::BulkString(token)] => {
+            parse_token("hand over", token).map(HandOverReply::Handed)
+        }
+        [Value::Int(0), Value::Int(0)] => Ok(HandOverReply::NotHeld),
+        [Value::Int(0), Value::Int(1)] => Ok(HandOverReply::OthersWait),
+        other => Err(unexpected("hand over", format!("{other:?}"))),
+    }
 }
 
 /// What an acquire attempt found.

@@ -50,6 +50,8 @@ macro_rules! lua {
 
 lua!(/// Take a lock and a fencing token.
     ACQUIRE, "acquire", "fence.lua", "acquire.lua");
+lua!(/// Give a held lock straight to a waiter of the same client.
+    HAND_OVER, "hand over", "fence.lua", "hand_over.lua");
 lua!(/// Compare-and-delete a lock, then publish.
     RELEASE, "release", "release.lua");
 lua!(/// Void an acquire attempt of unknown outcome.

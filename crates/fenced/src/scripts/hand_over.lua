@@ -1,0 +1,26 @@
+-- Give a held lock straight to the next waiter of the same client, in one step: the lock never
+-- becomes free in between, and the new holder gets a new fencing token (see core/handover.rs).
+--
+-- KEYS[1]  lock key   (string: owner token, PX = lease)
+-- KEYS[2]  fence key  (string: the last token; see fence.lua)
+-- ARGV[1]  owner token of the holder giving it up
+-- ARGV[2]  owner token of the waiter taking it
+-- ARGV[3]  the waiter's lease in ms
+-- ARGV[4]  how long the fence key outlives the last grant, in ms
+-- ARGV[5]  the lock's release channel
+--
+-- Returns {1, token} handed over,
+--         {0, 0}     not held by ARGV[1]: nothing changed,
+--         {0, 1}     another client waits too (more than our own subscriber on the channel):
+--                    nothing changed; the holder releases as usual, so that no process keeps
+--                    a contended lock to itself by passing it around inside.
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  return {0, 0}
+end
+if redis.call('PUBSUB', 'NUMSUB', ARGV[5])[2] > 1 then
+  return {0, 1}
+end
+redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+local token = next_token(redis.call('MGET', KEYS[2])[1], redis.call('TIME'))
+redis.call('SET', KEYS[2], token, 'PX', ARGV[4])
+return {1, token}
