@@ -194,8 +194,11 @@ pub(crate) async fn contended(
                     };
                     shared.entered(asked, &window, &mut tally)?;
                     // Hold exactly as long as redlock's threads do: tokio's timer would round
-                    // 1ms up to about 2ms. Only the one holder blocks its thread.
-                    std::thread::sleep(HOLD);
+                    // 1ms up to about 2ms. The holder blocks its thread the way tokio asks
+                    // (`block_in_place`), so the tasks queued on that worker move to the other
+                    // one instead of waiting out the hold (a plain `thread::sleep` strands
+                    // the task it just woke in the worker's LIFO slot).
+                    tokio::task::block_in_place(|| std::thread::sleep(HOLD));
                     shared.leaving();
                     locker.release(held).await?;
                 }

@@ -402,14 +402,17 @@ where
         let notified = ticket.wake().notified();
         tokio::pin!(notified);
         notified.as_mut().enable(); // register before the attempt: no release is missed
-        // Handed to this process's previous head: a new head offers at once rather than try a
-        // lock known to be taken (its next poll tries, should the holder never give it back).
-        let skip = first_turn && offers.is_some() && waiters.is_held_here(spec.channel);
-        first_turn = false;
-        if skip && offered.is_none() {
+        // The head's offer stands before its attempt, so a local holder that releases while the
+        // attempt is on its way (or before this task is polled again) hands it over.
+        if offered.is_none() {
             offered = offers.and_then(|post| post());
         }
-        let pause = if skip && offered.is_some() {
+        // Handed to this process's previous head: a new head waits on its offer rather than
+        // try a lock known to be taken (its next poll tries, should the holder never give it
+        // back).
+        let skip = first_turn && offered.is_some() && waiters.is_held_here(spec.channel);
+        first_turn = false;
+        let pause = if skip {
             backoff.next_wait()
         } else {
             attempts = attempts.saturating_add(1);
@@ -423,9 +426,6 @@ where
                         return Err(give_up(attempts));
                     }
                     failures.reset();
-                    if offered.is_none() {
-                        offered = offers.and_then(|post| post());
-                    }
                     let pause = backoff.next_wait();
                     // Retry right when the blocking lease runs out, in case it never releases.
                     remaining.map_or(pause, |left| pause.min(left + Duration::from_millis(1)))
