@@ -21,17 +21,11 @@ pub(crate) struct Backoff {
 
 impl Backoff {
     pub(crate) fn new(min: Duration, max: Duration) -> Self {
-        let mut seed = [0u8; 8];
-        // Jitter needs no secrecy; if the OS source fails, a fixed odd seed still spreads waits.
-        let rng = match getrandom::fill(&mut seed) {
-            Ok(()) => u64::from_le_bytes(seed) | 1,
-            Err(_) => 0x9e37_79b9_7f4a_7c15,
-        };
         Backoff {
             min,
             max,
             step: min,
-            rng,
+            rng: jitter_seed(),
         }
     }
 
@@ -65,6 +59,31 @@ impl Backoff {
     pub(crate) fn reset(&mut self) {
         self.step = self.min;
     }
+}
+
+/// A seed for a backoff's jitter: one OS-random seed per process, stirred with a counter
+/// (splitmix64), so creating a backoff costs no system call (every acquire creates one).
+/// Jitter needs no secrecy; if the OS source fails, a fixed seed still spreads waits.
+fn jitter_seed() -> u64 {
+    use std::sync::OnceLock;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static BASE: OnceLock<u64> = OnceLock::new();
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let base = *BASE.get_or_init(|| {
+        let mut seed = [0u8; 8];
+        match getrandom::fill(&mut seed) {
+            Ok(()) => u64::from_le_bytes(seed),
+            Err(_) => 0x9e37_79b9_7f4a_7c15,
+        }
+    });
+    let mut z = base.wrapping_add(
+        COUNTER
+            .fetch_add(1, Ordering::Relaxed)
+            .wrapping_mul(0x9e37_79b9_7f4a_7c15),
+    );
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    (z ^ (z >> 31)) | 1
 }
 
 /// Sleeps until `at`, or forever when there is nothing to wait for (a `select!` arm).

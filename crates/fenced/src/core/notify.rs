@@ -133,6 +133,9 @@ impl Drop for Ticket {
 /// The registry of wait queues, shared by the client, the pub/sub task and the renewal task.
 pub(crate) struct LocalWaiters {
     queues: Mutex<Queues>,
+    /// How many queues exist (changed only under the map's lock): with none, the hot paths
+    /// of an uncontended lock (acquire, release) skip the map's lock entirely.
+    live_queues: std::sync::atomic::AtomicUsize,
     client_id: Arc<str>,
     commands: mpsc::UnboundedSender<Command>,
 }
@@ -163,6 +166,13 @@ impl LocalWaiters {
         lock_unpoisoned(&self.queues)
     }
 
+    /// False when no task of this process waits for anything: the map need not be locked.
+    /// (A waiter's queue exists before its first attempt is sent, so a release that follows
+    /// that attempt in Redis sees it.)
+    fn any_queue(&self) -> bool {
+        self.live_queues.load(std::sync::atomic::Ordering::SeqCst) > 0
+    }
+
     /// This client's id, the sender part of its release messages.
     pub(crate) fn client_id(&self) -> &str {
         &self.client_id
@@ -171,7 +181,7 @@ impl LocalWaiters {
     /// True when some task of this process already waits for `channel`'s lock; a newcomer then
     /// queues behind it rather than barging in.
     pub(crate) fn has_waiters(&self, channel: &str) -> bool {
-        self.queues().by_key.contains_key(channel)
+        self.any_queue() && self.queues().by_key.contains_key(channel)
     }
 
     /// Joins (or creates) the queue under `key` (the channel of its releases), widening it
@@ -209,6 +219,8 @@ impl LocalWaiters {
                         .push(q.clone());
                 }
                 queues.by_key.insert(channel.to_owned(), q.clone());
+                self.live_queues
+                    .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                 q
             }
         };
@@ -238,6 +250,8 @@ impl LocalWaiters {
             return;
         }
         queues.by_key.remove(channel);
+        self.live_queues
+            .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
         let mut unsubscribe = Vec::new();
         if queue.also.is_empty() {
             unsubscribe.push(channel.to_owned());
@@ -272,6 +286,9 @@ impl LocalWaiters {
     /// usual).
     pub(crate) fn take_offer(&self, channel: &str) -> Option<Offer> {
         use std::sync::atomic::Ordering::Relaxed;
+        if !self.any_queue() {
+            return None;
+        }
         let q = self.queues().by_key.get(channel).cloned()?;
         let offer = lock_unpoisoned(&q.offer).take().filter(Offer::is_live)?;
         if q.handed.fetch_add(1, Relaxed) >= MAX_IN_A_ROW {
@@ -292,10 +309,12 @@ impl LocalWaiters {
 
     /// True while `channel`'s lock is known to be held by this process after a handover.
     pub(crate) fn is_held_here(&self, channel: &str) -> bool {
-        self.queues()
-            .by_key
-            .get(channel)
-            .is_some_and(|q| q.held_here.load(std::sync::atomic::Ordering::Relaxed))
+        self.any_queue()
+            && self
+                .queues()
+                .by_key
+                .get(channel)
+                .is_some_and(|q| q.held_here.load(std::sync::atomic::Ordering::Relaxed))
     }
 
     /// Makes sure this client is subscribed to `channel`; true once the server confirmed it.
@@ -315,6 +334,9 @@ impl LocalWaiters {
     /// Wakes the heads waiting for `channel` that `wake` names: called after this process
     /// released, and for every release message of another client.
     pub(crate) fn released(&self, channel: &str, wake: Wake) {
+        if !self.any_queue() {
+            return;
+        }
         let (own, watchers) = {
             let queues = self.queues();
             (
@@ -371,6 +393,7 @@ impl LocalWaiters {
         let (commands, _) = mpsc::unbounded_channel();
         Arc::new(LocalWaiters {
             queues: Mutex::new(Queues::default()),
+            live_queues: 0.into(),
             client_id: client_id.into(),
             commands,
         })
@@ -389,6 +412,7 @@ pub(crate) fn start(
     let (commands, rx) = mpsc::unbounded_channel();
     let local = Arc::new(LocalWaiters {
         queues: Mutex::new(Queues::default()),
+        live_queues: 0.into(),
         client_id,
         commands,
     });
