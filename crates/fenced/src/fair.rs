@@ -63,7 +63,7 @@ impl FairLock {
         let core = client.core().clone();
         let keys = LockKeys::new(&core.options().namespace, &name);
         FairLock {
-            queue: format!("{}:queue", keys.lock).into(),
+            queue: keys.fair_queue().into(),
             registrations: format!("{}:queue:ends", keys.lock).into(),
             channel_prefix: format!("{}:fair:", keys.lock).into(),
             keys: Arc::new(keys),

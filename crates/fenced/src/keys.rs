@@ -91,6 +91,11 @@ impl LockKeys {
 }
 
 impl LockKeys {
+    /// The queue of a [`FairLock`](crate::FairLock) of the same name.
+    pub(crate) fn fair_queue(&self) -> String {
+        format!("{}:queue", self.lock)
+    }
+
     /// The tombstone that voids an abandoned acquire attempt.
     pub(crate) fn tombstone(&self, owner: &crate::token::OwnerToken) -> String {
         format!("{}:void:{}", self.lock, owner.as_str())

@@ -122,12 +122,15 @@ async fn the_handed_lease_has_the_waiters_ttl_and_is_renewed() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_waiter_of_another_client_is_not_kept_out_by_local_handovers() {
+async fn handovers_stop_while_another_client_waits() {
     let server = server();
     let local = client(&server).await;
+    let conn = raw(&server).await;
     let stop = Arc::new(AtomicBool::new(false));
     let mut tasks = Vec::new();
-    for _ in 0..4 {
+    // Two tasks: the queue empties and is made again at every turn, and the run of
+    // handovers must be counted across queues all the same.
+    for _ in 0..2 {
         let (lock, stop) = (local.lock("shared"), stop.clone());
         tasks.push(tokio::spawn(async move {
             while !stop.load(Ordering::Relaxed) {
@@ -137,27 +140,68 @@ async fn a_waiter_of_another_client_is_not_kept_out_by_local_handovers() {
             }
         }));
     }
-    tokio::time::sleep(Duration::from_millis(100)).await; // local contention is on
-    let remote = Client::builder(&server.url())
-        .poll_interval(Duration::from_secs(20), Duration::from_secs(20))
-        .connect()
+    let publishes = |info: String| -> u64 {
+        info.lines()
+            .find_map(|l| l.strip_prefix("cmdstat_publish:calls="))
+            .and_then(|rest| rest.split(',').next()?.parse().ok())
+            .unwrap_or(0)
+    };
+    let info = || async {
+        let mut conn = raw(&server).await;
+        let info: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        info
+    };
+    // Local contention alone: the lock goes from task to task by handover, with hardly a
+    // release published (one ordinary release after every 16 handovers).
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let (p0, t0) = (publishes(info().await), Instant::now());
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let alone = (publishes(info().await) - p0) as f64 / t0.elapsed().as_secs_f64();
+    // A waiter of another client subscribes: from then on every release is an ordinary one,
+    // published for it to hear.
+    let remote = Client::builder(&server.url()).connect().await.unwrap();
+    let wanted = tokio::spawn(async move {
+        remote
+            .lock("shared")
+            .with_wait(WaitPolicy::up_to(Duration::from_secs(30)))
+            .acquire()
+            .await
+            .map(drop)
+    });
+    assert!(
+        eventually(Duration::from_secs(5), || {
+            let mut conn = conn.clone();
+            async move {
+                let v: Vec<(String, u64)> = redis::cmd("PUBSUB")
+                    .arg("NUMSUB")
+                    .arg("fenced:{shared}:released")
+                    .query_async(&mut conn)
+                    .await
+                    .unwrap();
+                v[0].1 == 2
+            }
+        })
         .await
-        .unwrap();
-    let asked = Instant::now();
-    let g = remote
-        .lock("shared")
-        .with_wait(WaitPolicy::up_to(Duration::from_secs(5)))
-        .acquire()
-        .await
-        .unwrap();
-    let waited = asked.elapsed();
-    g.release().await.unwrap();
+    );
+    let (p1, t1) = (publishes(info().await), Instant::now());
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let shared = (publishes(info().await) - p1) as f64 / t1.elapsed().as_secs_f64();
     stop.store(true, Ordering::Relaxed);
     for t in tasks {
         t.await.unwrap();
     }
-    // Handovers stop while it waits (it is subscribed): it is woken by the releases and takes
-    // the lock within its 5 s wait, or the acquire above fails. (A plain lock is not FIFO
-    // across processes: the local heads, woken without a network hop, win most races.)
-    eprintln!("the other client's waiter got the lock after {waited:?}");
+    // The other client gets the lock once the local tasks stop. (A plain lock is not FIFO
+    // across processes; the fair lock is.)
+    wanted.await.unwrap().unwrap();
+    eprintln!(
+        "releases published per second: {alone:.0} alone, {shared:.0} with another client waiting"
+    );
+    assert!(
+        shared > alone * 4.0 && shared > 50.0,
+        "handovers went on while another client waited: {alone:.0}/s vs {shared:.0}/s"
+    );
 }

@@ -26,7 +26,7 @@ use tokio::time::Instant;
 use tokio::sync::oneshot;
 
 use crate::core::Core;
-use crate::core::handover::Offer;
+use crate::core::handover::{Handed, Offer};
 use crate::core::held::{Held, Lease};
 use crate::core::lease::LeaseState;
 use crate::core::notify::LocalWaiters;
@@ -155,7 +155,7 @@ impl Core {
             self.waiters.post_offer(req.channel, offer);
             Some(handed)
         };
-        let offers: Option<&OfferFn<'_, Held>> = if req.hand_over { Some(&offer) } else { None };
+        let offers: Option<&OfferFn<'_, Handed>> = if req.hand_over { Some(&offer) } else { None };
         wait_with_offers(
             &self.waiters,
             &wait,
@@ -166,7 +166,7 @@ impl Core {
                     self.try_once(req, kind, owner).await
                 }
             },
-            offers,
+            offers.map(|post| (post, Handed::take as fn(Handed) -> Held)),
         )
         .await
     }
@@ -298,7 +298,10 @@ pub(crate) struct WaitSpec<'a> {
 }
 
 /// Posts a head's offer of a handover, and gives where the lease arrives (`None`: no offer).
-pub(crate) type OfferFn<'a, G> = dyn Fn() -> Option<oneshot::Receiver<G>> + Send + Sync + 'a;
+pub(crate) type OfferFn<'a, H> = dyn Fn() -> Option<oneshot::Receiver<H>> + Send + Sync + 'a;
+
+/// How a head offers a handover, and how it takes what is handed to it.
+type Offers<'a, H, G> = (&'a OfferFn<'a, H>, fn(H) -> G);
 
 /// The wait loop, generic over the attempt so it can be tested without a server.
 pub(crate) async fn wait_for<G, F, Fut>(
@@ -310,16 +313,16 @@ where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<Attempt<G>>>,
 {
-    wait_with_offers(waiters, spec, attempt, None).await
+    wait_with_offers::<G, G, F, Fut>(waiters, spec, attempt, None).await
 }
 
 /// The wait loop; with `offers`, a head whose attempt found the lock busy also offers to take
 /// it straight from a local holder (`handover.rs`), and returns what is handed to it.
-async fn wait_with_offers<G, F, Fut>(
+async fn wait_with_offers<G, H, F, Fut>(
     waiters: &Arc<LocalWaiters>,
     spec: &WaitSpec<'_>,
     mut attempt: F,
-    offers: Option<&OfferFn<'_, G>>,
+    offers: Option<Offers<'_, H, G>>,
 ) -> Result<G>
 where
     F: FnMut() -> Fut,
@@ -396,7 +399,15 @@ where
     tracing::debug!(subscribed, "fenced: waiting");
     let mut backoff = Backoff::new(poll_min, poll_max);
     // One standing offer at a time (`handover.rs`, invariant 1).
-    let mut offered: Option<oneshot::Receiver<G>> = None;
+    let mut offered: Option<oneshot::Receiver<H>> = None;
+    let take = |handed: H| offers.map(|(_, take)| take(handed));
+    // A lease handed over just as the wait ends is taken, not dropped.
+    let collect = |offered: &mut Option<oneshot::Receiver<H>>| {
+        offered
+            .as_mut()
+            .and_then(|handed| handed.try_recv().ok())
+            .and_then(take)
+    };
     let mut first_turn = true;
     loop {
         let notified = ticket.wake().notified();
@@ -405,7 +416,7 @@ where
         // The head's offer stands before its attempt, so a local holder that releases while the
         // attempt is on its way (or before this task is polled again) hands it over.
         if offered.is_none() {
-            offered = offers.and_then(|post| post());
+            offered = offers.and_then(|(post, _)| post());
         }
         // Handed to this process's previous head: a new head waits on its offer rather than
         // try a lock known to be taken (its next poll tries, should the holder never give it
@@ -423,7 +434,7 @@ where
                 }
                 Ok(Err(remaining)) => {
                     if out_of_attempts(attempts) || past_deadline() {
-                        return Err(give_up(attempts));
+                        return collect(&mut offered).ok_or_else(|| give_up(attempts));
                     }
                     failures.reset();
                     let pause = backoff.next_wait();
@@ -431,7 +442,9 @@ where
                     remaining.map_or(pause, |left| pause.min(left + Duration::from_millis(1)))
                 }
                 Err(e) => {
-                    retry_or_fail(e, attempts)?;
+                    if let Err(e) = retry_or_fail(e, attempts) {
+                        return collect(&mut offered).ok_or(e);
+                    }
                     failures.next_wait()
                 }
             }
@@ -443,7 +456,7 @@ where
         tokio::select! {
             _ = &mut notified => backoff.reset(),
             _ = tokio::time::sleep_until(wake_at) => {}
-            handed = handed_over(&mut offered) => match handed {
+            handed = handed_over(&mut offered) => match handed.and_then(take) {
                 Some(lease) => {
                     tracing::debug!(attempts, waited = ?started.elapsed(), "fenced: handed over");
                     return Ok(lease);

@@ -12,7 +12,10 @@
 //!    earlier attempt of the same release, since the key could not have expired yet (the
 //!    deadline never claims more than Redis granted, `lease.rs` invariant 1). After the
 //!    deadline the retry cannot tell, and says "not held": the lease was not proven ours to the
-//!    end. Only an operator's `force_release` in between is misread, as "released".
+//!    end. A lease already known lost (a renewal found it gone) gets no such reading. What a
+//!    retry cannot see is a key removed by someone else while the lease was still valid (an
+//!    operator's `force_release`, eviction under a `volatile-*` policy, a failover to a replica
+//!    that missed the acquire): that is read as "released".
 //! 3. A clean-up that may have freed the lease wakes this process's waiters; a failed one too,
 //!    because a wake is only a hint.
 

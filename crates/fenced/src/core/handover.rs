@@ -5,31 +5,37 @@
 //!
 //! Invariants:
 //! 1. Only a plain exclusive lease is handed over, only within one client, and only to the
-//!    head of the name's local queue, which posts an [`Offer`] (a fresh owner token, its ttl,
-//!    and where the lease goes) after an attempt found the lock busy. A head keeps one offer
-//!    at a time, so a handover in flight is never orphaned by a newer offer.
+//!    head of the name's local queue, whose [`Offer`] (a fresh owner token, its ttl, and where
+//!    the lease goes) stands while it waits. A head keeps one offer at a time, so a handover
+//!    in flight is never orphaned by a newer offer.
 //! 2. The lock never becomes free in between: the script replaces the owner and mints a new
 //!    fencing token (above the old one) in one step, and publishes nothing.
 //! 3. No process keeps a contended lock to itself: the script hands over only while no other
-//!    client is subscribed to the lock's releases, and a queue hands over at most
-//!    [`MAX_IN_A_ROW`] times in a row before an ordinary release lets everyone try.
+//!    client is subscribed to the lock's releases and no fair waiter is queued, and a name is
+//!    handed over at most [`MAX_IN_A_ROW`] times in a row (counted per client and name, across
+//!    queues) before an ordinary release lets everyone try.
 //! 4. The handed lease's validity counts from before the script was sent (as an acquire's).
-//! 5. An offer whose waiter has gone (granted otherwise, gave up, cancelled) is not used; one
-//!    that goes while the script runs gets its lease released in the background, like a
-//!    dropped guard.
-//! 6. A handover of unknown outcome (its reply lost) abandons the successor's owner in the
-//!    background, and the holder finishes with an ordinary release, read as a retry
-//!    (`cleanup.rs`, invariant 2).
+//!    Its renewal starts when the waiter takes it ([`Handed::take`]): a waiter that is never
+//!    polled again does not keep the lease alive past its ttl.
+//! 5. Nothing handed over is left without an owner: a [`Handed`] lease nobody takes (its waiter
+//!    went away) is released in the background, and a handover of unknown outcome (its reply
+//!    lost, or the releasing future dropped mid-call) abandons the successor's owner in the
+//!    background; the script refuses a successor whose tombstone exists.
+//! 6. After a handover of unknown outcome the holder finishes with an ordinary release, read as
+//!    a retry (`cleanup.rs`, invariant 2).
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::oneshot;
+use tokio::time::Instant;
 
+use crate::core::Core;
 use crate::core::held::Held;
-use crate::token::OwnerToken;
+use crate::kind::LeaseKind;
+use crate::token::{FencingToken, OwnerToken};
 
-/// How many handovers one queue makes in a row before an ordinary release.
+/// How many handovers of one name a client makes in a row before an ordinary release.
 pub(crate) const MAX_IN_A_ROW: u32 = 16;
 
 /// A local waiter's standing offer to take the lock straight from its holder.
@@ -43,12 +49,68 @@ pub(crate) struct Offer {
     /// Whether the waiter's lease is renewed in the background.
     pub(crate) auto_renew: bool,
     /// Where the lease goes.
-    pub(crate) to: oneshot::Sender<Held>,
+    pub(crate) to: oneshot::Sender<Handed>,
 }
 
 impl Offer {
     /// False once the waiter stopped waiting.
     pub(crate) fn is_live(&self) -> bool {
         !self.to.is_closed()
+    }
+}
+
+/// A lease handed over, on its way to its waiter (invariants 4 and 5).
+pub(crate) struct Handed {
+    pub(crate) core: Arc<Core>,
+    pub(crate) kind: Arc<dyn LeaseKind>,
+    pub(crate) owner: OwnerToken,
+    pub(crate) name: Arc<str>,
+    pub(crate) token: FencingToken,
+    pub(crate) requested_at: Instant,
+    pub(crate) ttl: Duration,
+    pub(crate) auto_renew: bool,
+    pub(crate) taken: bool,
+}
+
+impl Handed {
+    /// The waiter takes the lease: from now on it is renewed and guarded like any other.
+    pub(crate) fn take(mut self) -> Held {
+        self.taken = true;
+        self.core.adopt(
+            self.name.clone(),
+            self.kind.clone(),
+            self.owner.clone(),
+            self.token,
+            self.requested_at,
+            self.ttl,
+            self.auto_renew,
+        )
+    }
+}
+
+impl Drop for Handed {
+    fn drop(&mut self) {
+        if !self.taken {
+            self.core
+                .release_unowned(self.kind.clone(), self.owner.clone(), self.ttl);
+        }
+    }
+}
+
+/// The successor's owner during a handover call: abandoned in the background unless the
+/// outcome became known (invariant 5).
+pub(crate) struct Successor<'a> {
+    pub(crate) core: &'a Core,
+    pub(crate) kind: Arc<dyn LeaseKind>,
+    pub(crate) owner: Option<OwnerToken>,
+    pub(crate) patience: Duration,
+}
+
+impl Drop for Successor<'_> {
+    fn drop(&mut self) {
+        if let Some(owner) = self.owner.take() {
+            self.core
+                .abandon_in_background(self.kind.clone(), owner, self.patience);
+        }
     }
 }

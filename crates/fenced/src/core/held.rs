@@ -10,6 +10,7 @@ use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
 use crate::core::Core;
 use crate::core::cleanup::release_with_retry;
+use crate::core::handover::{Handed, Successor};
 use crate::core::lease::{ExpiryReply, LeaseState};
 use crate::error::{Error, Result};
 use crate::kind::{HandOverReply, LeaseKind, ReleaseReply, expiry_reply, hand_over_reply};
@@ -95,18 +96,25 @@ impl Held {
     /// Gives the lease back, retrying a lost reply; wakes whom the kind's release wakes.
     ///
     /// Returns [`ReleaseReply::Retained`] when only this hold was given back (an inner
-    /// re-entrant hold).
+    /// re-entrant hold). Dropped before it finishes, the guard's `Drop` releases in the
+    /// background: the lease is never left to run out its ttl.
     pub(crate) async fn release(mut self) -> Result<ReleaseReply> {
-        self.live = false;
         let owner = self.owner.clone();
         let core = self.core.clone();
         // Stop renewing first, so the renewal of a lease being released is not mistaken for
         // loss; and end the lease for every clone before it is given back.
         core.renewer.untrack(self.id);
-        let valid_until = self.lease.state.valid_until();
+        // A lease already known lost gets no benefit of the doubt from its retries
+        // (`cleanup.rs`, invariant 2): its deadline is over.
+        let valid_until = if self.lease.state.lost.is_cancelled() {
+            Instant::now()
+        } else {
+            self.lease.state.valid_until()
+        };
         self.lease.state.end();
         let handing = self.hand_over(&core).await;
         if handing == Handing::Done {
+            self.live = false;
             tracing::debug!(name = %self.lease.name, "fenced: handed over to a local waiter");
             return Ok(ReleaseReply::Released);
         }
@@ -120,29 +128,40 @@ impl Held {
             valid_until,
             after_unknown,
         );
-        let reply = match release.await {
+        let outcome = release.await;
+        self.live = false;
+        let reply = match outcome {
             Ok(reply) => reply,
             Err(e) => {
                 if e.is_transient() {
-                    // Keep trying in the background, so the lease is freed once Redis answers.
+                    // Keep trying in the background, so the lease is freed once Redis answers;
+                    // and wake the local waiters now: the first attempt may have freed it
+                    // (our own release message is skipped as an echo).
                     let ttl = self.lease.state.ttl();
                     core.renewer
                         .release_in_background(self.id, self.kind.clone(), owner, ttl);
+                    self.wake_local(&core);
                 }
                 return Err(e);
             }
         };
         tracing::debug!(name = %self.lease.name, ?reply, "fenced: released");
         if reply.freed() {
-            for channel in self.kind.channels() {
-                core.waiters.released(channel, self.kind.wakes());
-            }
+            self.wake_local(&core);
         }
         if reply == ReleaseReply::NotHeld {
             self.lease.state.lost.cancel();
             return Err(self.not_held());
         }
         Ok(reply)
+    }
+
+    /// Wakes this process's waiters for the lease's channels, and ends any run of handovers.
+    fn wake_local(&self, core: &Core) {
+        for channel in self.kind.channels() {
+            core.waiters.end_streak(channel);
+            core.waiters.released(channel, self.kind.wakes());
+        }
     }
 
     /// Gives the lease straight to this client's next local waiter, if one offered to take it
@@ -163,31 +182,49 @@ impl Held {
         else {
             return Handing::No;
         };
+        // Until the outcome is known, the successor's owner is abandoned should this future
+        // end (handover.rs, invariant 5).
+        let mut successor = Successor {
+            core,
+            kind: self.kind.clone(),
+            owner: Some(offer.owner.clone()),
+            patience: offer.ttl.max(core.timeout() * 10),
+        };
         let requested_at = Instant::now();
-        match core.node().run(&call).await.and_then(hand_over_reply) {
+        let outcome = core.node().run(&call).await.and_then(hand_over_reply);
+        match outcome {
             Ok(HandOverReply::Handed(token)) => {
-                let held = core.adopt(
-                    offer.name,
-                    self.kind.clone(),
-                    offer.owner,
+                successor.owner = None;
+                core.waiters.handed_over(&channel);
+                let handed = Handed {
+                    core: core.clone(),
+                    kind: self.kind.clone(),
+                    owner: offer.owner,
+                    name: offer.name,
                     token,
                     requested_at,
-                    offer.ttl,
-                    offer.auto_renew,
-                );
-                // A waiter gone meanwhile: the returned lease is dropped, which gives it back
-                // in the background (invariant 5).
-                let _ = offer.to.send(held);
-                core.waiters.held_here(&channel, true);
+                    ttl: offer.ttl,
+                    auto_renew: offer.auto_renew,
+                    taken: false,
+                };
+                // A waiter gone meanwhile: the lease comes back and is released in the
+                // background when dropped here.
+                let _ = offer.to.send(handed);
                 Handing::Done
             }
             // The offer is dropped: its waiter wakes and tries on its own.
-            Ok(HandOverReply::NotHeld | HandOverReply::OthersWait) => Handing::No,
+            Ok(HandOverReply::NotHeld | HandOverReply::OthersWait) => {
+                successor.owner = None;
+                Handing::No
+            }
+            // Refused before it changed anything (a script error, `NOPERM`): release as usual.
+            Err(e) if !e.is_transient() => {
+                tracing::debug!(error = %e, "fenced: handover refused; releasing as usual");
+                successor.owner = None;
+                Handing::No
+            }
             Err(e) => {
                 tracing::debug!(error = %e, "fenced: handover of unknown outcome; abandoning it");
-                let patience = offer.ttl.max(core.timeout() * 10);
-                core.renewer
-                    .abandon_in_background(self.kind.clone(), offer.owner, patience);
                 Handing::Unknown
             }
         }

@@ -88,6 +88,18 @@ impl Core {
         self.renewer.abandon_in_background(kind, owner, patience);
     }
 
+    /// Releases, in the background, a lease no guard holds (one handed over to a waiter that
+    /// had gone).
+    pub(crate) fn release_unowned(
+        &self,
+        kind: std::sync::Arc<dyn crate::kind::LeaseKind>,
+        owner: crate::token::OwnerToken,
+        ttl: Duration,
+    ) {
+        self.renewer
+            .release_in_background(u64::MAX, kind, owner, ttl);
+    }
+
     /// The message a release of this client publishes.
     pub(crate) fn release_message(&self, wake: Wake) -> String {
         wake.message(self.waiters.client_id())

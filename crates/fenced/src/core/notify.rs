@@ -98,8 +98,6 @@ pub(crate) struct WaitQueue {
     also: Vec<String>,
     /// The head's standing offer to take the lock straight from a local holder.
     offer: Mutex<Option<Offer>>,
-    /// Handovers made in a row (`handover.rs`, invariant 3).
-    handed: std::sync::atomic::AtomicU32,
     /// Set by a handover, cleared by any release: the lock is held by this process, so the
     /// next head offers at once instead of first trying a lock it knows is taken.
     held_here: std::sync::atomic::AtomicBool,
@@ -136,6 +134,8 @@ pub(crate) struct LocalWaiters {
     /// How many queues exist (changed only under the map's lock): with none, the hot paths
     /// of an uncontended lock (acquire, release) skip the map's lock entirely.
     live_queues: std::sync::atomic::AtomicUsize,
+    /// How many channels have a run of handovers going (changed only under the map's lock).
+    live_streaks: std::sync::atomic::AtomicUsize,
     client_id: Arc<str>,
     commands: mpsc::UnboundedSender<Command>,
 }
@@ -146,6 +146,8 @@ struct Queues {
     by_key: HashMap<String, Arc<WaitQueue>>,
     /// For a channel, the queues that wake on its releases besides its own.
     watchers: HashMap<String, Vec<Arc<WaitQueue>>>,
+    /// Handovers made in a row, per channel, across its queues (`handover.rs`, invariant 3).
+    streaks: HashMap<String, u32>,
 }
 
 impl Queues {
@@ -208,7 +210,6 @@ impl LocalWaiters {
                     width: width.into(),
                     also: also.to_vec(),
                     offer: Mutex::new(None),
-                    handed: 0.into(),
                     held_here: false.into(),
                 });
                 for ch in also {
@@ -281,29 +282,48 @@ impl LocalWaiters {
         }
     }
 
-    /// Takes the live offer of `channel`'s head, unless the queue has handed over
-    /// `MAX_IN_A_ROW` times in a row (then the count starts again, and the holder releases as
-    /// usual).
+    /// Takes the live offer of `channel`'s head, unless `channel` was handed over
+    /// `MAX_IN_A_ROW` times in a row (the holder then releases as usual, which ends the run).
     pub(crate) fn take_offer(&self, channel: &str) -> Option<Offer> {
-        use std::sync::atomic::Ordering::Relaxed;
         if !self.any_queue() {
             return None;
         }
-        let q = self.queues().by_key.get(channel).cloned()?;
-        let offer = lock_unpoisoned(&q.offer).take().filter(Offer::is_live)?;
-        if q.handed.fetch_add(1, Relaxed) >= MAX_IN_A_ROW {
-            q.handed.store(0, Relaxed);
+        let queues = self.queues();
+        if queues
+            .streaks
+            .get(channel)
+            .is_some_and(|n| *n >= MAX_IN_A_ROW)
+        {
             return None;
         }
-        Some(offer)
+        let q = queues.by_key.get(channel)?;
+        let offer = lock_unpoisoned(&q.offer).take();
+        offer.filter(Offer::is_live)
     }
 
-    /// Records whether `channel`'s lock was handed to a waiter of this process (and not given
-    /// back since); see `WaitQueue::held_here`.
-    pub(crate) fn held_here(&self, channel: &str, held: bool) {
-        if let Some(q) = self.queues().by_key.get(channel) {
+    /// Counts a handover of `channel`, and records that its lock is held by this process.
+    pub(crate) fn handed_over(&self, channel: &str) {
+        let mut guard = self.queues();
+        let queues = &mut *guard;
+        if !queues.streaks.contains_key(channel) {
+            self.live_streaks
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+        *queues.streaks.entry(channel.to_owned()).or_insert(0) += 1;
+        if let Some(q) = queues.by_key.get(channel) {
             q.held_here
-                .store(held, std::sync::atomic::Ordering::Relaxed);
+                .store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
+    /// Ends `channel`'s run of handovers: an ordinary release let everyone try.
+    pub(crate) fn end_streak(&self, channel: &str) {
+        if self.live_streaks.load(std::sync::atomic::Ordering::SeqCst) == 0 {
+            return;
+        }
+        if self.queues().streaks.remove(channel).is_some() {
+            self.live_streaks
+                .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
         }
     }
 
@@ -394,6 +414,7 @@ impl LocalWaiters {
         Arc::new(LocalWaiters {
             queues: Mutex::new(Queues::default()),
             live_queues: 0.into(),
+            live_streaks: 0.into(),
             client_id: client_id.into(),
             commands,
         })
@@ -413,6 +434,7 @@ pub(crate) fn start(
     let local = Arc::new(LocalWaiters {
         queues: Mutex::new(Queues::default()),
         live_queues: 0.into(),
+        live_streaks: 0.into(),
         client_id,
         commands,
     });

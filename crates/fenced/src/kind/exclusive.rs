@@ -70,6 +70,8 @@ impl LeaseKind for Exclusive {
         let call = ScriptCall::new(&HAND_OVER)
             .key(&self.keys.lock)
             .key(&self.keys.fence)
+            .key(self.keys.tombstone(successor))
+            .key(self.keys.fair_queue())
             .arg(owner.as_str())
             .arg(successor.as_str())
             .arg(ttl_ms)

@@ -3,6 +3,8 @@
 --
 -- KEYS[1]  lock key   (string: owner token, PX = lease)
 -- KEYS[2]  fence key  (string: the last token; see fence.lua)
+-- KEYS[3]  the successor's tombstone, <lock>:void:<successor> (exists only if abandoned)
+-- KEYS[4]  the name's fair queue (list; a FairLock of the same name queues there)
 -- ARGV[1]  owner token of the holder giving it up
 -- ARGV[2]  owner token of the waiter taking it
 -- ARGV[3]  the waiter's lease in ms
@@ -10,17 +12,21 @@
 -- ARGV[5]  the lock's release channel
 --
 -- Returns {1, token} handed over,
---         {0, 0}     not held by ARGV[1]: nothing changed,
---         {0, 1}     another client waits too (more than our own subscriber on the channel):
---                    nothing changed; the holder releases as usual, so that no process keeps
---                    a contended lock to itself by passing it around inside.
+--         {0, 0}     not held by ARGV[1], or the successor was abandoned: nothing changed,
+--         {0, 1}     somebody else waits (another client subscribed to the channel, or a
+--                    fair waiter queued): nothing changed; the holder releases as usual, so
+--                    that no process keeps a contended lock to itself.
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return {0, 0}
 end
-if redis.call('PUBSUB', 'NUMSUB', ARGV[5])[2] > 1 then
+if redis.call('PUBSUB', 'NUMSUB', ARGV[5])[2] > 1 or redis.call('LLEN', KEYS[4]) > 0 then
   return {0, 1}
 end
+local seen = redis.call('MGET', KEYS[2], KEYS[3])
+if seen[2] then
+  return {0, 0}
+end
 redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
-local token = next_token(redis.call('MGET', KEYS[2])[1], redis.call('TIME'))
+local token = next_token(seen[1], redis.call('TIME'))
 redis.call('SET', KEYS[2], token, 'PX', ARGV[4])
 return {1, token}
