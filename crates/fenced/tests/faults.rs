@@ -66,6 +66,78 @@ async fn a_retried_release_after_the_lease_ran_out_says_not_held_not_released() 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handover_whose_reply_is_lost_leaves_no_orphaned_lock() {
+    let server = server();
+    let proxy = Proxy::start(server.addr()).unwrap();
+    // No polls: the only call through the proxy at the release is the handover.
+    let c = Client::builder(&proxy.url())
+        .timeout(Duration::from_millis(500))
+        .poll_interval(Duration::from_secs(20), Duration::from_secs(20))
+        .connect()
+        .await
+        .unwrap();
+    let mut direct = raw(&server).await;
+    let stats = redis::cmd("INFO").arg("commandstats").clone();
+    let numsub = |info: String| -> u64 {
+        info.lines()
+            .find_map(|l| l.strip_prefix("cmdstat_pubsub|numsub:calls="))
+            .and_then(|rest| rest.split(',').next()?.parse().ok())
+            .unwrap_or(0)
+    };
+    // Waits until a waiter of `c` is the head, subscribed, with its offer standing.
+    let queued = |direct: &mut redis::aio::MultiplexedConnection| {
+        let mut direct = direct.clone();
+        async move {
+            for _ in 0..500 {
+                let v: Vec<(String, u64)> = redis::cmd("PUBSUB")
+                    .arg("NUMSUB")
+                    .arg("fenced:{baton}:released")
+                    .query_async(&mut direct)
+                    .await
+                    .unwrap();
+                if v[0].1 == 1 {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            panic!("the waiter never subscribed");
+        }
+    };
+    // A first handover, without faults, loads the script (a NOSCRIPT reply is not the point).
+    let holder = c.lock("baton").acquire().await.unwrap();
+    let waiter = c.lock("baton");
+    let next = tokio::spawn(async move { waiter.acquire().await });
+    queued(&mut direct).await;
+    holder.release().await.unwrap();
+    let holder = next.await.unwrap().unwrap();
+    // Again, and this time the handover runs in Redis but its answer dies with the
+    // connection: the successor's lease is abandoned in the background, and the holder's
+    // release, read as a retry, reports success.
+    let waiter = c.lock("baton");
+    let next = tokio::spawn(async move { waiter.acquire().await.map(|g| g.fencing_token()) });
+    queued(&mut direct).await;
+    let before = numsub(stats.query_async(&mut direct).await.unwrap());
+    proxy.set(Fault::CutNextReply);
+    let first = holder.fencing_token();
+    holder.release().await.unwrap();
+    assert_eq!(proxy.fault(), Fault::Pass, "the fault struck");
+    let after = numsub(stats.query_async(&mut direct).await.unwrap());
+    assert_eq!(
+        after - before,
+        1,
+        "the handover script ran once (the reply it lost)"
+    );
+    // The waiter gets the lock on its own (its handover never reached it), with a newer token.
+    let token = tokio::time::timeout(Duration::from_secs(10), next)
+        .await
+        .expect("the waiter was stranded")
+        .unwrap()
+        .unwrap();
+    assert!(token > first);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_acquire_whose_reply_is_lost_leaves_no_orphaned_lock() {
     let server = server();
     let proxy = Proxy::start(server.addr()).unwrap();
