@@ -35,7 +35,7 @@ use crate::error::{Error, Result};
 use crate::kind::{AcquireReply, LeaseKind, acquire_reply};
 use crate::options::ttl_millis;
 use crate::token::{FencingToken, OwnerToken};
-use crate::util::Backoff;
+use crate::util::{Backoff, sleep_until_opt};
 use crate::wait::WaitPolicy;
 
 /// What a primitive asks the engine for.
@@ -142,7 +142,7 @@ impl Core {
             timeout: self.options.timeout,
         };
         // A plain lock's head offers to take the lease straight from a local holder.
-        let offer = || {
+        let offer = |front: bool| {
             let owner = OwnerToken::fresh().ok()?;
             let (to, handed) = oneshot::channel();
             let offer = Offer {
@@ -152,7 +152,7 @@ impl Core {
                 auto_renew: req.auto_renew,
                 to,
             };
-            self.waiters.post_offer(req.channel, offer);
+            self.waiters.post_offer(req.channel, offer, front);
             Some(handed)
         };
         let offers: Option<&OfferFn<'_, Handed>> = if req.hand_over { Some(&offer) } else { None };
@@ -298,7 +298,8 @@ pub(crate) struct WaitSpec<'a> {
 }
 
 /// Posts a head's offer of a handover, and gives where the lease arrives (`None`: no offer).
-pub(crate) type OfferFn<'a, H> = dyn Fn() -> Option<oneshot::Receiver<H>> + Send + Sync + 'a;
+/// `true`: the head renews its offer (it goes first); `false`: a waiter joining the queue.
+pub(crate) type OfferFn<'a, H> = dyn Fn(bool) -> Option<oneshot::Receiver<H>> + Send + Sync + 'a;
 
 /// How a head offers a handover, and how it takes what is handed to it.
 type Offers<'a, H, G> = (&'a OfferFn<'a, H>, fn(H) -> G);
@@ -377,16 +378,13 @@ where
         }
     }
 
-    // Queue behind this process's other waiters; only the heads talk to Redis.
+    // Queue behind this process's other waiters; only the heads talk to Redis. A waiter
+    // offers to take the lock straight from a local holder as it joins, so that a release
+    // hands it over even before this waiter's turn as head comes (`handover.rs`).
     let ticket = waiters.join_watching(spec.channel, spec.heads, spec.also);
-    let head = match deadline {
-        Some(d) => match tokio::time::timeout_at(d, ticket.head()).await {
-            Ok(permit) => permit,
-            Err(_) => return Err(give_up(attempts)),
-        },
-        None => ticket.head().await,
-    };
-    let _head = head.ok_or_else(|| give_up(attempts))?;
+    // Subscribed (and confirmed) before anything else: a release published after this
+    // waiter's first attempt reaches it, and while it offers a handover, the script counts
+    // this client among the channel's subscribers (`handover.rs`, invariant 3).
     let subscribed = if spec.also.is_empty() {
         waiters.subscribe(spec.channel, spec.timeout).await
     } else {
@@ -397,9 +395,10 @@ where
         all
     };
     tracing::debug!(subscribed, "fenced: waiting");
-    let mut backoff = Backoff::new(poll_min, poll_max);
-    // One standing offer at a time (`handover.rs`, invariant 1).
-    let mut offered: Option<oneshot::Receiver<H>> = None;
+    // Offers only while subscribed: otherwise another client's waiter would be the one
+    // subscriber the script sees, and taken for this client.
+    let offers = offers.filter(|_| subscribed);
+    let mut offered: Option<oneshot::Receiver<H>> = offers.and_then(|(post, _)| post(false));
     let take = |handed: H| offers.map(|(_, take)| take(handed));
     // A lease handed over just as the wait ends is taken, not dropped.
     let collect = |offered: &mut Option<oneshot::Receiver<H>>| {
@@ -408,6 +407,25 @@ where
             .and_then(|handed| handed.try_recv().ok())
             .and_then(take)
     };
+    // One future for the whole wait: a new one would queue again at the back.
+    let turn = ticket.head();
+    tokio::pin!(turn);
+    let head = loop {
+        tokio::select! {
+            head = &mut turn => break head,
+            handed = handed_over(&mut offered) => match handed.and_then(take) {
+                Some(lease) => return Ok(lease),
+                // The holder could not hand it over; this waiter's turn comes as usual.
+                None => offered = None,
+            },
+            _ = sleep_until_opt(deadline) => {
+                return collect(&mut offered).ok_or_else(|| give_up(attempts));
+            }
+        }
+    };
+    let _head = head.ok_or_else(|| give_up(attempts))?;
+    let mut backoff = Backoff::new(poll_min, poll_max);
+    // One standing offer at a time (`handover.rs`, invariant 1).
     let mut first_turn = true;
     loop {
         let notified = ticket.wake().notified();
@@ -416,7 +434,7 @@ where
         // The head's offer stands before its attempt, so a local holder that releases while the
         // attempt is on its way (or before this task is polled again) hands it over.
         if offered.is_none() {
-            offered = offers.and_then(|(post, _)| post());
+            offered = offers.and_then(|(post, _)| post(true));
         }
         // Handed to this process's previous head: a new head waits on its offer rather than
         // try a lock known to be taken (its next poll tries, should the holder never give it

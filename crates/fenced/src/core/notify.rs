@@ -17,7 +17,7 @@
 //! 1. A head registers for a wake-up (`Notified::enable`) BEFORE each acquire attempt, so a
 //!    release between the attempt and the wait is never missed (tokio's "register before you
 //!    check" rule).
-//! 2. A head subscribes (and waits for the server's confirmation) before its first attempt, so
+//! 2. A waiter subscribes (and waits for the server's confirmation) as it joins its queue, so
 //!    a release published after that attempt reaches it.
 //! 3. Notifications are hints, never proof: a woken head retries the acquire script, and a
 //!    head that hears nothing polls with jittered backoff capped by the holder's remaining
@@ -96,8 +96,9 @@ pub(crate) struct WaitQueue {
     width: std::sync::atomic::AtomicUsize,
     /// Other channels whose releases wake this queue too (a multi-lock waits on every name).
     also: Vec<String>,
-    /// The head's standing offer to take the lock straight from a local holder.
-    offer: Mutex<Option<Offer>>,
+    /// The waiters' standing offers to take the lock straight from a local holder, in queue
+    /// order (`handover.rs`).
+    offers: Mutex<std::collections::VecDeque<Offer>>,
     /// Set by a handover, cleared by any release: the lock is held by this process, so the
     /// next head offers at once instead of first trying a lock it knows is taken.
     held_here: std::sync::atomic::AtomicBool,
@@ -209,7 +210,7 @@ impl LocalWaiters {
                     users: 0.into(),
                     width: width.into(),
                     also: also.to_vec(),
-                    offer: Mutex::new(None),
+                    offers: Mutex::new(std::collections::VecDeque::new()),
                     held_here: false.into(),
                 });
                 for ch in also {
@@ -275,14 +276,22 @@ impl LocalWaiters {
         }
     }
 
-    /// Posts the head's offer to take `channel`'s lock straight from a local holder.
-    pub(crate) fn post_offer(&self, channel: &str, offer: Offer) {
+    /// Posts a waiter's offer to take `channel`'s lock straight from a local holder: at the
+    /// back as it joins the queue, at the front when the head renews its offer.
+    pub(crate) fn post_offer(&self, channel: &str, offer: Offer, front: bool) {
         if let Some(q) = self.queues().by_key.get(channel) {
-            *lock_unpoisoned(&q.offer) = Some(offer);
+            let mut offers = lock_unpoisoned(&q.offers);
+            // Offers of waiters that have gone are dropped on the way.
+            offers.retain(Offer::is_live);
+            if front {
+                offers.push_front(offer);
+            } else {
+                offers.push_back(offer);
+            }
         }
     }
 
-    /// Takes the live offer of `channel`'s head, unless `channel` was handed over
+    /// Takes the first live offer of `channel`'s queue, unless `channel` was handed over
     /// `MAX_IN_A_ROW` times in a row (the holder then releases as usual, which ends the run).
     pub(crate) fn take_offer(&self, channel: &str) -> Option<Offer> {
         if !self.any_queue() {
@@ -297,8 +306,13 @@ impl LocalWaiters {
             return None;
         }
         let q = queues.by_key.get(channel)?;
-        let offer = lock_unpoisoned(&q.offer).take();
-        offer.filter(Offer::is_live)
+        let mut offers = lock_unpoisoned(&q.offers);
+        while let Some(offer) = offers.pop_front() {
+            if offer.is_live() {
+                return Some(offer);
+            }
+        }
+        None
     }
 
     /// Counts a handover of `channel`, and records that its lock is held by this process.
