@@ -8,7 +8,7 @@
 //!
 //! | step | script replies |
 //! |---|---|
-//! | acquire | `{1, token}` granted, `{0, ms}` busy (ms until the blocking lease ends, -1 unknown), `{0, -3}` abandoned, `{0, -4}` refused (a re-entry whose lease is gone) |
+//! | acquire | `{1, token}` or a bare integer token granted, `{0, ms}` busy (ms until the blocking lease ends, -1 unknown), `{0, -3}` abandoned, `{0, -4}` refused (a re-entry whose lease is gone) |
 //! | extend | 1 applied, 0 not held, 2 superseded by a newer epoch |
 //! | release | 1 released (waiters woken), 0 not held (also: an earlier attempt of this same release did it), 3 this hold released but the lease stays (inner re-entrant hold) |
 //! | abandon | 1 the attempt had taken the lease, now released; 0 a tombstone voids it |
@@ -85,6 +85,9 @@ pub(crate) fn hand_over_reply(value: Value) -> Result<HandOverReply> {
         [Value::Int(1), Value::BulkString(token)] => {
             parse_token("hand over", token).map(HandOverReply::Handed)
         }
+        [Value::Int(1), Value::Int(token)] => {
+            int_token("hand over", *token).map(HandOverReply::Handed)
+        }
         [Value::Int(0), Value::Int(0)] => Ok(HandOverReply::NotHeld),
         [Value::Int(0), Value::Int(1)] => Ok(HandOverReply::OthersWait),
         other => Err(unexpected("hand over", format!("{other:?}"))),
@@ -125,8 +128,11 @@ impl ReleaseReply {
 }
 
 pub(crate) fn acquire_reply(value: Value) -> Result<AcquireReply> {
-    let Value::Array(mut pair) = value else {
-        return Err(unexpected("acquire", format!("{value:?}")));
+    let mut pair = match value {
+        // A bare integer is a grant's token (the exclusive lock's cheapest reply).
+        Value::Int(token) => return int_token("acquire", token).map(AcquireReply::Acquired),
+        Value::Array(pair) => pair,
+        other => return Err(unexpected("acquire", format!("{other:?}"))),
     };
     let (Some(detail), Some(Value::Int(granted)), None) = (pair.pop(), pair.pop(), pair.pop())
     else {
@@ -134,6 +140,7 @@ pub(crate) fn acquire_reply(value: Value) -> Result<AcquireReply> {
     };
     match (granted, detail) {
         (1, Value::BulkString(bytes)) => parse_token("acquire", &bytes).map(AcquireReply::Acquired),
+        (1, Value::Int(token)) => int_token("acquire", token).map(AcquireReply::Acquired),
         (0, Value::Int(-3)) => Ok(AcquireReply::Abandoned),
         (0, Value::Int(-4)) => Ok(AcquireReply::NotHeld),
         (0, Value::Int(ms)) => Ok(AcquireReply::Busy {
@@ -168,6 +175,15 @@ pub(crate) fn abandon_reply(value: Value) -> Result<bool> {
         Value::Int(n) => Ok(n == 1),
         other => Err(unexpected("abandon", format!("{other:?}"))),
     }
+}
+
+/// A fencing token sent as an integer reply: positive.
+fn int_token(script: &'static str, token: i64) -> Result<FencingToken> {
+    u64::try_from(token)
+        .ok()
+        .filter(|t| *t > 0)
+        .map(FencingToken::new)
+        .ok_or_else(|| unexpected(script, format!("token {token}")))
 }
 
 /// A fencing token as the scripts send it: a decimal string.

@@ -7,7 +7,8 @@
 -- ARGV[2]  lease in ms
 -- ARGV[3]  how long the fence key outlives the last grant, in ms
 --
--- Returns {1, token} when granted (token as a decimal string, so no precision is lost),
+-- Returns token     when granted: the fencing token, an integer (no table: the common reply
+--                   is the cheapest one),
 --         {0, pttl}  when somebody holds the lock (pttl = -1 for a key without expiry),
 --         {0, -3}    when the client already abandoned this attempt (see abandon.lua).
 --
@@ -25,4 +26,4 @@ if seen[2] then
 end
 local token = next_token(seen[1], redis.call('TIME'))
 redis.call('SET', KEYS[2], token, 'PX', ARGV[3])
-return {1, token}
+return token

@@ -6,8 +6,11 @@
 -- for a key of another type (an older layout, another program) instead of failing the script
 -- half-way, after its lock was already set.
 --
--- next_token(last, t): the token of a new grant, max(last + 1, server time in µs); `last` is the
--- fence as read (or false), `t` the reply of TIME. While the fence exists the counter alone
+-- next_token(last, t): the token of a new grant, max(last + 1, server time in µs), as a Lua
+-- number; `last` is the fence as read (or false), `t` the reply of TIME. Numbers stay exact:
+-- tokens are below 2^53 (server µs reach it in the year 2255), Redis turns a number argument
+-- into its exact decimal ("%.17g") and a number reply into an integer. No string.format: it
+-- cost more than the rest of the arithmetic together. While the fence exists the counter alone
 -- keeps tokens increasing; once it has expired (no grant for the retention period), or was
 -- lost with a restart or a failover to a replica that missed the last writes, the server clock
 -- keeps the next token above every earlier one, since each earlier token was at most the
@@ -15,5 +18,5 @@
 -- stepped back. So the TIME call stays, on every grant.
 local function next_token(last, t)
   local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  return string.format('%.0f', math.max((tonumber(last or '0') or 0) + 1, now_us))
+  return math.max((tonumber(last or '0') or 0) + 1, now_us)
 end
