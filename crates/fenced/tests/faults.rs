@@ -7,7 +7,7 @@ use fenced::{Client, Error, WaitPolicy};
 use fenced_testkit::{Fault, Proxy};
 use tokio::time::Instant;
 
-use crate::support::{lock_key, raw, server};
+use crate::support::{calls, lock_key, raw, server};
 
 async fn client_via(proxy: &Proxy) -> Client {
     Client::builder(&proxy.url())
@@ -77,13 +77,6 @@ async fn a_handover_whose_reply_is_lost_leaves_no_orphaned_lock() {
         .await
         .unwrap();
     let mut direct = raw(&server).await;
-    let stats = redis::cmd("INFO").arg("commandstats").clone();
-    let numsub = |info: String| -> u64 {
-        info.lines()
-            .find_map(|l| l.strip_prefix("cmdstat_pubsub|numsub:calls="))
-            .and_then(|rest| rest.split(',').next()?.parse().ok())
-            .unwrap_or(0)
-    };
     // Waits until a waiter of `c` is the head, subscribed, with its offer standing.
     let queued = |direct: &mut redis::aio::MultiplexedConnection| {
         let mut direct = direct.clone();
@@ -117,12 +110,12 @@ async fn a_handover_whose_reply_is_lost_leaves_no_orphaned_lock() {
     let waiter = c.lock("baton");
     let next = tokio::spawn(async move { waiter.acquire().await.map(|g| g.fencing_token()) });
     queued(&mut direct).await;
-    let before = numsub(stats.query_async(&mut direct).await.unwrap());
+    let before = calls(&mut direct, "pubsub|numsub").await;
     proxy.set(Fault::CutNextReply);
     let first = holder.fencing_token();
     holder.release().await.unwrap();
     assert_eq!(proxy.fault(), Fault::Pass, "the fault struck");
-    let after = numsub(stats.query_async(&mut direct).await.unwrap());
+    let after = calls(&mut direct, "pubsub|numsub").await;
     assert_eq!(
         after - before,
         1,

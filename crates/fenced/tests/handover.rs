@@ -9,21 +9,10 @@ use std::time::Duration;
 use fenced::Client;
 use tokio::time::Instant;
 
-use crate::support::{client, eventually, lock_key, raw, server};
+use crate::support::{calls, client, eventually, lock_key, raw, server};
 
 async fn script_calls(conn: &mut redis::aio::MultiplexedConnection) -> u64 {
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(conn)
-        .await
-        .unwrap();
-    info.lines()
-        .filter_map(|l| {
-            l.strip_prefix("cmdstat_evalsha:calls=")
-                .or_else(|| l.strip_prefix("cmdstat_eval:calls="))
-        })
-        .filter_map(|rest| rest.split(',').next()?.parse::<u64>().ok())
-        .sum()
+    calls(conn, "evalsha").await + calls(conn, "eval").await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -140,27 +129,13 @@ async fn handovers_stop_while_another_client_waits() {
             }
         }));
     }
-    let publishes = |info: String| -> u64 {
-        info.lines()
-            .find_map(|l| l.strip_prefix("cmdstat_publish:calls="))
-            .and_then(|rest| rest.split(',').next()?.parse().ok())
-            .unwrap_or(0)
-    };
-    let info = || async {
-        let mut conn = raw(&server).await;
-        let info: String = redis::cmd("INFO")
-            .arg("commandstats")
-            .query_async(&mut conn)
-            .await
-            .unwrap();
-        info
-    };
+    let mut stats = raw(&server).await;
     // Local contention alone: the lock goes from task to task by handover, with hardly a
     // release published (one ordinary release after every 16 handovers).
     tokio::time::sleep(Duration::from_millis(100)).await;
-    let (p0, t0) = (publishes(info().await), Instant::now());
+    let (p0, t0) = (calls(&mut stats, "publish").await, Instant::now());
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let alone = (publishes(info().await) - p0) as f64 / t0.elapsed().as_secs_f64();
+    let alone = (calls(&mut stats, "publish").await - p0) as f64 / t0.elapsed().as_secs_f64();
     // Another client contends too, acquiring and releasing in a loop, so one of its waiters
     // is subscribed nearly all the time: every release is then an ordinary one, published
     // for it to hear.
@@ -193,9 +168,9 @@ async fn handovers_stop_while_another_client_waits() {
         })
         .await
     );
-    let (p1, t1) = (publishes(info().await), Instant::now());
+    let (p1, t1) = (calls(&mut stats, "publish").await, Instant::now());
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let shared = (publishes(info().await) - p1) as f64 / t1.elapsed().as_secs_f64();
+    let shared = (calls(&mut stats, "publish").await - p1) as f64 / t1.elapsed().as_secs_f64();
     stop.store(true, Ordering::Relaxed);
     for t in tasks {
         t.await.unwrap();

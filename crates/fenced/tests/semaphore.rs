@@ -11,7 +11,7 @@ use std::time::Duration;
 use fenced::{Client, WaitPolicy};
 use tokio::time::Instant;
 
-use crate::support::{Worker, client, on_every_backend, raw, server};
+use crate::support::{Worker, calls, client, on_every_backend, raw, server};
 
 const PERMITS: u32 = 4;
 const TASKS: usize = 50;
@@ -103,19 +103,6 @@ fn spawn_worker(url: &str, mode: &str) -> Worker {
     )
 }
 
-async fn evalsha_calls(conn: &mut redis::aio::MultiplexedConnection) -> u64 {
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(conn)
-        .await
-        .unwrap();
-    info.lines()
-        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
-        .and_then(|rest| rest.split(',').next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0)
-}
-
 #[tokio::test]
 async fn two_processes_of_fifty_tasks_never_hold_more_than_n_permits_and_are_woken_by_releases() {
     let server = server();
@@ -158,7 +145,7 @@ async fn two_processes_of_fifty_tasks_never_hold_more_than_n_permits_and_are_wok
     assert_eq!(violations, None, "more than {PERMITS} holders at once");
     // With a 20s poll, finishing at all shows the waiters were woken by releases; the script
     // calls per acquisition show they did not spin (one release and a few attempts each).
-    let calls = evalsha_calls(&mut conn).await;
+    let calls = calls(&mut conn, "evalsha").await;
     let attempts_per_grant = (calls - total) as f64 / total as f64;
     eprintln!(
         "semaphore {PERMITS} of {}: {total} acquisitions in {elapsed:?}, {attempts_per_grant:.2} attempts per grant, {samples} server samples",

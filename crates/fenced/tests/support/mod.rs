@@ -289,3 +289,18 @@ fn monitor_words(line: &str) -> Vec<String> {
     }
     words
 }
+
+/// How many times the server has run `command` (its `INFO commandstats` name: `evalsha`,
+/// `publish`, `pubsub|numsub`, ...), commands inside scripts included.
+pub async fn calls(conn: &mut redis::aio::MultiplexedConnection, command: &str) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(conn)
+        .await
+        .unwrap();
+    let prefix = format!("cmdstat_{command}:calls=");
+    info.lines()
+        .find_map(|l| l.strip_prefix(prefix.as_str()))
+        .and_then(|rest| rest.split(',').next()?.parse().ok())
+        .unwrap_or(0)
+}
