@@ -19,13 +19,19 @@ pub struct Cli {
     pub command: Command,
 }
 
-pub const EXIT_CODES: &str = "\
-Exit codes:
+/// The exit codes, for `--help` (a macro, so that `run`'s help can append them to its examples).
+macro_rules! exit_codes {
+    () => {
+        "Exit codes:
   N    the command's own exit code (128+N when it was killed by signal N)
   64   bad arguments
   69   Redis could not be reached within --timeout
   75   the lock was not acquired within --wait (or was held, with --no-wait)
-  76   the lease was lost while the command ran";
+  76   the lease was lost while the command ran"
+    };
+}
+
+pub const EXIT_CODES: &str = exit_codes!();
 
 /// Options every subcommand takes.
 #[derive(Args, Debug, Clone)]
@@ -69,24 +75,33 @@ pub enum Command {
     /// after --kill-after, and fenced exits 76; these go to CMD and every process it started. SIGTERM and SIGHUP sent to fenced are
     /// forwarded to CMD, and SIGINT and SIGQUIT too unless fenced runs on a terminal (where
     /// Ctrl-C already reaches CMD).
-    #[command(after_help = EXIT_CODES)]
+    #[command(after_help = RUN_HELP)]
     Run(RunArgs),
     /// Show whether NAME is held, by whom (first 8 characters of its owner token), for how
     /// much longer, how many re-entrant holds, the last fencing token, how many clients wait
     /// for it; and, when they exist, the readers and waiting writers of the read-write lock
     /// NAME, the count of the latch NAME and the permits held of the semaphore NAME.
+    #[command(
+        after_help = "Examples:\n  fenced status deploy:web\n  fenced --json status deploy:web | jq .last_fencing_token"
+    )]
     Status {
         /// The lock's name.
         name: String,
     },
     /// List what is held, queued or counting in the namespace: locks, semaphores, read-write
     /// locks, fair queues and latches (found with SCAN, never KEYS).
+    #[command(
+        after_help = "Examples:\n  fenced list\n  fenced list 'deploy:*'\n  fenced --json list"
+    )]
     List {
         /// Only names matching this glob.
         #[arg(default_value = "*")]
         pattern: String,
     },
     /// Break a lock whoever holds it (needs --force), and wake its waiters.
+    #[command(
+        after_help = "Examples:\n  fenced status deploy:web          # who holds it, for how long\n  fenced release deploy:web --force"
+    )]
     Release {
         /// The lock's name.
         name: String,
@@ -98,19 +113,55 @@ pub enum Command {
     ///
     /// Uses --redis if given; otherwise the server at the default address if one answers, or
     /// else a throwaway redis-server started on a free loopback port and stopped at the end.
+    #[command(
+        after_help = "Examples:\n  fenced demo\n  fenced --redis redis://127.0.0.1:6380 demo"
+    )]
     Demo,
     /// A countdown latch across machines: arm it with a count, count it down, wait for it.
     ///
     /// `wait` exits 0 once the latch is open (or does not exist), 75 at --wait's deadline.
     /// `count-down` and `count` print the count left (`none` when the latch does not exist).
     /// `arm` exits 75 when the latch is armed and still counting.
+    #[command(
+        after_help = "Examples:\n  fenced latch migrations arm 3\n  fenced latch migrations count-down      # once per finished worker\n  fenced latch migrations wait --wait 10m  # then start the app"
+    )]
     Latch {
         /// The latch's name.
         name: String,
         #[command(subcommand)]
         action: LatchAction,
     },
+    /// Print a shell completion script for SHELL (bash, zsh, fish, elvish, powershell).
+    #[command(
+        after_help = "Examples:\n  fenced completions bash > ~/.local/share/bash-completion/completions/fenced\n  fenced completions zsh > \"${fpath[1]}/_fenced\"\n  fenced completions fish > ~/.config/fish/completions/fenced.fish"
+    )]
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+    /// Print the manual page (roff), or write one per subcommand into --dir.
+    #[command(
+        after_help = "Examples:\n  fenced man | man -l -\n  fenced man --dir /usr/local/share/man/man1"
+    )]
+    Man {
+        /// Write fenced.1 and fenced-<subcommand>.1 into this directory instead.
+        #[arg(long, value_name = "DIR")]
+        dir: Option<std::path::PathBuf>,
+    },
 }
+
+/// `fenced run --help`: examples, then the exit codes.
+pub const RUN_HELP: &str = concat!(
+    "Examples:
+  fenced run deploy:web -- ./deploy.sh                  # one deploy at a time
+  fenced run backup --ttl 30s --wait 10m -- pg_dump db  # wait up to 10 minutes for the lock
+  fenced run report --no-wait -- ./report.sh            # skip this run if another holds it
+  fenced run pool --permits 4 -- ./worker               # at most 4 at once
+  fenced run index --read -- ./query.sh                 # many readers, or one --write
+
+",
+    exit_codes!()
+);
 
 /// What `fenced latch NAME` does.
 #[derive(Subcommand, Debug)]

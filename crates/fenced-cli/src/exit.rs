@@ -10,6 +10,8 @@ pub const USAGE: u8 = 64;
 pub const UNAVAILABLE: u8 = 69;
 /// Something unexpected inside `fenced`.
 pub const SOFTWARE: u8 = 70;
+/// sysexits' EX_CANTCREAT: an output file could not be written.
+pub const CANT_CREATE: u8 = 73;
 /// The lock was not acquired within `--wait` (or was held, with `--no-wait`).
 pub const NOT_ACQUIRED: u8 = 75;
 /// The lease was lost while the command ran.

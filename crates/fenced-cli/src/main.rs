@@ -51,6 +51,12 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(e) => return ExitCode::from(usage_error(&e, &argv)),
     };
+    // Generated from the command line's own definition; no Redis, no runtime.
+    match &cli.command {
+        Command::Completions { shell } => return ExitCode::from(cmd::docs::completions(*shell)),
+        Command::Man { dir } => return ExitCode::from(cmd::docs::man(dir.as_deref())),
+        _ => {}
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -72,6 +78,7 @@ fn main() -> ExitCode {
             }
             Command::Demo => cmd::demo::demo(&cli.global).await,
             Command::Latch { name, action } => cmd::latch::latch(&cli.global, name, action).await,
+            Command::Completions { .. } | Command::Man { .. } => Ok(exit::OK),
         }
     });
     // Do not wait for tasks still parked in the runtime (a pub/sub reader, say).

@@ -1209,3 +1209,81 @@ async fn fair_runs_take_the_lock_in_the_order_they_asked() {
     }
     assert_eq!(std::fs::read_to_string(&log).unwrap(), "0\n1\n2\n");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn completions_and_man_pages_come_from_the_command_line_itself() {
+    // No server: these never touch Redis (the URL points nowhere).
+    let nowhere = "redis://127.0.0.1:1";
+    for (shell, marker) in [
+        ("bash", "_fenced()"),
+        ("zsh", "#compdef fenced"),
+        ("fish", "complete -c fenced"),
+    ] {
+        let out = finish(
+            fenced(nowhere, &["completions", shell]),
+            Duration::from_secs(10),
+        )
+        .await;
+        assert_eq!(out.code, Some(0), "{shell}: {}", out.stderr);
+        assert!(out.stdout.contains(marker), "{shell}: {}", out.stdout);
+        for sub in ["run", "status", "list", "release", "latch"] {
+            assert!(out.stdout.contains(sub), "{shell} completes {sub}");
+        }
+    }
+    let bad = finish(
+        fenced(nowhere, &["completions", "nosh"]),
+        Duration::from_secs(10),
+    )
+    .await;
+    assert_eq!(bad.code, Some(64));
+    assert_eq!(bad.stderr.trim().lines().count(), 1, "{}", bad.stderr);
+    let man = finish(fenced(nowhere, &["man"]), Duration::from_secs(10)).await;
+    assert_eq!(man.code, Some(0), "{}", man.stderr);
+    assert!(man.stdout.contains(".TH fenced 1") && man.stdout.contains(".SH NAME"));
+    let dir = tempfile::tempdir().unwrap();
+    let pages = finish(
+        fenced(nowhere, &["man", "--dir", dir.path().to_str().unwrap()]),
+        Duration::from_secs(10),
+    )
+    .await;
+    assert_eq!(pages.code, Some(0), "{}", pages.stderr);
+    for page in ["fenced.1", "fenced-run.1", "fenced-latch.1"] {
+        let text = std::fs::read_to_string(dir.path().join(page)).unwrap();
+        assert!(text.contains(".TH"), "{page}");
+    }
+    let missing = finish(
+        fenced(nowhere, &["man", "--dir", "/nonexistent/fenced-man"]),
+        Duration::from_secs(10),
+    )
+    .await;
+    assert_eq!(missing.code, Some(73), "{}", missing.stderr);
+    assert_eq!(
+        missing.stderr.trim().lines().count(),
+        1,
+        "{}",
+        missing.stderr
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_subcommand_has_examples_in_its_help() {
+    let nowhere = "redis://127.0.0.1:1";
+    for sub in [
+        "run",
+        "status",
+        "list",
+        "release",
+        "demo",
+        "latch",
+        "completions",
+        "man",
+    ] {
+        let out = finish(fenced(nowhere, &[sub, "--help"]), Duration::from_secs(10)).await;
+        assert_eq!(out.code, Some(0), "{sub}: {}", out.stderr);
+        assert!(
+            out.stdout.contains("Examples:") && out.stdout.contains(&format!("fenced {sub}")),
+            "{sub} --help has no examples: {}",
+            out.stdout
+        );
+    }
+}

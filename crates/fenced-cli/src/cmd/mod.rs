@@ -1,6 +1,7 @@
 //! One module per subcommand; shared helpers here.
 
 pub mod demo;
+pub mod docs;
 pub mod hold;
 pub mod inspect;
 pub mod latch;
