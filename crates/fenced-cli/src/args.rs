@@ -51,7 +51,8 @@ pub struct Global {
     /// Say what is happening on stderr.
     #[arg(short, long, global = true)]
     pub verbose: bool,
-    /// Print data as JSON (status, list, demo).
+    /// Print data as JSON (status, list, demo; `run` adds JSON lines on stderr when the lock
+    /// is taken and when it ends).
     #[arg(long, global = true)]
     pub json: bool,
 }

@@ -19,14 +19,6 @@ macro_rules! warn {
     }};
 }
 
-/// `eprint!` (no newline) that never panics, for the spinner.
-macro_rules! warn_inline {
-    ($($arg:tt)*) => {{
-        use std::io::Write as _;
-        let _ = write!(std::io::stderr(), $($arg)*);
-    }};
-}
-
 mod args;
 mod cmd;
 mod exit;

@@ -1287,3 +1287,107 @@ async fn every_subcommand_has_examples_in_its_help() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_with_json_reports_the_acquisition_and_the_exit_as_json_lines_on_stderr() {
+    let s = server();
+    let out = finish(
+        fenced(
+            &s.url(),
+            &[
+                "--json",
+                "run",
+                "jobs",
+                "--",
+                "sh",
+                "-c",
+                "echo out; exit 3",
+            ],
+        ),
+        Duration::from_secs(10),
+    )
+    .await;
+    assert_eq!(out.code, Some(3), "{}", out.stderr);
+    assert_eq!(out.stdout, "out\n", "stdout stays the command's");
+    let events: Vec<serde_json::Value> = out
+        .stderr
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l:?}: {e}")))
+        .collect();
+    assert_eq!(events.len(), 2, "{}", out.stderr);
+    assert_eq!(events[0]["event"], "acquired");
+    assert_eq!(events[0]["name"], "jobs");
+    assert!(events[0]["fencing_token"].as_u64().is_some_and(|t| t > 0));
+    assert_eq!(events[1]["event"], "exited");
+    assert_eq!(events[1]["code"], 3);
+    assert_eq!(events[1]["lease_lost"], false);
+    // Held elsewhere, with --no-wait: one "failed" line with the exit code (and the usual
+    // one-line message).
+    let c = client(&s).await;
+    let _held = c.lock("jobs").acquire().await.unwrap();
+    let busy = finish(
+        fenced(
+            &s.url(),
+            &["--json", "run", "jobs", "--no-wait", "--", "true"],
+        ),
+        Duration::from_secs(10),
+    )
+    .await;
+    assert_eq!(busy.code, Some(75));
+    let failed: serde_json::Value = busy
+        .stderr
+        .lines()
+        .find_map(|l| serde_json::from_str(l).ok())
+        .unwrap_or_else(|| panic!("no JSON line: {}", busy.stderr));
+    assert_eq!(failed["event"], "failed");
+    assert_eq!(failed["code"], 75);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_on_a_terminal_shows_a_spinner_with_the_holder() {
+    // `script` gives fenced a terminal and records what it drew on it.
+    let s = server();
+    let c = client(&s).await;
+    let held = c.lock("busy").acquire().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let typescript = dir.path().join("typescript");
+    let line = format!(
+        "{} --redis {} run busy --wait 10s -- true",
+        env!("CARGO_BIN_EXE_fenced"),
+        s.url()
+    );
+    let mut script = Command::new("script")
+        .args(["-qfc", &line, typescript.to_str().unwrap()])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("`script` (util-linux) gives the test a terminal");
+    // Let the spinner draw a few frames (it appears after 200 ms), then free the lock.
+    let shown = {
+        let typescript = typescript.clone();
+        poll_until(Duration::from_secs(5), move || {
+            std::fs::read_to_string(&typescript)
+                .unwrap_or_default()
+                .contains("waiting for \"busy\", held by")
+        })
+        .await
+    };
+    held.release().await.unwrap();
+    let status = wait_exit(&mut script, Duration::from_secs(10)).await;
+    assert!(status.success(), "{status:?}");
+    assert!(shown, "no spinner on the terminal");
+}
+
+/// Polls `check` every 20 ms until it holds or `limit` passes.
+async fn poll_until(limit: Duration, check: impl Fn() -> bool) -> bool {
+    let deadline = Instant::now() + limit;
+    while Instant::now() < deadline {
+        if check() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    check()
+}

@@ -11,6 +11,7 @@ use fenced::{
 };
 use futures_util::FutureExt;
 use futures_util::future::BoxFuture;
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use tokio::time::Instant;
 use tokio_util::sync::WaitForCancellationFutureOwned;
 
@@ -252,8 +253,8 @@ pub async fn acquire(
     guard.map(Hold::Lock).map_err(fail)
 }
 
-/// Awaits `acquire`; on a terminal, shows a spinner with the holder and the time waited; with
-/// `-v` elsewhere, says once that it waits.
+/// Awaits `acquire`; on a terminal, shows a spinner (indicatif) with the holder and the time
+/// waited; with `-v` elsewhere, says once that it waits. Silent when stderr is not a terminal.
 async fn showing_progress<'a, T>(
     name: &str,
     acquire: impl Future<Output = fenced::Result<T>>,
@@ -276,15 +277,14 @@ async fn showing_progress<'a, T>(
     // The holder is looked up beside the acquire, never instead of polling it: a lease granted
     // meanwhile is tracked and renewed at once.
     let mut lookup: Option<BoxFuture<'a, fenced::Result<String>>> = None;
+    let mut spinner: Option<ProgressBar> = None;
     let mut said = false;
-    let frames = ['|', '/', '-', '\\'];
-    let mut frame = 0;
     loop {
         tokio::select! {
             biased;
             result = &mut acquire => {
-                if terminal && said {
-                    warn_inline!("\r\x1b[2K");
+                if let Some(bar) = spinner {
+                    bar.finish_and_clear();
                 }
                 return result;
             }
@@ -299,10 +299,15 @@ async fn showing_progress<'a, T>(
                     last_lookup = Some(Instant::now());
                     lookup = Some(holder());
                 }
+                let message = format!("waiting for {name:?}, held by {held_by}; waited {}", show(started.elapsed()));
                 if terminal {
-                    frame = (frame + 1) % frames.len();
-                    warn_inline!("\r\x1b[2K{} waiting for {name:?}, held by {held_by}; waited {}", frames[frame], show(started.elapsed()));
-                    said = true;
+                    let bar = spinner.get_or_insert_with(|| {
+                        // The draw target hides itself when stderr is not a terminal.
+                        ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr())
+                            .with_style(ProgressStyle::with_template("{spinner} {msg}").unwrap_or_else(|_| ProgressStyle::default_spinner()))
+                    });
+                    bar.set_message(message);
+                    bar.tick();
                 } else if !said {
                     warn!("fenced: waiting for {name:?}, held by {held_by}");
                     said = true;

@@ -15,6 +15,7 @@ use std::process::ExitStatus;
 use fenced::{Client, WaitPolicy};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
+use serde_json::json;
 use tokio::process::Command;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::time::Instant;
@@ -25,7 +26,31 @@ use crate::cmd::supervise;
 use crate::cmd::{check_name, check_url, connect};
 use crate::exit::{self, Failure, show};
 
+/// `fenced run`; with `--json`, also one JSON line on stderr when the lock is taken and one
+/// when `fenced` ends (stdout is CMD's).
 pub async fn run(global: &Global, args: &RunArgs) -> Result<u8, Failure> {
+    let outcome = run_command(global, args).await;
+    if global.json {
+        let line = match &outcome {
+            Ok(code) => json!({
+                "event": "exited",
+                "name": args.name,
+                "code": code,
+                "lease_lost": *code == exit::LEASE_LOST,
+            }),
+            Err(failure) => json!({
+                "event": "failed",
+                "name": args.name,
+                "code": failure.code,
+                "message": failure.message,
+            }),
+        };
+        warn!("{line}");
+    }
+    outcome
+}
+
+async fn run_command(global: &Global, args: &RunArgs) -> Result<u8, Failure> {
     check_name(&args.name)?;
     check_url(global.redis_url())?;
     fenced::check_ttl(args.ttl).map_err(|e| Failure::from_lib(e, ""))?;
@@ -56,6 +81,17 @@ pub async fn run(global: &Global, args: &RunArgs) -> Result<u8, Failure> {
         }
     };
     let token = guard.fencing_token();
+    if global.json {
+        warn!(
+            "{}",
+            json!({
+                "event": "acquired",
+                "name": args.name,
+                "fencing_token": token.get(),
+                "waited_ms": asked.elapsed().as_millis() as u64,
+            })
+        );
+    }
     if global.verbose {
         warn!(
             "fenced: acquired {:?} with fencing token {token} after {}",
