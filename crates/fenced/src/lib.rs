@@ -101,6 +101,25 @@
 //! | `fenced:{name}:released` | pub/sub channel: one message per release |
 //! | `fenced:{name}:void:<owner>` | tombstone of an abandoned acquire attempt |
 //!
+//! # Metrics
+//!
+//! Every primitive reports through the [`metrics`](https://docs.rs/metrics) facade; nothing is
+//! recorded until the application installs a recorder (a Prometheus exporter, say). Labels are
+//! bounded: `primitive` is one of `lock`, `reentrant_lock`, `semaphore`, `rw_read`, `rw_write`,
+//! `fair_lock`, `multi_lock`; a lock's name is never a label.
+//!
+//! | series | kind | labels |
+//! |---|---|---|
+//! | `fenced_acquisitions_total` | counter | `primitive`, `via` = `attempt` or `handover` |
+//! | `fenced_acquire_wait_seconds` | histogram | `primitive` |
+//! | `fenced_acquire_busy_total` | counter | `primitive`: an attempt found the lease taken (contention) |
+//! | `fenced_not_acquired_total` | counter | `primitive`: the wait ran out |
+//! | `fenced_releases_total` | counter | `primitive`, `outcome` = `released`, `handed_over`, `not_held`, `failed` |
+//! | `fenced_renewals_total` | counter | `outcome` = `applied`, `failed` |
+//! | `fenced_leases_lost_total` | counter | `primitive` |
+//! | `fenced_fenced_writes_rejected_total` | counter | a stale token refused at a resource |
+//! | `fenced_transaction_conflicts_total` | counter | an optimistic transaction retried |
+//!
 //! # Timeouts
 //!
 //! Every Redis call is bounded by the client's timeout (2s by default). Nothing hangs when

@@ -199,9 +199,12 @@ impl FencedResource {
         let (applied, value): (i64, Value) = self.core.node().run(&call).await?;
         match (applied, value) {
             (1, _) => Ok(FencedWrite::Applied),
-            (0, Value::BulkString(bytes)) => Ok(FencedWrite::Stale {
-                highest: parse_token("fenced write", &bytes)?,
-            }),
+            (0, Value::BulkString(bytes)) => {
+                crate::core::metrics::fenced_write_rejected();
+                Ok(FencedWrite::Stale {
+                    highest: parse_token("fenced write", &bytes)?,
+                })
+            }
             (a, v) => Err(unexpected("fenced write", format!("{a}, {v:?}"))),
         }
     }

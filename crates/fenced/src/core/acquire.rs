@@ -29,6 +29,7 @@ use crate::core::Core;
 use crate::core::handover::{Handed, Offer};
 use crate::core::held::{Held, Lease};
 use crate::core::lease::LeaseState;
+use crate::core::metrics;
 use crate::core::notify::LocalWaiters;
 use crate::core::renew::Tracked;
 use crate::error::{Error, Result};
@@ -156,11 +157,17 @@ impl Core {
             Some(handed)
         };
         let offers: Option<&OfferFn<'_, Handed>> = if req.hand_over { Some(&offer) } else { None };
-        wait_with_offers(
+        // The primitive, for the metrics of a wait that ends without a lease.
+        let primitive = std::sync::OnceLock::new();
+        let started = Instant::now();
+        let outcome = wait_with_offers(
             &self.waiters,
             &wait,
             || {
                 let next = next();
+                if let Ok((kind, _)) = &next {
+                    primitive.get_or_init(|| kind.primitive());
+                }
                 async move {
                     let (kind, owner) = next?;
                     self.try_once(req, kind, owner).await
@@ -168,7 +175,15 @@ impl Core {
             },
             offers.map(|post| (post, Handed::take as fn(Handed) -> Held)),
         )
-        .await
+        .await;
+        match &outcome {
+            Ok(held) => metrics::waited(held.primitive(), started.elapsed()),
+            Err(Error::NotAcquired { .. }) => {
+                metrics::not_acquired(primitive.get().copied().unwrap_or("unknown"));
+            }
+            Err(_) => {}
+        }
+        outcome
     }
 
     /// Makes a granted lease a [`Held`]: tracked for renewal (if asked), with its validity
@@ -183,8 +198,10 @@ impl Core {
         requested_at: Instant,
         ttl: Duration,
         auto_renew: bool,
+        via: &'static str,
     ) -> Held {
-        tracing::debug!(name = %name, %fencing_token, "fenced: acquired");
+        tracing::debug!(name = %name, %fencing_token, via, "fenced: acquired");
+        metrics::acquired(kind.primitive(), via);
         tracing::trace!(owner = owner.as_str(), "fenced: owner token");
         let state = Arc::new(LeaseState::new(requested_at, ttl));
         let id = self.renewer.track(Tracked {
@@ -254,8 +271,12 @@ impl Core {
                 requested_at,
                 req.ttl,
                 req.auto_renew,
+                "attempt",
             ))),
-            AcquireReply::Busy { remaining } => Ok(Err(remaining)),
+            AcquireReply::Busy { remaining } => {
+                metrics::busy(kind.primitive());
+                Ok(Err(remaining))
+            }
             // Only an attempt this client gave up on is answered so, and its reply is never
             // awaited; should one arrive anyway, nothing was taken.
             AcquireReply::Abandoned => Ok(Err(None)),

@@ -84,6 +84,7 @@ impl Handed {
             self.requested_at,
             self.ttl,
             self.auto_renew,
+            "handover",
         )
     }
 }

@@ -12,6 +12,7 @@ use crate::core::Core;
 use crate::core::cleanup::release_with_retry;
 use crate::core::handover::{Handed, Successor};
 use crate::core::lease::{ExpiryReply, LeaseState};
+use crate::core::metrics;
 use crate::error::{Error, Result};
 use crate::kind::{HandOverReply, LeaseKind, ReleaseReply, expiry_reply, hand_over_reply};
 use crate::options::{ttl_millis, validate_ttl};
@@ -55,6 +56,11 @@ impl Held {
             id,
             lease,
         }
+    }
+
+    /// What kind of primitive holds this lease (the metrics' label).
+    pub(crate) fn primitive(&self) -> &'static str {
+        self.kind.primitive()
     }
 
     /// The view of this lease the work gets.
@@ -114,6 +120,7 @@ impl Held {
         self.lease.state.end();
         let handing = self.hand_over(&core).await;
         if handing == Handing::Done {
+            metrics::released(self.kind.primitive(), "handed_over");
             self.live = false;
             tracing::debug!(name = %self.lease.name, "fenced: handed over to a local waiter");
             return Ok(ReleaseReply::Released);
@@ -133,6 +140,7 @@ impl Held {
         let reply = match outcome {
             Ok(reply) => reply,
             Err(e) => {
+                metrics::released(self.kind.primitive(), "failed");
                 if e.is_transient() {
                     // Keep trying in the background, so the lease is freed once Redis answers;
                     // and wake the local waiters now: the first attempt may have freed it
@@ -150,9 +158,11 @@ impl Held {
             self.wake_local(&core);
         }
         if reply == ReleaseReply::NotHeld {
+            metrics::released(self.kind.primitive(), "not_held");
             self.lease.state.lost.cancel();
             return Err(self.not_held());
         }
+        metrics::released(self.kind.primitive(), "released");
         Ok(reply)
     }
 

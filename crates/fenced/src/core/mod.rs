@@ -9,6 +9,7 @@
 //! - [`renew`]: one renewal loop per client, one pipelined round trip per tick.
 //! - [`cleanup`]: releases and abandons in the background, so `Drop` never blocks.
 //! - [`handover`]: a release that gives an exclusive lock straight to a local waiter.
+//! - [`metrics`]: the series every primitive reports through the `metrics` facade.
 //! - [`notify`]: local wait queues and the one pub/sub connection; [`Wake`] says whom a
 //!   release wakes.
 //!
@@ -19,6 +20,7 @@ pub(crate) mod cleanup;
 pub(crate) mod handover;
 pub mod held;
 pub(crate) mod lease;
+pub(crate) mod metrics;
 pub(crate) mod notify;
 pub(crate) mod renew;
 

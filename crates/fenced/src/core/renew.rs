@@ -35,6 +35,7 @@ use tokio::time::Instant;
 use crate::backend::Backend;
 use crate::core::cleanup::{self, CleanUp, Job};
 use crate::core::lease::{ExpiryChange, ExpiryReply, LeaseState};
+use crate::core::metrics;
 use crate::core::notify::LocalWaiters;
 use crate::error::Result;
 use crate::kind::{LeaseKind, expiry_reply};
@@ -338,6 +339,7 @@ fn expire(entries: &mut HashMap<u64, Entry>, stats: &Counters) {
             "fenced: lease lost: its validity deadline passed without a successful renewal");
         e.lease.state.lost.cancel();
         stats.lost.fetch_add(1, Ordering::Relaxed);
+        metrics::lease_lost(e.lease.kind.primitive());
         false
     });
 }
@@ -406,6 +408,7 @@ fn apply(entries: &mut HashMap<u64, Entry>, (ids, result): RenewOutcome, stats: 
             ids.iter().map(|_| None).collect()
         }
     };
+    let (mut applied, mut failed) = (0, 0);
     for ((id, change), reply) in ids.into_iter().zip(per_lease) {
         // Released meanwhile: nothing to update.
         let Some(e) = entries.get_mut(&id) else {
@@ -416,6 +419,7 @@ fn apply(entries: &mut HashMap<u64, Entry>, (ids, result): RenewOutcome, stats: 
             Some(Ok(reply @ (ExpiryReply::Applied | ExpiryReply::Superseded))) => {
                 if reply == ExpiryReply::Applied {
                     stats.renewed.fetch_add(1, Ordering::Relaxed);
+                    applied += 1;
                 }
                 e.lease.state.settle(&change, reply);
                 e.renew_at = e.lease.state.renew_at();
@@ -425,15 +429,19 @@ fn apply(entries: &mut HashMap<u64, Entry>, (ids, result): RenewOutcome, stats: 
                     "fenced: lease lost: renewal refused (the key expired, was deleted, or belongs to another holder)");
                 e.lease.state.settle(&change, ExpiryReply::NotHeld);
                 stats.lost.fetch_add(1, Ordering::Relaxed);
+                metrics::lease_lost(e.lease.kind.primitive());
+                failed += 1;
                 entries.remove(&id);
             }
             Some(Err(_)) | None => {
                 // Outcome unknown: the request stays unsettled (its deadline counts if it could
                 // shorten the lease). Try again soon; `expire` decides when to give up.
                 e.renew_at = now + (change.ttl / 10).max(Duration::from_millis(5));
+                failed += 1;
             }
         }
     }
+    metrics::renewals(applied, failed);
 }
 
 async fn poll_opt<T>(fut: &mut Option<BoxFuture<'static, T>>) -> T {

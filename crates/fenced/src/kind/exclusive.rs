@@ -18,6 +18,10 @@ pub(crate) struct Exclusive {
 }
 
 impl LeaseKind for Exclusive {
+    fn primitive(&self) -> &'static str {
+        "lock"
+    }
+
     fn name(&self) -> &Arc<str> {
         &self.name
     }

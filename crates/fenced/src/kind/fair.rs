@@ -25,6 +25,10 @@ pub(crate) struct FairLease {
 }
 
 impl LeaseKind for FairLease {
+    fn primitive(&self) -> &'static str {
+        "fair_lock"
+    }
+
     fn name(&self) -> &Arc<str> {
         self.exclusive.name()
     }

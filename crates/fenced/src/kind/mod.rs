@@ -36,6 +36,9 @@ use crate::token::{FencingToken, OwnerToken};
 pub(crate) trait LeaseKind: Send + Sync + 'static {
     /// The primitive's name, for logs and errors.
     fn name(&self) -> &Arc<str>;
+    /// What kind of primitive this is (`lock`, `semaphore`, ...): the `primitive` label of its
+    /// metrics (a fixed set, unlike names).
+    fn primitive(&self) -> &'static str;
     /// The pub/sub channels its releases are announced on (one per name it holds).
     fn channels(&self) -> Vec<&str>;
     /// Whom a release of this lease wakes.

@@ -32,6 +32,10 @@ impl MultiExclusive {
 }
 
 impl LeaseKind for MultiExclusive {
+    fn primitive(&self) -> &'static str {
+        "multi_lock"
+    }
+
     fn name(&self) -> &Arc<str> {
         &self.name
     }

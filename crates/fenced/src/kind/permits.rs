@@ -52,6 +52,10 @@ pub(crate) struct Permits {
 }
 
 impl LeaseKind for Permits {
+    fn primitive(&self) -> &'static str {
+        "semaphore"
+    }
+
     fn name(&self) -> &Arc<str> {
         &self.name
     }

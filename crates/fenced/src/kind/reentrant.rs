@@ -30,6 +30,10 @@ impl ReentrantHold {
 }
 
 impl LeaseKind for ReentrantHold {
+    fn primitive(&self) -> &'static str {
+        "reentrant_lock"
+    }
+
     fn name(&self) -> &Arc<str> {
         &self.name
     }

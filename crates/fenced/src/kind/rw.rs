@@ -52,6 +52,10 @@ pub(crate) struct ReadLease {
 }
 
 impl LeaseKind for ReadLease {
+    fn primitive(&self) -> &'static str {
+        "rw_read"
+    }
+
     fn name(&self) -> &Arc<str> {
         &self.name
     }
@@ -119,6 +123,10 @@ pub(crate) struct WriteLease {
 }
 
 impl LeaseKind for WriteLease {
+    fn primitive(&self) -> &'static str {
+        "rw_write"
+    }
+
     fn name(&self) -> &Arc<str> {
         self.exclusive.name()
     }

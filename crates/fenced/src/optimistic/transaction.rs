@@ -335,6 +335,7 @@ impl Client {
                 return Ok(value);
             }
             // A watched key changed: EXEC was refused and the connection is clean again.
+            crate::core::metrics::transaction_conflict();
             let now = Instant::now();
             if attempt >= policy.max_attempts || deadline.is_some_and(|d| now >= d) {
                 return Err(Error::Conflict {

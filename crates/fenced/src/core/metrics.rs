@@ -1,0 +1,62 @@
+//! What the library reports through the [`metrics`] facade: nothing is recorded unless the
+//! application installs a recorder (Prometheus, StatsD, ...), and then every primitive reports
+//! the same series. Labels are bounded: the primitive (`lock`, `reentrant_lock`, `semaphore`,
+//! `rw_read`, `rw_write`, `fair_lock`, `multi_lock`) and an outcome, never a lock's name.
+//!
+//! | series | kind | labels |
+//! |---|---|---|
+//! | `fenced_acquisitions_total` | counter | `primitive`, `via` = `attempt` or `handover` |
+//! | `fenced_acquire_wait_seconds` | histogram | `primitive` |
+//! | `fenced_acquire_busy_total` | counter | `primitive` (an attempt found it taken: contention) |
+//! | `fenced_not_acquired_total` | counter | `primitive` (the wait ran out) |
+//! | `fenced_releases_total` | counter | `primitive`, `outcome` = `released`, `handed_over`, `not_held`, `failed` |
+//! | `fenced_renewals_total` | counter | `outcome` = `applied`, `failed` |
+//! | `fenced_leases_lost_total` | counter | `primitive` |
+//! | `fenced_fenced_writes_rejected_total` | counter | (a stale token refused at a resource) |
+//! | `fenced_transaction_conflicts_total` | counter | (an optimistic transaction retried) |
+
+use std::time::Duration;
+
+pub(crate) fn acquired(primitive: &'static str, via: &'static str) {
+    metrics::counter!("fenced_acquisitions_total", "primitive" => primitive, "via" => via)
+        .increment(1);
+}
+
+pub(crate) fn waited(primitive: &'static str, waited: Duration) {
+    metrics::histogram!("fenced_acquire_wait_seconds", "primitive" => primitive)
+        .record(waited.as_secs_f64());
+}
+
+pub(crate) fn busy(primitive: &'static str) {
+    metrics::counter!("fenced_acquire_busy_total", "primitive" => primitive).increment(1);
+}
+
+pub(crate) fn not_acquired(primitive: &'static str) {
+    metrics::counter!("fenced_not_acquired_total", "primitive" => primitive).increment(1);
+}
+
+pub(crate) fn released(primitive: &'static str, outcome: &'static str) {
+    metrics::counter!("fenced_releases_total", "primitive" => primitive, "outcome" => outcome)
+        .increment(1);
+}
+
+pub(crate) fn renewals(applied: u64, failed: u64) {
+    if applied > 0 {
+        metrics::counter!("fenced_renewals_total", "outcome" => "applied").increment(applied);
+    }
+    if failed > 0 {
+        metrics::counter!("fenced_renewals_total", "outcome" => "failed").increment(failed);
+    }
+}
+
+pub(crate) fn lease_lost(primitive: &'static str) {
+    metrics::counter!("fenced_leases_lost_total", "primitive" => primitive).increment(1);
+}
+
+pub(crate) fn fenced_write_rejected() {
+    metrics::counter!("fenced_fenced_writes_rejected_total").increment(1);
+}
+
+pub(crate) fn transaction_conflict() {
+    metrics::counter!("fenced_transaction_conflicts_total").increment(1);
+}
