@@ -579,6 +579,15 @@ async fn a_paused_run_loses_to_a_newer_holder_and_exits_76_on_resume() {
     .spawn()
     .unwrap();
     until_held(&c, "paused").await;
+    // CMD has started (and written its token) before fenced is stopped: a SIGSTOP that came
+    // between the acquire and the start of CMD would leave nothing to compare.
+    assert!(
+        poll_until(Duration::from_secs(10), || {
+            std::fs::read_to_string(&first).is_ok_and(|t| t.ends_with('\n'))
+        })
+        .await,
+        "CMD never started"
+    );
     signal(&a, Signal::SIGSTOP);
     let b = finish(
         fenced(

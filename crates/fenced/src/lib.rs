@@ -154,9 +154,48 @@ mod token;
 mod wait;
 
 pub use client::{Client, ClientBuilder};
+
 pub use core::renew::RenewalStats;
 pub use error::{Error, Result};
 pub use fair::FairLock;
+/// Runs an async function under a distributed lock, the way the seed documents declare a lock
+/// on a method with an annotation.
+///
+/// `#[fenced::locked(client = EXPR, name = "FORMAT", ttl = "30s", wait = "5s")]`:
+/// - `client`: an expression giving the [`Client`] (or a reference to one), evaluated in the
+///   function (so `self.client` works);
+/// - `name`: the lock's name, a format string over the function's arguments (`"order:{id}"`);
+/// - `ttl` and `wait` (optional): the lease length and how long to wait, checked when the code
+///   compiles (`"500ms"`, `"30s"`, `"5m"`, `"1h"`); by default the client's ttl and no limit.
+///
+/// The function must be `async` and return `Result<T, E>` where `E: From<fenced::Error>`: a
+/// lock that cannot be taken, or a lease lost while the body runs (the body is then cancelled
+/// at its next await, as with [`Lock::with_lock`]), comes back as `Err`. A parameter marked
+/// `#[lease]` (of type [`Lease`]) is left out of the signature and receives the lease, for its
+/// fencing token and its lost signal.
+///
+/// # Examples
+///
+/// ```
+/// # fenced_testkit::doctest(|url| async move {
+/// struct Orders {
+///     client: fenced::Client,
+/// }
+///
+/// impl Orders {
+///     #[fenced::locked(client = self.client, name = "order:{id}", ttl = "10s", wait = "5s")]
+///     async fn pay(&self, id: u64, #[lease] lease: fenced::Lease) -> fenced::Result<u64> {
+///         // ... one payment per order at a time, across every process ...
+///         Ok(lease.fencing_token().get())
+///     }
+/// }
+///
+/// let orders = Orders { client: fenced::Client::connect(&url).await? };
+/// let token = orders.pay(42).await?;
+/// assert!(token > 0);
+/// # Ok(()) });
+/// ```
+pub use fenced_macros::locked;
 pub use guard::{Lease, LockGuard};
 pub use inspect::{
     FairQueueStatus, Holder, LatchStatus, LockStatus, OWNER_PREFIX_LEN, RwLockStatus,

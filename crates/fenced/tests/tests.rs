@@ -21,6 +21,7 @@ mod handover;
 mod inspect;
 mod latch;
 mod lease_validity;
+mod locked;
 mod multi;
 mod optimistic;
 mod outages;
