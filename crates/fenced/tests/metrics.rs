@@ -5,8 +5,12 @@
 
 use std::time::Duration;
 
-use fenced::{Client, FencedWrite, FencingToken, WaitPolicy};
+use fenced::{FencedWrite, FencingToken, WaitPolicy};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+
+#[path = "support/mod.rs"]
+#[allow(unused_macros, unused_imports)] // the shared helpers, of which this binary uses a few
+mod support;
 
 type Seen = Vec<(
     metrics_util::CompositeKey,
@@ -48,13 +52,8 @@ async fn every_primitive_reports_acquisitions_contention_releases_and_losses() {
     recorder
         .install()
         .expect("the only recorder of this process");
-    let server = fenced_testkit::RedisServer::start()
-        .unwrap_or_else(|e| panic!("this test needs a real redis-server: {e}"));
-    let c = Client::builder(&server.url())
-        .timeout(Duration::from_millis(500))
-        .connect()
-        .await
-        .unwrap();
+    let server = support::server();
+    let c = support::client(&server).await;
 
     // A plain lock: taken, contended (one busy attempt, then a wait that runs out), released.
     let g = c.lock("m").acquire().await.unwrap();
@@ -85,11 +84,7 @@ async fn every_primitive_reports_acquisitions_contention_releases_and_losses() {
         .acquire()
         .await
         .unwrap();
-    let mut raw = redis::Client::open(server.url())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
+    let mut raw = support::raw(&server).await;
     let _: () = redis::cmd("DEL")
         .arg("fenced:{doomed}")
         .query_async(&mut raw)
