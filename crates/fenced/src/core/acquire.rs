@@ -446,14 +446,14 @@ where
     };
     let _head = head.ok_or_else(|| give_up(attempts))?;
     let mut backoff = Backoff::new(poll_min, poll_max);
-    // One standing offer at a time (`handover.rs`, invariant 1).
     let mut first_turn = true;
     loop {
         let notified = ticket.wake().notified();
         tokio::pin!(notified);
         notified.as_mut().enable(); // register before the attempt: no release is missed
         // The head's offer stands before its attempt, so a local holder that releases while the
-        // attempt is on its way (or before this task is polled again) hands it over.
+        // attempt is on its way (or before this task is polled again) hands it over. One
+        // standing offer at a time (`handover.rs`, invariant 1): renewed only once used up.
         if offered.is_none() {
             offered = offers.and_then(|(post, _)| post(true));
         }
