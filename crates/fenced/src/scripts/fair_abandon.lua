@@ -14,12 +14,8 @@
 --         0 it had not: a tombstone now voids it.
 redis.call('LREM', KEYS[3], 0, ARGV[2])
 redis.call('HDEL', KEYS[4], ARGV[2])
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  redis.call('DEL', KEYS[1])
-  local head = redis.call('LINDEX', KEYS[3], 0)
-  if head then
-    redis.call('PUBLISH', ARGV[3] .. head, 'fair 1')
-  end
+-- `free_fair` comes from fair_free.lua, prepended when the script is built.
+if free_fair(KEYS[1], KEYS[3], ARGV[1], ARGV[3]) then
   return 1
 end
 redis.call('SET', KEYS[2], 1, 'PX', ARGV[4])

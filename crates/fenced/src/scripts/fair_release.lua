@@ -7,13 +7,8 @@
 -- ARGV[2]  the waiters' channel prefix: the head is woken on <prefix><waiter id>
 --
 -- Returns 1 released now, 0 not held (see release.lua: no record is kept for retries).
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  redis.call('DEL', KEYS[1])
-  local head = redis.call('LINDEX', KEYS[2], 0)
-  if head then
-    -- Sent as "fair", not as this client: the head may be a waiter of this very client.
-    redis.call('PUBLISH', ARGV[2] .. head, 'fair 1')
-  end
+-- `free_fair` comes from fair_free.lua, prepended when the script is built.
+if free_fair(KEYS[1], KEYS[2], ARGV[1], ARGV[2]) then
   return 1
 end
 return 0

@@ -95,9 +95,9 @@ lua!(/// Count a read-write lock's live readers and waiting writers.
 lua!(/// Take a fair lock at the head of its FIFO queue, or queue.
     FAIR_ACQUIRE, "acquire", "fence.lua", "fair_acquire.lua");
 lua!(/// Give a fair lock back and wake the head of its queue.
-    FAIR_RELEASE, "release", "fair_release.lua");
+    FAIR_RELEASE, "release", "fair_free.lua", "fair_release.lua");
 lua!(/// Leave a fair lock's queue; void an attempt of unknown outcome.
-    FAIR_ABANDON, "abandon", "fair_abandon.lua");
+    FAIR_ABANDON, "abandon", "fair_free.lua", "fair_abandon.lua");
 lua!(/// Arm a countdown latch.
     LATCH_ARM, "latch arm", "latch_arm.lua");
 lua!(/// Count a latch down; opening it wakes every waiter.
