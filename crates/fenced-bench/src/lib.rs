@@ -21,7 +21,10 @@
 //! - `seckill`: the seed's sale, round after round (20 workers, 300 attempts, stock 20), by
 //!   `fenced-tx` (transaction), `fenced-script` (`decrement_if_at_least`) and `fenced-lock`
 //!   (a lock around read-check-write with fenced writes);
-//! - `counter-contended`: 32 tasks changing one counter, `fenced-tx` against `fenced-script`.
+//! - `counter-contended`: 32 tasks changing one counter, `fenced-tx` against `fenced-script`;
+//! - `stampede-1000`: 1000 requests at once for a cold cache key over 4 clients, the database a
+//!   20 ms query: `fenced-cache` (`Cache::get_or_compute`) against `cache-aside` (GET, and on
+//!   a miss query and SET); database queries per round and request latency.
 //!
 //! Libraries ([`Library`]): `fenced`; `raw`, the same cycle written by hand with redis-rs
 //! (`SET NX PX`, then `EVALSHA` compare-and-delete; waiting by 1 ms polling); `rslock`;
@@ -37,6 +40,7 @@ mod raw;
 mod renewal;
 mod report;
 mod run;
+mod stampede;
 mod waiters;
 
 pub use charts::write_charts;

@@ -33,11 +33,11 @@ struct Args {
     #[arg(long, value_name = "DIR")]
     svg: Option<PathBuf>,
     /// Only these scenarios (uncontended-1, uncontended-32, contended-8, semaphore-4of16,
-    /// reentrant-depth-3, striped-1, striped-16, striped-256, striped-1024, fair-8, rw-reads, latch-1000, multi-3, waiters-1000, renew-10000, seckill, counter-contended).
+    /// reentrant-depth-3, striped-1, striped-16, striped-256, striped-1024, fair-8, rw-reads, latch-1000, multi-3, waiters-1000, renew-10000, seckill, counter-contended, stampede-1000).
     #[arg(long, value_delimiter = ',')]
     scenarios: Vec<Scenario>,
     /// Only these libraries (fenced, raw, rslock, redlock, fenced-tx, fenced-script,
-    /// fenced-lock).
+    /// fenced-lock, fenced-cache, cache-aside).
     #[arg(long, value_delimiter = ',')]
     libraries: Vec<Library>,
     /// Do not measure: read a report written earlier with --json, and print or write it

@@ -87,6 +87,9 @@ pub struct Row {
     /// Renewal: leases lost (must be 0).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub leases_lost: Option<u64>,
+    /// Stampede: database queries per round of 1000 requests for one cold key.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub db_hits_per_round: Option<f64>,
 }
 
 /// A pair that was not run, and why.
@@ -150,7 +153,7 @@ impl Report {
         for r in self
             .scenarios
             .iter()
-            .filter(|r| r.leases.is_none() && r.drain_ms.is_none())
+            .filter(|r| r.leases.is_none() && r.drain_ms.is_none() && r.db_hits_per_round.is_none())
         {
             let ratio = self
                 .ops(&r.scenario, "raw")
@@ -237,6 +240,39 @@ impl Report {
                 ));
             }
         }
+        let stampede: Vec<&Row> = self
+            .scenarios
+            .iter()
+            .filter(|r| r.db_hits_per_round.is_some())
+            .collect();
+        if !stampede.is_empty() {
+            out.push_str(&format!(
+                "\n{:<15} {:<13} {:>10} {:>12} {:>8} {:>8} {:>8} {:>8} {:>10}\n",
+                "scenario",
+                "library",
+                "requests/s",
+                "db hits/rnd",
+                "p50 ms",
+                "p99 ms",
+                "max ms",
+                "cmds/req",
+                "srv µs/req"
+            ));
+            for r in stampede {
+                out.push_str(&format!(
+                    "{:<15} {:<13} {:>10.0} {:>12} {:>8.1} {:>8.1} {:>8} {:>8.2} {:>10.2}\n",
+                    r.scenario,
+                    r.library,
+                    r.ops_per_sec,
+                    opt(r.db_hits_per_round, 1),
+                    r.p50_us / 1000.0,
+                    r.p99_us / 1000.0,
+                    opt(r.max_wait_ms, 1),
+                    r.redis_cmds_per_op,
+                    r.redis_cpu_us_per_op
+                ));
+            }
+        }
         if !self.not_applicable.is_empty() {
             out.push_str("\nnot run:\n");
             for n in &self.not_applicable {
@@ -257,7 +293,7 @@ impl Report {
         for r in self
             .scenarios
             .iter()
-            .filter(|r| r.leases.is_none() && r.drain_ms.is_none())
+            .filter(|r| r.leases.is_none() && r.drain_ms.is_none() && r.db_hits_per_round.is_none())
         {
             let ratio = self
                 .ops(&r.scenario, "raw")
@@ -324,6 +360,28 @@ impl Report {
                     opt(r.redis_cmds_per_tick, 0),
                     opt(r.client_cpu_us_per_tick, 0),
                     r.leases_lost.unwrap_or(0)
+                ));
+            }
+        }
+        let stampede: Vec<&Row> = self
+            .scenarios
+            .iter()
+            .filter(|r| r.db_hits_per_round.is_some())
+            .collect();
+        if !stampede.is_empty() {
+            out.push_str("\n| scenario | library | requests/s | database queries per 1000 requests | p50 ms | p99 ms | max ms | Redis cmds/request | Redis CPU µs/request |\n|---|---|---|---|---|---|---|---|---|\n");
+            for r in stampede {
+                out.push_str(&format!(
+                    "| {} | {} | {} | {} | {:.1} | {:.1} | {} | {:.2} | {:.2} |\n",
+                    r.scenario,
+                    r.library,
+                    n0(r.ops_per_sec),
+                    opt(r.db_hits_per_round, 1),
+                    r.p50_us / 1000.0,
+                    r.p99_us / 1000.0,
+                    opt(r.max_wait_ms, 1),
+                    r.redis_cmds_per_op,
+                    r.redis_cpu_us_per_op
                 ));
             }
         }

@@ -50,11 +50,13 @@ pub enum Scenario {
     Seckill,
     /// 32 tasks changing one counter as fast as they can.
     CounterContended,
+    /// 1000 requests at once for a cold cache key, over 4 clients, round after round.
+    Stampede1000,
 }
 
 impl Scenario {
     /// Every scenario, in run order.
-    pub const ALL: [Scenario; 17] = [
+    pub const ALL: [Scenario; 18] = [
         Scenario::Uncontended1,
         Scenario::Uncontended32,
         Scenario::Contended8,
@@ -72,6 +74,7 @@ impl Scenario {
         Scenario::Renew10000,
         Scenario::Seckill,
         Scenario::CounterContended,
+        Scenario::Stampede1000,
     ];
 
     /// The name used in tables and JSON.
@@ -94,6 +97,7 @@ impl Scenario {
             Scenario::Renew10000 => "renew-10000",
             Scenario::Seckill => "seckill",
             Scenario::CounterContended => "counter-contended",
+            Scenario::Stampede1000 => "stampede-1000",
         }
     }
 
@@ -118,6 +122,7 @@ impl Scenario {
             | Scenario::Multi3 => &[Fenced],
             Scenario::Seckill => &[FencedTx, FencedScript, FencedLock],
             Scenario::CounterContended => &[FencedTx, FencedScript],
+            Scenario::Stampede1000 => &[FencedCache, CacheAside],
         }
     }
 
@@ -193,11 +198,15 @@ pub enum Library {
     FencedScript,
     /// This project's lock around read-check-write, with fenced writes.
     FencedLock,
+    /// This project's `Cache::get_or_compute`.
+    FencedCache,
+    /// Cache-aside without protection: GET, and on a miss query the database and SET.
+    CacheAside,
 }
 
 impl Library {
     /// Every library.
-    pub const ALL: [Library; 7] = [
+    pub const ALL: [Library; 9] = [
         Library::Fenced,
         Library::Raw,
         Library::Rslock,
@@ -205,6 +214,8 @@ impl Library {
         Library::FencedTx,
         Library::FencedScript,
         Library::FencedLock,
+        Library::FencedCache,
+        Library::CacheAside,
     ];
 
     /// The name used in tables and JSON.
@@ -217,6 +228,8 @@ impl Library {
             Library::FencedTx => "fenced-tx",
             Library::FencedScript => "fenced-script",
             Library::FencedLock => "fenced-lock",
+            Library::FencedCache => "fenced-cache",
+            Library::CacheAside => "cache-aside",
         }
     }
 }
@@ -342,6 +355,7 @@ async fn run_pair(
         Scenario::Multi3 => crate::family::multi(window, env).await?,
         Scenario::Seckill => crate::optimistic::seckill(library, window, env).await?,
         Scenario::CounterContended => crate::optimistic::counter(library, 32, window, env).await?,
+        Scenario::Stampede1000 => crate::stampede::stampede(library, window, env).await?,
         Scenario::Waiters1000 | Scenario::Renew10000 => return Err("handled above".into()),
     };
     let seen = observer.await??;

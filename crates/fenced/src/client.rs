@@ -7,6 +7,7 @@ use std::time::Duration;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
 use crate::backend::{Backend, Node};
+use crate::cache::Cache;
 use crate::core::Core;
 use crate::core::renew::RenewalStats;
 use crate::error::{Error, Result};
@@ -136,6 +137,11 @@ impl Client {
     /// A countdown latch named `name`.
     pub fn latch(&self, name: impl Into<String>) -> Latch {
         Latch::new(self, name.into())
+    }
+
+    /// A read-through cache named `name`, whose misses are computed once across every process.
+    pub fn cache(&self, name: impl Into<String>) -> Cache {
+        Cache::new(self, name.into())
     }
 
     /// A resource that accepts writes only with a current fencing token.

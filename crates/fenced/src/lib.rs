@@ -41,6 +41,9 @@
 //! - [`MultiLock`]: several names locked all or nothing, by one script (no deadlock between
 //!   `{a, b}` and `{b, a}`), one guard and one fencing token for all of them.
 //! - [`StripedLock`]: lock segments; K locks over a large key space, by a stable hash.
+//! - [`Cache`]: read-through caching computed once per miss across every process (stampede
+//!   protection), with cached "no value" results, ttl jitter, early refresh, stale reads and
+//!   fenced stores.
 //! - [`FencedResource`]: data in Redis that refuses writes with an older fencing token.
 //! - [`Lock::with_lock`]: run a piece of work under the lock; it is cancelled if the lease is
 //!   lost.
@@ -119,6 +122,8 @@
 //! | `fenced_leases_lost_total` | counter | `primitive` |
 //! | `fenced_fenced_writes_rejected_total` | counter | a stale token refused at a resource |
 //! | `fenced_transaction_conflicts_total` | counter | an optimistic transaction retried |
+//! | `fenced_cache_lookups_total` | counter | `result` = `hit`, `stale`, `shared` (another caller's compute), `computed` (this caller's) |
+//! | `fenced_cache_computes_total` | counter | `outcome` = `stored`, `refused` (fenced off by a newer grant or an invalidation), `failed` |
 //!
 //! # Timeouts
 //!
@@ -134,6 +139,7 @@ mod scripts;
 mod util;
 
 // The client, and the primitives on the core.
+mod cache;
 mod client;
 mod error;
 mod fair;
@@ -153,6 +159,7 @@ mod striped;
 mod token;
 mod wait;
 
+pub use cache::Cache;
 pub use client::{Client, ClientBuilder};
 
 pub use core::renew::RenewalStats;
@@ -265,6 +272,7 @@ mod bounds {
         send_sync_static::<crate::ReadGuard>();
         send_sync_static::<crate::WriteGuard>();
         send_sync_static::<crate::SemaphorePermit>();
+        send_sync_static::<crate::Cache>();
         send_sync_static::<crate::Error>();
     }
 }

@@ -86,6 +86,12 @@ fn jitter_seed() -> u64 {
     (z ^ (z >> 31)) | 1
 }
 
+/// A uniform draw from (0, 1]: never 0, so its logarithm is finite (early cache refresh,
+/// cache ttl jitter).
+pub(crate) fn random_fraction() -> f64 {
+    ((jitter_seed() >> 11) as f64 + 1.0) / (1u64 << 53) as f64
+}
+
 /// Sleeps until `at`, or forever when there is nothing to wait for (a `select!` arm).
 pub(crate) async fn sleep_until_opt(at: Option<Instant>) {
     match at {

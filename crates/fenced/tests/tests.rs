@@ -11,6 +11,7 @@ mod support;
 mod tls;
 
 mod bad_input;
+mod cache;
 mod exclusion;
 mod expiry;
 mod fair;

@@ -14,6 +14,8 @@
 //! | `fenced_leases_lost_total` | counter | `primitive` |
 //! | `fenced_fenced_writes_rejected_total` | counter | (a stale token refused at a resource) |
 //! | `fenced_transaction_conflicts_total` | counter | (an optimistic transaction retried) |
+//! | `fenced_cache_lookups_total` | counter | `result` = `hit`, `stale`, `shared` (another caller's compute), `computed` (this caller's) |
+//! | `fenced_cache_computes_total` | counter | `outcome` = `stored`, `refused` (fenced off), `failed` |
 
 use std::time::Duration;
 
@@ -59,4 +61,12 @@ pub(crate) fn fenced_write_rejected() {
 
 pub(crate) fn transaction_conflict() {
     metrics::counter!("fenced_transaction_conflicts_total").increment(1);
+}
+
+pub(crate) fn cache_lookup(result: &'static str) {
+    metrics::counter!("fenced_cache_lookups_total", "result" => result).increment(1);
+}
+
+pub(crate) fn cache_computed(outcome: &'static str) {
+    metrics::counter!("fenced_cache_computes_total", "outcome" => outcome).increment(1);
 }

@@ -102,6 +102,10 @@ lua!(/// Arm a countdown latch.
     LATCH_ARM, "latch arm", "latch_arm.lua");
 lua!(/// Count a latch down; opening it wakes every waiter.
     LATCH_COUNT_DOWN, "latch count down", "latch_count_down.lua");
+lua!(/// Store a computed cache entry unless a newer grant or invalidation came first.
+    CACHE_STORE, "cache store", "cache_store.lua");
+lua!(/// Drop a cached entry and raise its fence past every running compute.
+    CACHE_INVALIDATE, "cache invalidate", "fence.lua", "cache_invalidate.lua");
 lua!(/// Write to a resource with a current fencing token.
     FENCED_WRITE, "fenced write", "tokens.lua", "fenced_write.lua");
 lua!(/// Read a resource with a current fencing token, fencing off older ones.

@@ -178,6 +178,20 @@ impl Worker {
         let _ = self.child.wait();
     }
 
+    /// Waits up to `limit` for the worker to exit; whether it succeeded (`None`: still running).
+    pub async fn finished_within(&mut self, limit: Duration) -> Option<bool> {
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Some(done) = self.finished() {
+                return Some(done);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
     /// Whether the worker has exited, and if so whether it succeeded.
     pub fn finished(&mut self) -> Option<bool> {
         self.child.try_wait().unwrap().map(|s| s.success())

@@ -1,0 +1,732 @@
+//! [`Cache`]: read-through caching that protects the source from stampedes.
+//!
+//! Invariants:
+//! 1. One computer per missing entry across every process: the compute runs under the entry's
+//!    lock, and whoever takes the lock reads the entry again before computing, so a value
+//!    stored between a caller's read and its grant is served, not computed twice.
+//! 2. One Redis reader per entry per handle in a process: callers that find a flight already
+//!    under way for their entry wait for its result instead of reading (the local single
+//!    flight). A flight that fails or is cancelled wakes them, and one of them flies next.
+//! 3. A store is fenced: it carries the computer's fencing token and is refused once the
+//!    entry's fence has passed it (a newer grant, or an [`invalidate`](Cache::invalidate)),
+//!    so a computer that was paused, or that read the source before a change, never
+//!    overwrites what is known now.
+//! 4. Freshness is decided by Redis alone: the entry's remaining `PTTL` on the server, never a
+//!    client clock.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use crate::client::Client;
+use crate::core::metrics;
+use crate::error::{Error, Result};
+use crate::guard::{Lease, LockGuard};
+use crate::keys::validate_name;
+use crate::kind::unexpected;
+use crate::lock::Lock;
+use crate::options::{MAX_TTL, ttl_millis};
+use crate::scripts::{CACHE_INVALIDATE, CACHE_STORE, ScriptCall};
+use crate::token::FencingToken;
+use crate::util::{lock_unpoisoned, random_fraction};
+use crate::wait::WaitPolicy;
+
+/// What a caller of one local flight receives: `None` while it flies, then the entry's value
+/// (`Some(None)`: the source has no value).
+type Flight = watch::Receiver<Option<Option<Vec<u8>>>>;
+
+/// A read-through cache in Redis whose misses are computed once, across every process.
+///
+/// [`get_or_compute`](Self::get_or_compute) serves a cached value, or, on a miss, lets
+/// exactly one caller run the computation (under a [`Lock`] of the entry) while the others
+/// wait for its value: they are woken by the store itself, not by polling. It also covers the
+/// other classic cache failures:
+///
+/// - **breakdown** (a hot key expires and a thousand requests rebuild it at once): one
+///   computer per entry across all processes, and one Redis read per entry per process;
+/// - **penetration** (requests for keys that do not exist reach the source every time): a
+///   compute that returns `Ok(None)` is cached as "no value" for
+///   [`with_negative_ttl`](Self::with_negative_ttl);
+/// - **avalanche** (many keys expiring at once): each entry's ttl is stretched by a random
+///   fraction up to [`with_jitter`](Self::with_jitter);
+/// - **early refresh**: with [`with_early_refresh`](Self::with_early_refresh), a caller may
+///   recompute a little before expiry, more likely the closer the expiry and the slower the
+///   compute (XFetch, Vattani et al., VLDB 2015), so a hot key never expires in front of its
+///   readers;
+/// - **stale reads**: with [`with_stale_for`](Self::with_stale_for), an expired value is kept
+///   a while longer and served while one caller recomputes it.
+///
+/// The compute receives the [`Lease`] of the entry's lock (for its fencing token and lost
+/// signal); it is cancelled if the lease is lost. Its store is fenced: a computer whose lease
+/// was lost (it was paused, say) or whose entry was invalidated while it ran cannot store its
+/// value (see [`invalidate`](Self::invalidate)).
+///
+/// An entry `key` of cache `name` is the lock named `"{name}:{key}"`, with the hash
+/// `<ns>{<name>:<key>}:cached` next to the lock's keys: field `v` the value (absent for "no
+/// value"), `d` how long the compute took (ms), `s` the stale grace (ms).
+///
+/// Clones share their local flights; separate handles from [`Client::cache`] do not (each
+/// reads Redis once per flight).
+///
+/// # Examples
+///
+/// ```
+/// # fenced_testkit::doctest(|url| async move {
+/// use std::time::Duration;
+///
+/// let client = fenced::Client::connect(&url).await?;
+/// let products = client.cache("product");
+///
+/// let load = |id: u64| async move {
+///     // ... the expensive query; `Ok(None)` when the product does not exist ...
+///     Ok::<_, fenced::Error>(Some(format!("product {id}").into_bytes()))
+/// };
+/// let value = products
+///     .get_or_compute("42", Duration::from_secs(60), |_lease| load(42))
+///     .await?;
+/// assert_eq!(value.as_deref(), Some(&b"product 42"[..]));
+///
+/// // A hit: the compute does not run again.
+/// let again = products
+///     .get_or_compute("42", Duration::from_secs(60), |_lease| async {
+///         Ok::<_, fenced::Error>(Some(b"not asked".to_vec()))
+///     })
+///     .await?;
+/// assert_eq!(again, value);
+///
+/// // The product changed: drop the entry, and fence off any compute still running.
+/// assert!(products.invalidate("42").await?);
+/// # Ok(()) });
+/// ```
+#[derive(Clone)]
+pub struct Cache {
+    client: Client,
+    name: Arc<str>,
+    jitter: f64,
+    negative_ttl: Duration,
+    stale_for: Duration,
+    early_refresh: f64,
+    wait: WaitPolicy,
+    lease_ttl: Option<Duration>,
+    flights: Arc<Mutex<HashMap<String, Flight>>>,
+}
+
+impl fmt::Debug for Cache {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Cache")
+            .field("name", &self.name)
+            .field("jitter", &self.jitter)
+            .field("negative_ttl", &self.negative_ttl)
+            .field("stale_for", &self.stale_for)
+            .field("early_refresh", &self.early_refresh)
+            .field("wait", &self.wait)
+            .finish()
+    }
+}
+
+/// What one read of an entry found.
+#[derive(Debug, PartialEq)]
+enum Found {
+    /// Within its ttl: `remaining_ms` of freshness left (`u64::MAX`: the key does not expire),
+    /// and how long its compute took.
+    Fresh {
+        value: Option<Vec<u8>>,
+        remaining_ms: u64,
+        compute_ms: u64,
+    },
+    /// Past its ttl, within its stale grace.
+    Stale { value: Option<Vec<u8>> },
+    /// No entry (or a stale one this handle does not serve).
+    Missing,
+}
+
+/// What a caller does after a read (and perhaps a lock attempt).
+enum Next {
+    /// Serve this value.
+    Serve { value: Option<Vec<u8>>, stale: bool },
+    /// Compute under this guard. `recheck`: the entry was missing or stale when read, so read
+    /// it again under the lock first (invariant 1).
+    Compute { guard: LockGuard, recheck: bool },
+}
+
+/// The Redis names of one entry.
+struct Entry {
+    lock: Lock,
+    cached: String,
+}
+
+impl Cache {
+    pub(crate) fn new(client: &Client, name: String) -> Self {
+        Cache {
+            client: client.clone(),
+            name: name.into(),
+            jitter: 0.1,
+            negative_ttl: Duration::from_secs(5),
+            stale_for: Duration::ZERO,
+            early_refresh: 0.0,
+            wait: WaitPolicy::up_to(Duration::from_secs(30)),
+            lease_ttl: None,
+            flights: Arc::default(),
+        }
+    }
+
+    /// The cache's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Stretches every entry's ttl by a random fraction in `[0, jitter]` of it (default 0.1),
+    /// so entries stored together do not all expire together. `0` turns it off; at most 1.
+    pub fn with_jitter(mut self, jitter: f64) -> Self {
+        self.jitter = jitter;
+        self
+    }
+
+    /// How long a "no value" result (`Ok(None)` from the compute) is cached (default 5s).
+    pub fn with_negative_ttl(mut self, ttl: Duration) -> Self {
+        self.negative_ttl = ttl;
+        self
+    }
+
+    /// Keeps entries `grace` past their ttl and serves them, stale, while one caller computes
+    /// the new value (default: zero, never serve stale). Callers that cannot take the entry's
+    /// lock get the stale value at once instead of waiting.
+    pub fn with_stale_for(mut self, grace: Duration) -> Self {
+        self.stale_for = grace;
+        self
+    }
+
+    /// Early refresh with XFetch's `beta` (default 0: off; 1.0 is the usual choice, more
+    /// refreshes earlier). A caller reading a fresh entry recomputes it when
+    /// `compute time × beta × −ln(random) ≥ time left`; at most one at a time does (it must
+    /// take the entry's lock without waiting), and the others are served the cached value.
+    pub fn with_early_refresh(mut self, beta: f64) -> Self {
+        self.early_refresh = beta;
+        self
+    }
+
+    /// How long a caller waits for another caller's compute (default: 30s). Past it,
+    /// [`Error::NotAcquired`].
+    pub fn with_wait(mut self, policy: WaitPolicy) -> Self {
+        self.wait = policy;
+        self
+    }
+
+    /// The lease of the entry's lock while a compute runs (default: the client's ttl). It is
+    /// renewed while the compute runs; it only bounds how long a crashed computer blocks the
+    /// entry.
+    pub fn with_lease_ttl(mut self, ttl: Duration) -> Self {
+        self.lease_ttl = Some(ttl);
+        self
+    }
+
+    /// Returns the entry's value, computing it on a miss: exactly one caller across every
+    /// process runs `compute` while the others wait for its value (by the cache's
+    /// [`WaitPolicy`]). `Ok(None)` from `compute` means "no such value" and is cached for the
+    /// negative ttl; `ttl` is how long a value stays fresh (before jitter).
+    ///
+    /// `compute` runs under the entry's lock and receives its [`Lease`]; it is dropped at its
+    /// next await if the lease is lost. A value that cannot be stored (Redis failed, or the
+    /// store was fenced off by a newer grant or an invalidation) is still returned to the
+    /// caller that computed it.
+    ///
+    /// # Errors
+    ///
+    /// The compute's own error, for the caller that ran it (callers waiting for it are woken
+    /// and one of them computes next). [`Error::InvalidArgument`] for a bad key or settings;
+    /// [`Error::NotAcquired`] when the wait ran out; [`Error::LeaseLost`] when the lease ended
+    /// before the compute did; transport errors of the read, converted with `From`.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future gives the entry's lock back (in the background) and wakes the
+    /// callers waiting on this one.
+    pub async fn get_or_compute<F, Fut, E>(
+        &self,
+        key: &str,
+        ttl: Duration,
+        compute: F,
+    ) -> Result<Option<Vec<u8>>, E>
+    where
+        F: FnOnce(Lease) -> Fut,
+        Fut: Future<Output = Result<Option<Vec<u8>>, E>>,
+        E: From<Error>,
+    {
+        let span = tracing::debug_span!("fenced.cache.get_or_compute", cache = %self.name, key);
+        async move {
+            let entry = self.entry(key)?;
+            self.check_settings(ttl)?;
+            let started = Instant::now();
+            let deadline = match self.wait.deadline() {
+                Some(d) => Some(started.checked_add(d).ok_or_else(|| {
+                    Error::invalid(format!("wait deadline {d:?} overflows the clock"))
+                })?),
+                None => None,
+            };
+            loop {
+                match self.join_flight(entry.lock.name()) {
+                    Err(mut flight) => {
+                        let done = async {
+                            flight
+                                .wait_for(Option::is_some)
+                                .await
+                                .map(|value| value.clone().flatten())
+                        };
+                        let outcome = match deadline {
+                            Some(at) => tokio::time::timeout_at(at, done).await.map_err(|_| {
+                                Error::NotAcquired {
+                                    name: entry.lock.name().to_owned(),
+                                    waited: started.elapsed(),
+                                    attempts: 0,
+                                }
+                            })?,
+                            None => done.await,
+                        };
+                        // Err: the flight failed or was cancelled; fly (or follow) the next one.
+                        if let Ok(value) = outcome {
+                            metrics::cache_lookup("shared");
+                            return Ok(value);
+                        }
+                    }
+                    Ok(flight) => {
+                        let wait = match deadline {
+                            Some(at) => {
+                                WaitPolicy::up_to(at.saturating_duration_since(Instant::now()))
+                            }
+                            None => WaitPolicy::forever(),
+                        };
+                        let wait = match self.wait.max_attempts() {
+                            Some(n) => wait.with_max_attempts(n),
+                            None => wait,
+                        };
+                        let value = self.fetch(&entry, ttl, wait, compute).await?;
+                        flight.land(&value);
+                        return Ok(value);
+                    }
+                }
+            }
+        }
+        .instrument(span)
+        .await
+    }
+
+    /// Drops the entry and raises its fence, so that a compute already running cannot store
+    /// a value it may have read before the change that made you invalidate. The next
+    /// [`get_or_compute`](Self::get_or_compute) computes afresh. Returns whether an entry
+    /// was there.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for a bad key; transport errors (after a timeout the entry
+    /// may or may not be gone).
+    pub async fn invalidate(&self, key: &str) -> Result<bool> {
+        let entry = self.entry(key)?;
+        let call = ScriptCall::new(&CACHE_INVALIDATE)
+            .key(&entry.cached)
+            .key(&entry.lock.keys().fence)
+            .arg(self.client.core().fence_retention_ms());
+        let dropped: i64 = self.client.core().node().run(&call).await?;
+        Ok(dropped == 1)
+    }
+
+    /// Reads the entry without computing: `None` when there is none (or only a stale one this
+    /// handle does not serve), `Some(None)` for a cached "no value", `Some(Some(v))` for a
+    /// value, fresh or (with [`with_stale_for`](Self::with_stale_for)) stale.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for a bad key; transport errors.
+    pub async fn get(&self, key: &str) -> Result<Option<Option<Vec<u8>>>> {
+        let entry = self.entry(key)?;
+        Ok(match self.read(&entry).await? {
+            Found::Fresh { value, .. } | Found::Stale { value } => Some(value),
+            Found::Missing => None,
+        })
+    }
+
+    fn entry(&self, key: &str) -> Result<Entry> {
+        validate_name("cache", &self.name)?;
+        if key.is_empty() {
+            return Err(Error::invalid("cache key is empty"));
+        }
+        let name = format!("{}:{key}", self.name);
+        validate_name("cache entry", &name)?;
+        let mut lock = self.client.lock(name);
+        if let Some(ttl) = self.lease_ttl {
+            lock = lock.with_ttl(ttl);
+        }
+        let cached = format!("{}:cached", lock.keys().lock);
+        Ok(Entry { lock, cached })
+    }
+
+    fn check_settings(&self, ttl: Duration) -> Result<()> {
+        for (what, d) in [("cache ttl", ttl), ("negative ttl", self.negative_ttl)] {
+            if d < Duration::from_millis(1) || d > MAX_TTL {
+                return Err(Error::invalid(format!(
+                    "{what} {d:?} is out of range (1ms to one year)"
+                )));
+            }
+        }
+        if self.stale_for > MAX_TTL {
+            return Err(Error::invalid(format!(
+                "stale grace {:?} is above one year",
+                self.stale_for
+            )));
+        }
+        if !(0.0..=1.0).contains(&self.jitter) {
+            return Err(Error::invalid(format!(
+                "cache jitter {} is not a fraction from 0 to 1",
+                self.jitter
+            )));
+        }
+        if !(self.early_refresh.is_finite() && self.early_refresh >= 0.0) {
+            return Err(Error::invalid(format!(
+                "early refresh beta {} is not a finite number ≥ 0",
+                self.early_refresh
+            )));
+        }
+        Ok(())
+    }
+
+    /// Joins the local flight of `name`: `Ok` to fly it (nobody else in this handle is), `Err`
+    /// with the flight to wait for.
+    fn join_flight(&self, name: &str) -> std::result::Result<Pilot, Flight> {
+        let mut flights = lock_unpoisoned(&self.flights);
+        if let Some(flight) = flights.get(name) {
+            return Err(flight.clone());
+        }
+        let (tx, rx) = watch::channel(None);
+        flights.insert(name.to_owned(), rx.clone());
+        Ok(Pilot {
+            flights: self.flights.clone(),
+            name: name.to_owned(),
+            rx,
+            tx,
+        })
+    }
+
+    /// The Redis side of one flight: read, and on a miss take the entry's lock or wait for
+    /// whoever has it.
+    async fn fetch<F, Fut, E>(
+        &self,
+        entry: &Entry,
+        ttl: Duration,
+        wait: WaitPolicy,
+        compute: F,
+    ) -> Result<Option<Vec<u8>>, E>
+    where
+        F: FnOnce(Lease) -> Fut,
+        Fut: Future<Output = Result<Option<Vec<u8>>, E>>,
+        E: From<Error>,
+    {
+        let mut reads = 0u32;
+        let core = self.client.core();
+        let next = core
+            .wait_until(entry.lock.name(), &entry.lock.keys().channel, wait, || {
+                reads += 1;
+                async move {
+                    Ok(match self.read(entry).await? {
+                        Found::Fresh {
+                            value,
+                            remaining_ms,
+                            compute_ms,
+                        } if self.refresh_now(remaining_ms, compute_ms) => {
+                            match entry.lock.try_acquire().await? {
+                                Some(guard) => Ok(Next::Compute {
+                                    guard,
+                                    recheck: false,
+                                }),
+                                None => Ok(Next::Serve {
+                                    value,
+                                    stale: false,
+                                }),
+                            }
+                        }
+                        Found::Fresh { value, .. } => Ok(Next::Serve {
+                            value,
+                            stale: false,
+                        }),
+                        Found::Stale { value } => match entry.lock.try_acquire().await? {
+                            Some(guard) => Ok(Next::Compute {
+                                guard,
+                                recheck: true,
+                            }),
+                            None => Ok(Next::Serve { value, stale: true }),
+                        },
+                        Found::Missing => match entry.lock.try_acquire().await? {
+                            Some(guard) => Ok(Next::Compute {
+                                guard,
+                                recheck: true,
+                            }),
+                            None => Err(None),
+                        },
+                    })
+                }
+            })
+            .await?;
+        // A value found after waiting was computed by somebody else.
+        let waited = reads > 1;
+        let (guard, recheck) = match next {
+            Next::Serve { value, stale } => {
+                metrics::cache_lookup(match (stale, waited) {
+                    (true, _) => "stale",
+                    (false, true) => "shared",
+                    (false, false) => "hit",
+                });
+                return Ok(value);
+            }
+            Next::Compute { guard, recheck } => (guard, recheck),
+        };
+        if recheck && let Found::Fresh { value, .. } = self.read(entry).await? {
+            // Stored between our read and our grant (invariant 1).
+            metrics::cache_lookup("shared");
+            release_quietly(guard).await;
+            return Ok(value);
+        }
+        metrics::cache_lookup("computed");
+        self.compute_and_store(entry, ttl, guard, compute).await
+    }
+
+    async fn compute_and_store<F, Fut, E>(
+        &self,
+        entry: &Entry,
+        ttl: Duration,
+        guard: LockGuard,
+        compute: F,
+    ) -> Result<Option<Vec<u8>>, E>
+    where
+        F: FnOnce(Lease) -> Fut,
+        Fut: Future<Output = Result<Option<Vec<u8>>, E>>,
+        E: From<Error>,
+    {
+        let lease = guard.lease();
+        let started = Instant::now();
+        let computed = tokio::select! {
+            biased;
+            _ = lease.lost() => None,
+            out = compute(lease.clone()) => Some(out),
+        };
+        let value = match computed {
+            None => {
+                metrics::cache_computed("failed");
+                drop(guard);
+                return Err(Error::LeaseLost {
+                    name: entry.lock.name().to_owned(),
+                    fencing_token: lease.fencing_token(),
+                }
+                .into());
+            }
+            Some(Err(e)) => {
+                metrics::cache_computed("failed");
+                release_quietly(guard).await;
+                return Err(e);
+            }
+            Some(Ok(value)) => value,
+        };
+        let compute_ms = ttl_millis(started.elapsed());
+        match self
+            .store(
+                entry,
+                lease.fencing_token(),
+                ttl,
+                compute_ms,
+                value.as_deref(),
+            )
+            .await
+        {
+            Ok(true) => metrics::cache_computed("stored"),
+            Ok(false) => {
+                metrics::cache_computed("refused");
+                tracing::debug!(entry = %entry.lock.name(), "fenced: cache store refused; a newer grant or an invalidation came first");
+            }
+            Err(e) => {
+                metrics::cache_computed("failed");
+                tracing::warn!(entry = %entry.lock.name(), error = %e, "fenced: cache store failed; the value is returned but not cached");
+            }
+        }
+        release_quietly(guard).await;
+        Ok(value)
+    }
+
+    /// XFetch: recompute early with probability rising as expiry nears.
+    fn refresh_now(&self, remaining_ms: u64, compute_ms: u64) -> bool {
+        if self.early_refresh <= 0.0 || remaining_ms == u64::MAX {
+            return false;
+        }
+        let gap = compute_ms as f64 * self.early_refresh * -random_fraction().ln();
+        gap >= remaining_ms as f64
+    }
+
+    /// One round trip: the entry's fields and its remaining life.
+    async fn read(&self, entry: &Entry) -> Result<Found> {
+        let mut pipe = redis::pipe();
+        pipe.cmd("HMGET")
+            .arg(&entry.cached)
+            .arg("v")
+            .arg("d")
+            .arg("s")
+            .cmd("PTTL")
+            .arg(&entry.cached);
+        let (fields, pttl): (Vec<Option<Vec<u8>>>, i64) = self
+            .client
+            .core()
+            .node()
+            .query_pipe("cache read", &pipe)
+            .await?;
+        parse_entry(fields, pttl, !self.stale_for.is_zero())
+    }
+
+    async fn store(
+        &self,
+        entry: &Entry,
+        token: FencingToken,
+        ttl: Duration,
+        compute_ms: u64,
+        value: Option<&[u8]>,
+    ) -> Result<bool> {
+        let fresh = if value.is_some() {
+            ttl
+        } else {
+            self.negative_ttl
+        };
+        let fresh_ms = ttl_millis(fresh);
+        let stretch = (fresh_ms as f64 * self.jitter * random_fraction()) as u64;
+        let stale_ms = ttl_millis(self.stale_for);
+        let life = fresh_ms.saturating_add(stretch).saturating_add(stale_ms);
+        let core = self.client.core();
+        let mut call = ScriptCall::new(&CACHE_STORE)
+            .key(&entry.cached)
+            .key(&entry.lock.keys().fence)
+            .arg(token.get())
+            .arg(life)
+            .arg(compute_ms)
+            .arg(stale_ms)
+            .arg(&entry.lock.keys().channel)
+            .arg(core.release_message(crate::core::Wake::All));
+        if let Some(value) = value {
+            call = call.arg(value);
+        }
+        let stored: i64 = core.node().run(&call).await?;
+        Ok(stored == 1)
+    }
+}
+
+/// Reads an `HMGET v d s` + `PTTL` reply.
+fn parse_entry(fields: Vec<Option<Vec<u8>>>, pttl: i64, serve_stale: bool) -> Result<Found> {
+    let number = |raw: &Option<Vec<u8>>| -> Result<u64> {
+        match raw {
+            None => Ok(0),
+            Some(b) => std::str::from_utf8(b)
+                .ok()
+                .and_then(|s| s.parse().ok())
+                .ok_or_else(|| unexpected("cache read", format!("{b:?} is not a number"))),
+        }
+    };
+    let [value, compute, stale] = <[Option<Vec<u8>>; 3]>::try_from(fields)
+        .map_err(|f| unexpected("cache read", format!("{} fields, not 3", f.len())))?;
+    if compute.is_none() || pttl == -2 {
+        return Ok(Found::Missing);
+    }
+    let compute_ms = number(&compute)?;
+    let stale_ms = number(&stale)?;
+    let remaining_ms = match u64::try_from(pttl) {
+        Err(_) => u64::MAX, // -1: no expiry; somebody persisted the entry
+        Ok(left) => left.saturating_sub(stale_ms),
+    };
+    Ok(if remaining_ms > 0 {
+        Found::Fresh {
+            value,
+            remaining_ms,
+            compute_ms,
+        }
+    } else if serve_stale {
+        Found::Stale { value }
+    } else {
+        Found::Missing
+    })
+}
+
+/// Gives the entry's lock back; a failure only delays the next computer by the lease.
+async fn release_quietly(guard: LockGuard) {
+    let name = guard.name().to_owned();
+    if let Err(e) = guard.release().await {
+        tracing::debug!(entry = %name, error = %e, "fenced: cache lock release failed; it expires by its ttl");
+    }
+}
+
+/// The caller flying a local flight. Dropping it without [`land`](Pilot::land) (an error, a
+/// cancel) wakes the waiting callers with nothing, so one of them flies next.
+struct Pilot {
+    flights: Arc<Mutex<HashMap<String, Flight>>>,
+    name: String,
+    rx: Flight,
+    tx: watch::Sender<Option<Option<Vec<u8>>>>,
+}
+
+impl Pilot {
+    fn land(self, value: &Option<Vec<u8>>) {
+        self.tx.send_replace(Some(value.clone()));
+    }
+}
+
+impl Drop for Pilot {
+    fn drop(&mut self) {
+        let mut flights = lock_unpoisoned(&self.flights);
+        if flights
+            .get(&self.name)
+            .is_some_and(|f| f.same_channel(&self.rx))
+        {
+            flights.remove(&self.name);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn b(s: &str) -> Option<Vec<u8>> {
+        Some(s.as_bytes().to_vec())
+    }
+
+    #[test]
+    fn entries_are_read_by_their_server_ttl() {
+        assert_eq!(
+            parse_entry(vec![b("x"), b("12"), b("0")], 500, false).ok(),
+            Some(Found::Fresh {
+                value: b("x"),
+                remaining_ms: 500,
+                compute_ms: 12
+            })
+        );
+        // Within the stale grace: stale if served, missing if not.
+        assert_eq!(
+            parse_entry(vec![b("x"), b("1"), b("1000")], 400, true).ok(),
+            Some(Found::Stale { value: b("x") })
+        );
+        assert_eq!(
+            parse_entry(vec![b("x"), b("1"), b("1000")], 400, false).ok(),
+            Some(Found::Missing)
+        );
+        // A negative entry has no value field.
+        assert_eq!(
+            parse_entry(vec![None, b("3"), b("0")], 10, false).ok(),
+            Some(Found::Fresh {
+                value: None,
+                remaining_ms: 10,
+                compute_ms: 3
+            })
+        );
+        assert_eq!(
+            parse_entry(vec![None, None, None], -2, false).ok(),
+            Some(Found::Missing)
+        );
+        assert!(parse_entry(vec![b("x"), b("soon"), None], 10, false).is_err());
+        assert!(parse_entry(vec![b("x")], 10, false).is_err());
+    }
+}

@@ -1,0 +1,15 @@
+-- Drop a cached entry and raise its lock's fence, so that a compute already running (which
+-- may have read the data before the change that caused this invalidation) cannot store its
+-- value: cache_store.lua refuses tokens below the fence.
+--
+-- KEYS[1]  the cached entry (hash)
+-- KEYS[2]  the entry lock's fence (string)
+-- ARGV[1]  fence retention, ms
+--
+-- Returns 1 if an entry was dropped, 0 if there was none.
+--
+-- `next_token` comes from fence.lua, prepended when the script is built (scripts/mod.rs): the
+-- raised fence is a token like any grant's, so later grants stay above it.
+local last = redis.call('MGET', KEYS[2])[1]
+redis.call('SET', KEYS[2], next_token(last, redis.call('TIME')), 'PX', ARGV[1])
+return redis.call('DEL', KEYS[1])
