@@ -157,7 +157,7 @@ fn expand(options: Options, mut function: ItemFn) -> syn::Result<proc_macro2::To
             {
                 ::std::result::Result::Ok(out) => out,
                 ::std::result::Result::Err(e) => {
-                    ::std::result::Result::Err(::std::convert::From::from(e))
+                    ::fenced::__private::LockedOutput::from_lock_error(e)
                 }
             }
         }

@@ -304,6 +304,50 @@ impl Client {
     }
 }
 
+impl Client {
+    /// Every name of this client's namespace that handed out a fencing token within the
+    /// fence retention (a lock, reentrant, semaphore, read-write, fair or multi grant), held
+    /// now or not, whose name matches the glob `pattern`, sorted by name, with its last token.
+    /// Reading it twice shows which names were granted in between (`fenced top`).
+    ///
+    /// # Errors
+    ///
+    /// Transport errors, as for [`locks`](Self::locks).
+    pub async fn grants(&self, pattern: &str) -> Result<Vec<GrantStatus>> {
+        let ns = &self.core().options().namespace;
+        let node = self.core().node();
+        let names = scan_names(node, ns, pattern, ":fence", "string").await?;
+        let mut out = Vec::with_capacity(names.len());
+        for chunk in names.chunks(500) {
+            let mut mget = redis::cmd("MGET");
+            for name in chunk {
+                mget.arg(LockKeys::new(ns, name).fence);
+            }
+            let tokens: Vec<Option<Vec<u8>>> = node.query("grants", &mget).await?;
+            for (name, token) in chunk.iter().zip(tokens) {
+                // Gone since the scan (its retention ended): not listed.
+                if let Some(token) = token {
+                    out.push(GrantStatus {
+                        name: name.clone(),
+                        last_fencing_token: parse_token("grants", &token)?,
+                    });
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// A name's last grant, as [`Client::grants`] finds it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct GrantStatus {
+    /// The name.
+    pub name: String,
+    /// The fencing token of its last grant.
+    pub last_fencing_token: FencingToken,
+}
+
 /// The names whose key `<ns>{name}<suffix>` of `key_type` exists, matching the glob `pattern`,
 /// sorted and without duplicates (`SCAN` may return a key twice).
 async fn scan_names(

@@ -205,7 +205,7 @@ pub use fair::FairLock;
 pub use fenced_macros::locked;
 pub use guard::{Lease, LockGuard};
 pub use inspect::{
-    FairQueueStatus, Holder, LatchStatus, LockStatus, OWNER_PREFIX_LEN, RwLockStatus,
+    FairQueueStatus, GrantStatus, Holder, LatchStatus, LockStatus, OWNER_PREFIX_LEN, RwLockStatus,
 };
 pub use keys::{MAX_NAME_LEN, MAX_NAMESPACE_LEN};
 pub use latch::Latch;
@@ -222,6 +222,27 @@ pub use semaphore::{MAX_PERMITS, Semaphore, SemaphorePermit, SemaphoreStatus};
 pub use striped::{MAX_STRIPES, StripedLock};
 pub use token::FencingToken;
 pub use wait::WaitPolicy;
+
+/// What `#[fenced::locked]` expands to; not a public API.
+#[doc(hidden)]
+pub mod __private {
+    /// The output of a `#[fenced::locked]` function: a `Result` whose error takes a lock
+    /// failure.
+    #[diagnostic::on_unimplemented(
+        message = "a `#[fenced::locked]` function must return `Result<T, E>` with `E: From<fenced::Error>`, not `{Self}`",
+        label = "the lock can fail, and its error is returned through this type"
+    )]
+    pub trait LockedOutput {
+        /// The function's output for a lock that could not be taken or was lost.
+        fn from_lock_error(e: crate::Error) -> Self;
+    }
+
+    impl<T, E: From<crate::Error>> LockedOutput for Result<T, E> {
+        fn from_lock_error(e: crate::Error) -> Self {
+            Err(E::from(e))
+        }
+    }
+}
 
 /// The Redis client library `fenced` is built on, for building commands to queue in a
 /// [`Tx`] (`fenced::redis::cmd("HSET")…`).

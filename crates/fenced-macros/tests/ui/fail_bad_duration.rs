@@ -1,0 +1,8 @@
+use fenced::Client;
+
+#[fenced::locked(client = client, name = "x", ttl = "10 parsecs")]
+async fn bad_ttl(client: &Client) -> fenced::Result<()> {
+    Ok(())
+}
+
+fn main() {}
