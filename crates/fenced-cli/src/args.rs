@@ -99,6 +99,23 @@ pub enum Command {
         #[arg(default_value = "*")]
         pattern: String,
     },
+    /// A live view of the namespace: every lock, semaphore, read-write lock, fair queue and
+    /// latch, with its holder, ttl left, waiters, grants per second and their trend.
+    ///
+    /// Grants per second are exact when the server sends keyspace events (`CONFIG SET
+    /// notify-keyspace-events K$`); otherwise they are counted from fencing-token changes
+    /// between refreshes, a lower bound marked ≥. Needs a terminal; works over SSH. q quits.
+    #[command(
+        after_help = "Examples:\n  fenced top\n  fenced top 'deploy:*' --interval 500ms\n  fenced --redis redis://10.0.0.5:6379 top"
+    )]
+    Top {
+        /// Only names matching this glob.
+        #[arg(default_value = "*")]
+        pattern: String,
+        /// How often to refresh (at least 100ms).
+        #[arg(long, default_value = "1s", value_parser = duration, value_name = "DUR")]
+        interval: Duration,
+    },
     /// Break a lock whoever holds it (needs --force), and wake its waiters.
     #[command(
         after_help = "Examples:\n  fenced status deploy:web          # who holds it, for how long\n  fenced release deploy:web --force"

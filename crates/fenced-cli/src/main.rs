@@ -65,6 +65,9 @@ fn main() -> ExitCode {
             Command::Run(run) => cmd::run::run(&cli.global, run).await,
             Command::Status { name } => cmd::inspect::status(&cli.global, name).await,
             Command::List { pattern } => cmd::inspect::list(&cli.global, pattern).await,
+            Command::Top { pattern, interval } => {
+                cmd::top::top(&cli.global, pattern, *interval).await
+            }
             Command::Release { name, force } => {
                 cmd::inspect::release(&cli.global, name, *force).await
             }

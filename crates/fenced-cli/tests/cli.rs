@@ -1389,6 +1389,60 @@ async fn a_wait_on_a_terminal_shows_a_spinner_with_the_holder() {
     assert!(shown, "no spinner on the terminal");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn top_on_a_terminal_draws_the_namespace_and_q_quits() {
+    let s = server();
+    let c = client(&s).await;
+    let held = c.lock("deploy:web").acquire().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let typescript = dir.path().join("typescript");
+    // A pty has no size until somebody sets one; a terminal over SSH has the client's.
+    let line = format!(
+        "stty cols 120 rows 20; {} --redis {} top --interval 200ms",
+        env!("CARGO_BIN_EXE_fenced"),
+        s.url()
+    );
+    let mut script = Command::new("script")
+        .args(["-qfc", &line, typescript.to_str().unwrap()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("`script` (util-linux) gives the test a terminal");
+    let shown = {
+        let typescript = typescript.clone();
+        poll_until(Duration::from_secs(10), move || {
+            let screen = std::fs::read_to_string(&typescript).unwrap_or_default();
+            screen.contains("deploy:web") && screen.contains("fenced top")
+        })
+        .await
+    };
+    use tokio::io::AsyncWriteExt;
+    let mut keys = script.stdin.take().unwrap();
+    keys.write_all(b"q").await.unwrap();
+    keys.flush().await.unwrap();
+    let status = wait_exit(&mut script, Duration::from_secs(10)).await;
+    assert!(shown, "top did not draw the held lock");
+    assert!(status.success(), "q did not quit: {status:?}");
+    held.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn top_without_a_terminal_says_so_in_one_line() {
+    let limit = Duration::from_secs(10);
+    let out = finish(fenced("redis://127.0.0.1:1", &["top"]), limit).await;
+    assert_eq!(out.code, Some(64), "{}", out.stderr);
+    assert_eq!(out.stderr.trim().lines().count(), 1, "{}", out.stderr);
+    assert!(out.stderr.contains("needs a terminal"), "{}", out.stderr);
+    let out = finish(
+        fenced("redis://127.0.0.1:1", &["top", "--interval", "1ms"]),
+        limit,
+    )
+    .await;
+    assert_eq!(out.code, Some(64), "{}", out.stderr);
+}
+
 /// Polls `check` every 20 ms until it holds or `limit` passes.
 async fn poll_until(limit: Duration, check: impl Fn() -> bool) -> bool {
     let deadline = Instant::now() + limit;

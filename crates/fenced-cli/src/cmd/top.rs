@@ -1,0 +1,647 @@
+//! `fenced top`: a live view of every lock, semaphore, read-write lock, fair queue and latch of
+//! the namespace, with holders, ttl left, waiters, and grants per second with their trend.
+//!
+//! Grants per second come from the fence keys (`<ns>{name}:fence`), which every grant of every
+//! kind writes. With keyspace notifications on (`notify-keyspace-events` containing `K` and
+//! `$` or `A`), each grant is one event, and the rate is exact. Otherwise the view compares
+//! the last fencing token of each name between two refreshes: a change means at least one
+//! grant, so the rate shown is a lower bound, marked `≥`.
+//!
+//! The collecting ([`Tracker::refresh`]) and the drawing ([`draw`]) are separate from the
+//! terminal, so a test can draw one frame against a live server into a buffer.
+
+use std::collections::{HashMap, VecDeque};
+use std::io::IsTerminal;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use ratatui::Frame;
+use ratatui::layout::{Constraint, Layout};
+use ratatui::style::{Modifier, Style};
+use ratatui::text::Line;
+use ratatui::widgets::{Block, Cell, Paragraph, Row, Table, TableState};
+use tokio::time::Instant;
+
+use crate::args::Global;
+use crate::cmd::{address, check_url, connect};
+use crate::exit::{self, Failure, show};
+
+/// Refreshes kept for the trend column.
+const TREND: usize = 24;
+
+/// One line of the view.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Entry {
+    pub kind: &'static str,
+    pub name: String,
+    pub holder: String,
+    pub ttl_left: String,
+    pub waiting: String,
+    /// Grants per second over the last refresh, if the name granted within the retention.
+    pub rate: Option<f64>,
+    pub trend: String,
+}
+
+/// What one refresh found.
+#[derive(Clone, Debug, Default)]
+pub struct Snapshot {
+    pub entries: Vec<Entry>,
+    /// Rates counted from keyspace events (exact), or from token changes (lower bounds).
+    pub exact_rates: bool,
+    /// The last refresh's error, shown in the status line; the view keeps going.
+    pub error: Option<String>,
+    pub held: usize,
+    pub waiting: u64,
+}
+
+/// Keeps what rates and trends need between refreshes.
+pub struct Tracker {
+    client: fenced::Client,
+    pattern: String,
+    last_tokens: HashMap<String, u64>,
+    last_at: Option<Instant>,
+    history: HashMap<String, VecDeque<f64>>,
+    /// Grants seen per name since the last refresh, from keyspace events.
+    events: Option<Arc<Mutex<HashMap<String, u64>>>>,
+}
+
+impl Tracker {
+    pub fn new(client: fenced::Client, pattern: &str) -> Self {
+        Tracker {
+            client,
+            pattern: pattern.to_owned(),
+            last_tokens: HashMap::new(),
+            last_at: None,
+            history: HashMap::new(),
+            events: None,
+        }
+    }
+
+    /// Counts grants from keyspace events from now on.
+    pub fn count_events(&mut self, counts: Arc<Mutex<HashMap<String, u64>>>) {
+        self.events = Some(counts);
+    }
+
+    /// Reads everything once and updates the rates.
+    pub async fn refresh(&mut self) -> Result<Snapshot, fenced::Error> {
+        let c = &self.client;
+        let p = self.pattern.as_str();
+        let locks = c.locks(p).await?;
+        let semaphores = c.semaphores(p).await?;
+        let rw = c.rw_locks(p).await?;
+        let queues = c.fair_queues(p).await?;
+        let latches = c.latches(p).await?;
+        let grants = c.grants(p).await?;
+
+        let now = Instant::now();
+        let elapsed = self.last_at.map(|at| now.duration_since(at).as_secs_f64());
+        self.last_at = Some(now);
+        let counted = self.events.as_ref().map(|counts| {
+            let mut counts = counts.lock().unwrap_or_else(|e| e.into_inner());
+            std::mem::take(&mut *counts)
+        });
+        let mut rates = HashMap::new();
+        for g in &grants {
+            let token = g.last_fencing_token.get();
+            let previous = self.last_tokens.insert(g.name.clone(), token);
+            let Some(secs) = elapsed.filter(|s| *s > 0.0) else {
+                continue;
+            };
+            let grants_seen = match &counted {
+                Some(counts) => counts.get(&g.name).copied().unwrap_or(0),
+                // A name new since the last refresh was granted at least once.
+                None => u64::from(previous.is_none_or(|p| p != token)),
+            };
+            rates.insert(g.name.clone(), grants_seen as f64 / secs);
+        }
+        self.last_tokens
+            .retain(|name, _| grants.iter().any(|g| &g.name == name));
+
+        let mut entries = Vec::new();
+        let mut listed = std::collections::HashSet::new();
+        let mut waiting_total = 0;
+        for l in &locks {
+            let (holder, ttl) = match &l.holder {
+                Some(h) => (
+                    h.owner_prefix.clone(),
+                    h.ttl_left.map_or("none".into(), show),
+                ),
+                None => ("-".into(), "-".into()),
+            };
+            let holder = if l.holds > 1 {
+                format!("{holder} ×{}", l.holds)
+            } else {
+                holder
+            };
+            waiting_total += l.waiting_clients;
+            listed.insert(l.name.clone());
+            entries.push(entry(
+                "lock",
+                &l.name,
+                holder,
+                ttl,
+                l.waiting_clients.to_string(),
+            ));
+        }
+        for s in &semaphores {
+            listed.insert(s.name.clone());
+            entries.push(entry(
+                "semaphore",
+                &s.name,
+                format!("{} permit(s), {} holder(s)", s.held, s.holders),
+                s.next_expiry.map_or("-".into(), show),
+                "-".into(),
+            ));
+        }
+        for r in &rw {
+            listed.insert(r.name.clone());
+            waiting_total += r.waiting_writers;
+            entries.push(entry(
+                "rw_lock",
+                &r.name,
+                format!("{} readers", r.readers),
+                "-".into(),
+                format!("{} writers", r.waiting_writers),
+            ));
+        }
+        for q in &queues {
+            listed.insert(q.name.clone());
+            waiting_total += q.queued;
+            entries.push(entry(
+                "fair_queue",
+                &q.name,
+                "-".into(),
+                "-".into(),
+                format!("{} queued", q.queued),
+            ));
+        }
+        for l in &latches {
+            entries.push(entry(
+                "latch",
+                &l.name,
+                if l.count == 0 {
+                    "open".into()
+                } else {
+                    format!("{} left", l.count)
+                },
+                "-".into(),
+                "-".into(),
+            ));
+        }
+        // Trends per granting name, whether it is held now or not.
+        for (name, rate) in &rates {
+            let h = self.history.entry(name.clone()).or_default();
+            if h.len() == TREND {
+                h.pop_front();
+            }
+            h.push_back(*rate);
+        }
+        self.history.retain(|name, _| rates.contains_key(name));
+        // Names granted within the trend's window but free now: shown as free locks.
+        for g in &grants {
+            let busy = self
+                .history
+                .get(&g.name)
+                .is_some_and(|h| h.iter().any(|r| *r > 0.0));
+            if busy && !listed.contains(&g.name) {
+                entries.push(entry(
+                    "lock",
+                    &g.name,
+                    "free".into(),
+                    "-".into(),
+                    "0".into(),
+                ));
+            }
+        }
+        for e in &mut entries {
+            e.rate = rates.get(&e.name).copied();
+            if let Some(h) = self.history.get(&e.name) {
+                e.trend = sparkline(h);
+            }
+        }
+        // Busiest first, then by name.
+        entries.sort_by(|a, b| {
+            b.rate
+                .unwrap_or(0.0)
+                .total_cmp(&a.rate.unwrap_or(0.0))
+                .then_with(|| a.name.cmp(&b.name))
+                .then_with(|| a.kind.cmp(b.kind))
+        });
+        Ok(Snapshot {
+            held: locks.iter().filter(|l| l.holder.is_some()).count(),
+            waiting: waiting_total,
+            entries,
+            exact_rates: self.events.is_some(),
+            error: None,
+        })
+    }
+}
+
+fn entry(
+    kind: &'static str,
+    name: &str,
+    holder: String,
+    ttl_left: String,
+    waiting: String,
+) -> Entry {
+    Entry {
+        kind,
+        name: name.to_owned(),
+        holder,
+        ttl_left,
+        waiting,
+        rate: None,
+        trend: String::new(),
+    }
+}
+
+/// Eight levels of block characters, scaled to the largest value shown.
+fn sparkline(values: &VecDeque<f64>) -> String {
+    const BARS: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
+    let max = values.iter().copied().fold(0.0_f64, f64::max);
+    values
+        .iter()
+        .map(|v| {
+            if max <= 0.0 {
+                BARS[0]
+            } else {
+                BARS[((v / max) * 7.0).round().clamp(0.0, 7.0) as usize]
+            }
+        })
+        .collect()
+}
+
+/// Draws one frame: a title line, the table, and the key help.
+pub fn draw(frame: &mut Frame, snapshot: &Snapshot, server: &str, table: &mut TableState) {
+    let [title, body, help] = Layout::vertical([
+        Constraint::Length(1),
+        Constraint::Min(3),
+        Constraint::Length(1),
+    ])
+    .areas(frame.area());
+    let rates = if snapshot.exact_rates {
+        "grants/s exact (keyspace events)"
+    } else {
+        "grants/s are lower bounds (≥): enable notify-keyspace-events K$ for exact ones"
+    };
+    let status = match &snapshot.error {
+        Some(e) => format!("fenced top · {server} · error: {e}"),
+        None => format!(
+            "fenced top · {server} · {} entries · {} held · {} waiting · {rates}",
+            snapshot.entries.len(),
+            snapshot.held,
+            snapshot.waiting
+        ),
+    };
+    frame.render_widget(
+        Paragraph::new(Line::from(status)).style(Style::new().add_modifier(Modifier::BOLD)),
+        title,
+    );
+    let marker = if snapshot.exact_rates { "" } else { "≥" };
+    let rows = snapshot.entries.iter().map(|e| {
+        Row::new([
+            Cell::from(e.kind),
+            Cell::from(e.name.as_str()),
+            Cell::from(e.holder.as_str()),
+            Cell::from(e.ttl_left.as_str()),
+            Cell::from(e.waiting.as_str()),
+            Cell::from(e.rate.map_or("-".into(), |r| format!("{marker}{r:.1}"))),
+            Cell::from(e.trend.as_str()),
+        ])
+    });
+    let widths = [
+        Constraint::Length(10),
+        Constraint::Fill(1),
+        Constraint::Min(26),
+        Constraint::Length(9),
+        Constraint::Length(11),
+        Constraint::Length(9),
+        Constraint::Length(TREND as u16),
+    ];
+    let header = Row::new([
+        "KIND", "NAME", "HOLDER", "TTL LEFT", "WAITING", "GRANTS/S", "TREND",
+    ])
+    .style(Style::new().add_modifier(Modifier::REVERSED));
+    let empty = snapshot.entries.is_empty();
+    let table_widget = Table::new(rows, widths)
+        .header(header)
+        .block(Block::bordered().title(if empty {
+            " nothing held, queued or counting "
+        } else {
+            " locks "
+        }))
+        .row_highlight_style(Style::new().add_modifier(Modifier::BOLD));
+    frame.render_stateful_widget(table_widget, body, table);
+    frame.render_widget(Paragraph::new("q quit · ↑/↓ scroll"), help);
+}
+
+/// Subscribes to the fence keys' keyspace events if the server sends them; the counts of
+/// grants per name land in the returned map.
+async fn subscribe_events(global: &Global) -> Option<Arc<Mutex<HashMap<String, u64>>>> {
+    let url = global.redis_url();
+    let client = redis::Client::open(url).ok()?;
+    let mut conn = client.get_multiplexed_async_connection().await.ok()?;
+    let config: Vec<String> = tokio::time::timeout(
+        global.timeout,
+        redis::cmd("CONFIG")
+            .arg("GET")
+            .arg("notify-keyspace-events")
+            .query_async(&mut conn),
+    )
+    .await
+    .ok()?
+    .ok()?;
+    let flags = config.get(1)?;
+    if !(flags.contains('K') && (flags.contains('$') || flags.contains('A'))) {
+        return None;
+    }
+    let ns = &global.namespace;
+    let escaped: String = ns
+        .chars()
+        .flat_map(|c| match c {
+            '*' | '?' | '[' | ']' | '\\' => vec!['\\', c],
+            c => vec![c],
+        })
+        .collect();
+    let mut pubsub = tokio::time::timeout(global.timeout, client.get_async_pubsub())
+        .await
+        .ok()?
+        .ok()?;
+    let channel_prefix = "__keyspace@";
+    pubsub
+        .psubscribe(format!("{channel_prefix}*__:{escaped}{{*}}:fence"))
+        .await
+        .ok()?;
+    let counts = Arc::new(Mutex::new(HashMap::new()));
+    let sink = counts.clone();
+    let ns = ns.clone();
+    tokio::spawn(async move {
+        let mut messages = pubsub.into_on_message();
+        while let Some(msg) = messages.next().await {
+            let event: String = msg.get_payload().unwrap_or_default();
+            if event != "set" {
+                continue;
+            }
+            let channel = msg.get_channel_name();
+            let name = channel
+                .split_once("__:")
+                .map(|(_, key)| key)
+                .and_then(|k| k.strip_prefix(ns.as_str()))
+                .and_then(|k| k.strip_prefix('{'))
+                .and_then(|k| k.strip_suffix("}:fence"));
+            if let Some(name) = name {
+                let mut counts = sink.lock().unwrap_or_else(|e| e.into_inner());
+                *counts.entry(name.to_owned()).or_insert(0) += 1;
+            }
+        }
+    });
+    Some(counts)
+}
+
+pub async fn top(global: &Global, pattern: &str, interval: Duration) -> Result<u8, Failure> {
+    check_url(global.redis_url())?;
+    if interval < Duration::from_millis(100) {
+        return Err(Failure::usage(format!(
+            "--interval {} is too short; at least 100ms",
+            show(interval)
+        )));
+    }
+    if !std::io::stdout().is_terminal() {
+        return Err(Failure::usage(
+            "fenced top needs a terminal; in scripts use `fenced list` or `fenced --json list`",
+        ));
+    }
+    let client = connect(global).await?;
+    let server = address(global.redis_url());
+    let mut tracker = Tracker::new(client, pattern);
+    if let Some(counts) = subscribe_events(global).await {
+        tracker.count_events(counts);
+    }
+    let mut snapshot = tracker
+        .refresh()
+        .await
+        .map_err(|e| Failure::from_lib(e, &server))?;
+
+    // Keys come from a blocking reader thread; it ends when the receiver is dropped.
+    let (keys_tx, mut keys) = tokio::sync::mpsc::unbounded_channel();
+    std::thread::spawn(move || {
+        use ratatui::crossterm::event::{self, Event};
+        loop {
+            match event::poll(Duration::from_millis(100)) {
+                Ok(true) => match event::read() {
+                    Ok(Event::Key(key)) => {
+                        if keys_tx.send(key).is_err() {
+                            return;
+                        }
+                    }
+                    Ok(_) => {}
+                    Err(_) => return,
+                },
+                Ok(false) if keys_tx.is_closed() => return,
+                Ok(false) => {}
+                Err(_) => return,
+            }
+        }
+    });
+
+    let mut terminal = ratatui::init();
+    let mut table = TableState::default();
+    let mut tick = tokio::time::interval(interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let outcome = loop {
+        if let Err(e) = terminal.draw(|f| draw(f, &snapshot, &server, &mut table)) {
+            break Err(Failure::new(exit::SOFTWARE, format!("cannot draw: {e}")));
+        }
+        tokio::select! {
+            _ = tick.tick() => {
+                match tracker.refresh().await {
+                    Ok(s) => snapshot = s,
+                    Err(e) => snapshot.error = Some(e.to_string()),
+                }
+            }
+            key = keys.recv() => {
+                use ratatui::crossterm::event::{KeyCode, KeyEventKind, KeyModifiers};
+                let Some(key) = key else { break Ok(exit::OK) };
+                if key.kind != KeyEventKind::Press {
+                    continue;
+                }
+                match key.code {
+                    KeyCode::Char('q') | KeyCode::Esc => break Ok(exit::OK),
+                    KeyCode::Char('c') if key.modifiers.contains(KeyModifiers::CONTROL) => {
+                        break Ok(exit::OK)
+                    }
+                    KeyCode::Down | KeyCode::Char('j') => table.select_next(),
+                    KeyCode::Up | KeyCode::Char('k') => table.select_previous(),
+                    _ => {}
+                }
+            }
+        }
+    };
+    ratatui::restore();
+    outcome
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use std::time::Duration;
+
+    use ratatui::Terminal;
+    use ratatui::backend::TestBackend;
+    use ratatui::widgets::TableState;
+
+    use super::{Tracker, draw};
+
+    #[test]
+    fn sparklines_scale_to_the_largest_value() {
+        let values = [0.0, 5.0, 10.0].into_iter().collect();
+        assert_eq!(super::sparkline(&values), "▁▅█");
+        let idle = [0.0, 0.0].into_iter().collect();
+        assert_eq!(super::sparkline(&idle), "▁▁");
+    }
+
+    /// With keyspace events on, each grant of a name is counted once.
+    #[tokio::test]
+    async fn keyspace_events_count_every_grant() {
+        use clap::Parser;
+        let server = fenced_testkit::RedisServer::start().expect("this test needs redis-server");
+        let url = server.url();
+        let mut conn = redis::Client::open(url.as_str())
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap();
+        let cli = crate::args::Cli::parse_from(["fenced", "--redis", &url, "top"]);
+        assert!(
+            super::subscribe_events(&cli.global).await.is_none(),
+            "events are off by default"
+        );
+        let _: () = redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("notify-keyspace-events")
+            .arg("K$")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        let counts = super::subscribe_events(&cli.global)
+            .await
+            .expect("events are on");
+        let client = fenced::Client::connect(&url).await.unwrap();
+        let mut tracker = Tracker::new(client.clone(), "*");
+        tracker.count_events(counts.clone());
+        tracker.refresh().await.unwrap();
+        for _ in 0..5 {
+            client
+                .lock("jobs:busy")
+                .acquire()
+                .await
+                .unwrap()
+                .release()
+                .await
+                .unwrap();
+        }
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        while counts
+            .lock()
+            .unwrap()
+            .get("jobs:busy")
+            .copied()
+            .unwrap_or(0)
+            < 5
+        {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "events did not arrive"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert_eq!(counts.lock().unwrap().get("jobs:busy"), Some(&5));
+        let snapshot = tracker.refresh().await.unwrap();
+        assert!(snapshot.exact_rates);
+        let busy = snapshot
+            .entries
+            .iter()
+            .find(|e| e.name == "jobs:busy")
+            .unwrap();
+        assert!(busy.rate.unwrap() > 0.0, "{busy:?}");
+    }
+
+    /// One frame against a live server: a held lock with a waiter, a busy lock, a semaphore
+    /// and a latch, drawn into a buffer.
+    #[tokio::test]
+    async fn one_frame_shows_holders_waiters_and_grant_rates() {
+        let server = fenced_testkit::RedisServer::start().expect("this test needs redis-server");
+        let client = fenced::Client::connect(&server.url()).await.unwrap();
+        let held = client
+            .lock("deploy:web")
+            .with_ttl(Duration::from_secs(30))
+            .acquire()
+            .await
+            .unwrap();
+        let waiter = tokio::spawn({
+            let lock = client.lock("deploy:web");
+            async move { lock.acquire().await }
+        });
+        let permits = client.semaphore("crawlers", 4).acquire().await.unwrap();
+        assert!(client.latch("shards-ready").arm(3).await.unwrap());
+        let mut tracker = Tracker::new(client.clone(), "*");
+        // The waiter is registered once its subscription shows in the status.
+        while tracker
+            .refresh()
+            .await
+            .unwrap()
+            .entries
+            .iter()
+            .find(|e| e.name == "deploy:web")
+            .is_none_or(|e| e.waiting != "1")
+        {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        // Grants between two refreshes show as a rate.
+        for _ in 0..3 {
+            client
+                .lock("jobs:busy")
+                .acquire()
+                .await
+                .unwrap()
+                .release()
+                .await
+                .unwrap();
+        }
+        let snapshot = tracker.refresh().await.unwrap();
+        let mut terminal = Terminal::new(TestBackend::new(140, 12)).unwrap();
+        terminal
+            .draw(|f| draw(f, &snapshot, "127.0.0.1:6379", &mut TableState::default()))
+            .unwrap();
+        let text: String = terminal
+            .backend()
+            .buffer()
+            .content()
+            .chunks(140)
+            .map(|line| line.iter().map(|c| c.symbol()).collect::<String>() + "\n")
+            .collect();
+        assert!(text.contains("fenced top · 127.0.0.1:6379"), "{text}");
+        assert!(text.contains("KIND") && text.contains("GRANTS/S"), "{text}");
+        let line = |name: &str| {
+            text.lines()
+                .find(|l| l.contains(name))
+                .unwrap_or_else(|| panic!("no line for {name}:\n{text}"))
+                .to_owned()
+        };
+        let deploy = line("deploy:web");
+        assert!(deploy.starts_with("│lock"), "{deploy}");
+        assert!(deploy.contains(" 1 "), "one waiter: {deploy}");
+        assert!(line("jobs:busy").contains("free"), "{text}");
+        assert!(line("jobs:busy").contains('≥'), "a sampled rate: {text}");
+        assert!(
+            line("crawlers").contains("1 permit(s), 1 holder(s)"),
+            "{text}"
+        );
+        assert!(line("shards-ready").contains("3 left"), "{text}");
+        waiter.abort();
+        permits.release().await.unwrap();
+        held.release().await.unwrap();
+    }
+}
