@@ -470,3 +470,24 @@ where
         panic!("doctest failed: {e}\n--- server log ---\n{}", server.log());
     }
 }
+
+/// [`doctest`] against `n` independent servers (a Redlock deployment); the body gets their
+/// URLs.
+#[allow(clippy::expect_used)] // a doctest helper: failing loudly is its whole job
+pub fn doctest_redlock<F, Fut>(n: usize, body: F)
+where
+    F: FnOnce(Vec<String>) -> Fut,
+    Fut: Future<Output = Result<(), BoxError>>,
+{
+    let servers: Vec<RedisServer> = (0..n)
+        .map(|_| RedisServer::start().expect("doctest needs redis-server"))
+        .collect();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    if let Err(e) = rt.block_on(body(servers.iter().map(RedisServer::url).collect())) {
+        panic!("doctest failed: {e}");
+    }
+}

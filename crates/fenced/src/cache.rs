@@ -330,7 +330,7 @@ impl Cache {
             .key(&entry.cached)
             .key(&entry.lock.keys().fence)
             .arg(self.client.core().fence_retention_ms());
-        let dropped: i64 = self.client.core().node().run(&call).await?;
+        let dropped: i64 = self.client.core().node()?.run(&call).await?;
         Ok(dropped == 1)
     }
 
@@ -575,7 +575,7 @@ impl Cache {
         let (fields, pttl): (Vec<Option<Vec<u8>>>, i64) = self
             .client
             .core()
-            .node()
+            .node()?
             .query_pipe("cache read", &pipe)
             .await?;
         parse_entry(fields, pttl, !self.stale_for.is_zero())
@@ -611,7 +611,7 @@ impl Cache {
         if let Some(value) = value {
             call = call.arg(value);
         }
-        let stored: i64 = core.node().run(&call).await?;
+        let stored: i64 = core.node()?.run(&call).await?;
         Ok(stored == 1)
     }
 }

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
-use crate::backend::{Backend, Node};
+use crate::backend::{Backend, Node, Redlock};
 use crate::cache::Cache;
 use crate::core::Core;
 use crate::core::renew::RenewalStats;
@@ -73,10 +73,54 @@ impl Client {
     pub fn builder(url: &str) -> ClientBuilder {
         ClientBuilder {
             url: url.to_owned(),
+            redlock: Vec::new(),
             options: ClientOptions::default(),
             #[cfg(feature = "tls")]
             tls_root_certificate: None,
         }
+    }
+
+    /// Starts configuring a client over several independent Redis masters (Redlock, at least
+    /// 3; an odd number tolerates the most failures): every lease step goes to all of them at
+    /// once and needs a strict majority.
+    ///
+    /// What it adds to Redlock as the peers have it:
+    /// - **Quorum fencing tokens.** The token is the largest of the granting nodes' tokens,
+    ///   written back to a majority before it is handed out, so the tokens of successive
+    ///   holders strictly increase even when a holder is paused past its lease or the network
+    ///   is slow: the next grant's majority shares a node with that one. (Its limit: a
+    ///   majority of nodes losing their data while their clocks step back.)
+    /// - **Validity.** A grant counts only if the majority, and the write-back, answered
+    ///   before `ttl − drift` had passed since the request was sent; the guard's validity
+    ///   deadline starts at that same instant. An attempt that falls short is abandoned on
+    ///   every node (released where it took the lease, voided by a tombstone where it may still
+    ///   arrive), and waiting goes on within the deadline.
+    /// - **Decided as soon as known.** All nodes are asked at once, each call bounded by the
+    ///   timeout; the answer comes when a majority has granted (or can no longer grant), not
+    ///   when the slowest node replies.
+    /// - **Renewal on a majority**, one pipeline per node per tick. A renewal short of a
+    ///   majority deletes nothing; it is retried, and the lost signal fires when the validity
+    ///   runs out.
+    /// - Too few nodes reachable: [`Error::NoQuorum`] with the counts, retried within the
+    ///   wait like any transient failure.
+    ///
+    /// A Redlock client runs locks ([`Lock`]: `acquire`, `try_acquire`, `with_lock`,
+    /// `#[fenced::locked]`) so far; the other primitives, fenced resources, inspection and
+    /// optimistic helpers need one server and answer [`Error::InvalidArgument`] on it.
+    /// Waiters hear releases from the first node's pub/sub, and poll when it is down.
+    ///
+    /// ```
+    /// # fenced_testkit::doctest_redlock(3, |urls| async move {
+    /// let client = fenced::Client::redlock_builder(&urls).connect().await?;
+    /// let guard = client.lock("nightly-report").acquire().await?; // granted by 2 of 3 or more
+    /// println!("fencing token {}", guard.fencing_token());
+    /// guard.release().await?;
+    /// # Ok(()) });
+    /// ```
+    pub fn redlock_builder<S: AsRef<str>>(urls: &[S]) -> ClientBuilder {
+        let mut builder = Client::builder(urls.first().map_or("", |u| u.as_ref()));
+        builder.redlock = urls.iter().map(|u| u.as_ref().to_owned()).collect();
+        builder
     }
 
     /// A lock named `name` (a handle; nothing is sent to Redis until you acquire it).
@@ -187,6 +231,8 @@ impl Client {
 #[derive(Clone, Debug)]
 pub struct ClientBuilder {
     url: String,
+    /// Several independent masters (Redlock); empty for one server.
+    redlock: Vec<String>,
     options: ClientOptions,
     #[cfg(feature = "tls")]
     tls_root_certificate: Option<Vec<u8>>,
@@ -254,30 +300,17 @@ impl ClientBuilder {
     pub async fn connect(self) -> Result<Client> {
         let options = self.options.clone();
         options.validate()?;
-        let redis_client = self.redis_client().map_err(|e| {
-            Error::invalid(format!(
-                "Redis URL {:?} is not usable: {e}",
-                redact(&self.url)
-            ))
-        })?;
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(options.timeout))
-            .set_response_timeout(Some(options.timeout))
-            .set_number_of_retries(2)
-            .set_max_delay(options.timeout);
-        let conn = ConnectionManager::new_lazy_with_config(redis_client.clone(), config)
-            .map_err(|e| Error::from_redis("connect", options.timeout, e))?;
-
         let mut id = [0u8; 8];
         getrandom::fill(&mut id)
             .map_err(|e| Error::invalid(format!("the OS random source failed: {e}")))?;
         let client_id: Arc<str> = hex(&id).into();
 
-        let node = Node::new(conn, options.timeout);
-        let _: String = node.query("ping", &redis::cmd("PING")).await?;
-        let backend = Backend::Single {
-            node,
-            client: redis_client,
+        let backend = if self.redlock.is_empty() {
+            let (node, client) = self.node(&self.url)?;
+            let _: String = node.query("ping", &redis::cmd("PING")).await?;
+            Backend::Single { node, client }
+        } else {
+            self.redlock_backend().await?
         };
         let tx_pool = Arc::new(TxPool::new(
             backend.dedicated().clone(),
@@ -292,23 +325,83 @@ impl ClientBuilder {
 }
 
 impl ClientBuilder {
+    /// A reconnecting connection to `url`, not connected yet.
+    fn node(&self, url: &str) -> Result<(Node, redis::Client)> {
+        let timeout = self.options.timeout;
+        let redis_client = self.redis_client(url).map_err(|e| {
+            Error::invalid(format!("Redis URL {:?} is not usable: {e}", redact(url)))
+        })?;
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(timeout))
+            .set_response_timeout(Some(timeout))
+            .set_number_of_retries(2)
+            .set_max_delay(timeout);
+        let conn = ConnectionManager::new_lazy_with_config(redis_client.clone(), config)
+            .map_err(|e| Error::from_redis("connect", timeout, e))?;
+        Ok((Node::new(conn, timeout), redis_client))
+    }
+
+    /// Several masters: at least 3 distinct URLs, a majority of which answer now (the others
+    /// are reconnected to when they come back).
+    async fn redlock_backend(&self) -> Result<Backend> {
+        let urls = &self.redlock;
+        if urls.len() < 3 {
+            return Err(Error::invalid(format!(
+                "Redlock needs at least 3 independent masters, not {}",
+                urls.len()
+            )));
+        }
+        for (i, url) in urls.iter().enumerate() {
+            if urls[..i].contains(url) {
+                return Err(Error::invalid(format!(
+                    "Redlock master {:?} is listed twice; its vote would count twice",
+                    redact(url)
+                )));
+            }
+        }
+        let mut nodes = Vec::with_capacity(urls.len());
+        let mut clients = Vec::with_capacity(urls.len());
+        for url in urls {
+            let (node, client) = self.node(url)?;
+            nodes.push(node);
+            clients.push(client);
+        }
+        let pings = nodes
+            .iter()
+            .map(|node| async move { node.query::<String>("ping", &redis::cmd("PING")).await });
+        let answered = futures_util::future::join_all(pings)
+            .await
+            .into_iter()
+            .filter(Result::is_ok)
+            .count();
+        let needed = urls.len() / 2 + 1;
+        if answered < needed {
+            return Err(Error::NoQuorum {
+                granted: answered,
+                needed,
+                nodes: urls.len(),
+            });
+        }
+        Ok(Backend::Redlock(Arc::new(Redlock::new(nodes, clients))))
+    }
+
     #[cfg(feature = "tls")]
-    fn redis_client(&self) -> redis::RedisResult<redis::Client> {
+    fn redis_client(&self, url: &str) -> redis::RedisResult<redis::Client> {
         match &self.tls_root_certificate {
             Some(pem) => redis::Client::build_with_tls(
-                self.url.as_str(),
+                url,
                 redis::TlsCertificates {
                     client_tls: None,
                     root_cert: Some(pem.clone()),
                 },
             ),
-            None => redis::Client::open(self.url.as_str()),
+            None => redis::Client::open(url),
         }
     }
 
     #[cfg(not(feature = "tls"))]
-    fn redis_client(&self) -> redis::RedisResult<redis::Client> {
-        redis::Client::open(self.url.as_str())
+    fn redis_client(&self, url: &str) -> redis::RedisResult<redis::Client> {
+        redis::Client::open(url)
     }
 }
 

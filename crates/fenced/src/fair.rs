@@ -185,7 +185,7 @@ impl FairLock {
     pub async fn queued(&self) -> Result<u64> {
         crate::keys::validate_name("lock", &self.name)?;
         self.core
-            .node()
+            .node()?
             .query("fair queue", redis::cmd("LLEN").arg(&*self.queue))
             .await
     }

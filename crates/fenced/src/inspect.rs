@@ -120,7 +120,7 @@ impl Lock {
     /// errors.
     pub async fn status(&self) -> Result<LockStatus> {
         validate_name("lock", self.name())?;
-        let mut seen = inspect(self.core().node(), std::slice::from_ref(self.keys())).await?;
+        let mut seen = inspect(self.core().node()?, std::slice::from_ref(self.keys())).await?;
         let seen = seen
             .pop()
             .ok_or_else(|| unexpected("inspect", "no reply".into()))?;
@@ -147,7 +147,7 @@ impl Lock {
             .key(&keys.holds)
             .arg(&keys.channel)
             .arg(core.release_message(Wake::One));
-        let owner: Option<String> = core.node().run(&call).await?;
+        let owner: Option<String> = core.node()?.run(&call).await?;
         if owner.is_some() {
             tracing::warn!(lock = %self.name(), "fenced: lock broken by force");
             core.wake_local(&keys.channel, Wake::One);
@@ -166,7 +166,7 @@ impl Client {
     /// of keys takes many steps.
     pub async fn locks(&self, pattern: &str) -> Result<Vec<LockStatus>> {
         let ns = &self.core().options().namespace;
-        let node = self.core().node();
+        let node = self.core().node()?;
         let names = scan_names(node, ns, pattern, "", "string").await?;
         let mut out = Vec::with_capacity(names.len());
         // One round trip per batch of names, not one per name.
@@ -193,7 +193,7 @@ impl Client {
     /// Transport errors, as for [`locks`](Self::locks).
     pub async fn semaphores(&self, pattern: &str) -> Result<Vec<crate::SemaphoreStatus>> {
         let ns = &self.core().options().namespace;
-        let names = scan_names(self.core().node(), ns, pattern, ":permits", "zset").await?;
+        let names = scan_names(self.core().node()?, ns, pattern, ":permits", "zset").await?;
         let mut out = Vec::with_capacity(names.len());
         for name in names {
             let status = self.semaphore(name, 1).status().await?;
@@ -247,7 +247,7 @@ impl Client {
     /// Transport errors, as for [`locks`](Self::locks).
     pub async fn rw_locks(&self, pattern: &str) -> Result<Vec<RwLockStatus>> {
         let ns = &self.core().options().namespace;
-        let node = self.core().node();
+        let node = self.core().node()?;
         let mut names = scan_names(node, ns, pattern, ":readers", "zset").await?;
         names.extend(scan_names(node, ns, pattern, ":writers", "zset").await?);
         names.sort();
@@ -274,7 +274,7 @@ impl Client {
     /// Transport errors, as for [`locks`](Self::locks); a latch key that is not a count.
     pub async fn latches(&self, pattern: &str) -> Result<Vec<LatchStatus>> {
         let ns = &self.core().options().namespace;
-        let names = scan_names(self.core().node(), ns, pattern, ":latch", "string").await?;
+        let names = scan_names(self.core().node()?, ns, pattern, ":latch", "string").await?;
         let mut out = Vec::with_capacity(names.len());
         for name in names {
             if let Some(count) = self.latch(&name).count().await? {
@@ -292,7 +292,7 @@ impl Client {
     /// Transport errors, as for [`locks`](Self::locks).
     pub async fn fair_queues(&self, pattern: &str) -> Result<Vec<FairQueueStatus>> {
         let ns = &self.core().options().namespace;
-        let names = scan_names(self.core().node(), ns, pattern, ":queue", "list").await?;
+        let names = scan_names(self.core().node()?, ns, pattern, ":queue", "list").await?;
         let mut out = Vec::with_capacity(names.len());
         for name in names {
             let queued = self.fair_lock(&name).queued().await?;
@@ -315,7 +315,7 @@ impl Client {
     /// Transport errors, as for [`locks`](Self::locks).
     pub async fn grants(&self, pattern: &str) -> Result<Vec<GrantStatus>> {
         let ns = &self.core().options().namespace;
-        let node = self.core().node();
+        let node = self.core().node()?;
         let names = scan_names(node, ns, pattern, ":fence", "string").await?;
         let mut out = Vec::with_capacity(names.len());
         for chunk in names.chunks(500) {

@@ -196,7 +196,7 @@ impl FencedResource {
         for (field, value) in fields {
             call = call.arg(*field).arg(*value);
         }
-        let (applied, value): (i64, Value) = self.core.node().run(&call).await?;
+        let (applied, value): (i64, Value) = self.core.node()?.run(&call).await?;
         match (applied, value) {
             (1, _) => Ok(FencedWrite::Applied),
             (0, Value::BulkString(bytes)) => {
@@ -248,7 +248,7 @@ impl FencedResource {
         for field in fields {
             call = call.arg(*field);
         }
-        let reply: Vec<Value> = self.core.node().run(&call).await?;
+        let reply: Vec<Value> = self.core.node()?.run(&call).await?;
         match reply.split_first() {
             Some((Value::Int(1), values)) if values.len() == fields.len() => values
                 .iter()
@@ -313,7 +313,7 @@ impl FencedResource {
         validate_name("resource", &self.name)?;
         let mut cmd = redis::cmd("HGET");
         cmd.arg(&self.keys.data).arg(field);
-        self.core.node().query("resource read", &cmd).await
+        self.core.node()?.query("resource read", &cmd).await
     }
 
     /// The highest fencing token this resource has accepted, if any.
@@ -325,7 +325,7 @@ impl FencedResource {
         validate_name("resource", &self.name)?;
         let mut cmd = redis::cmd("GET");
         cmd.arg(&self.keys.fence);
-        let raw: Option<Vec<u8>> = self.core.node().query("resource read", &cmd).await?;
+        let raw: Option<Vec<u8>> = self.core.node()?.query("resource read", &cmd).await?;
         raw.map(|b| parse_token("resource read", &b)).transpose()
     }
 }

@@ -102,7 +102,7 @@ impl RwLock {
         let call = ScriptCall::new(&RW_STATUS)
             .key(&self.keys.readers)
             .key(&self.keys.waiting_writers);
-        let reply: Vec<u64> = self.core.node().run(&call).await?;
+        let reply: Vec<u64> = self.core.node()?.run(&call).await?;
         match reply[..] {
             [readers, waiting_writers] => Ok(RwReaders {
                 readers,

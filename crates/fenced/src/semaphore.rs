@@ -248,7 +248,7 @@ impl Semaphore {
         let call = ScriptCall::new(&SEMAPHORE_STATUS)
             .key(&self.keys.holders)
             .key(&self.keys.counts);
-        let reply: Vec<i64> = self.core.node().run(&call).await?;
+        let reply: Vec<i64> = self.core.node()?.run(&call).await?;
         match reply[..] {
             [held, holders, first] if held >= 0 && holders >= 0 => Ok(SemaphoreStatus {
                 name: self.name.to_string(),

@@ -26,6 +26,7 @@ mod locked;
 mod multi;
 mod optimistic;
 mod outages;
+mod redlock;
 mod reentrant;
 mod release;
 mod renewal;

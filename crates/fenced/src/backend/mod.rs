@@ -1,17 +1,36 @@
-//! Where the core's commands go: one Redis server today; Redis Cluster and Redlock over N
-//! independent masters slot in here (issue 13) without touching the core or the primitives.
+//! Where the core's commands go: one Redis server, or Redlock over N independent masters
+//! (`redlock.rs`); Redis Cluster slots in here too, without touching the core or the
+//! primitives.
 //!
-//! The core asks the backend to run a [`ScriptCall`](crate::scripts::ScriptCall) or a batch
-//! of them; a quorum backend will fan each call out and answer with a [`Quorum`] verdict, and
-//! fail with [`Error::NoQuorum`] when a majority cannot be had.
+//! The core sends each lease step (acquire, extend, release, abandon, a renewal batch) through
+//! the backend, which answers with the step's reply: one node's, or the verdict of a strict
+//! majority ([`Error::NoQuorum`] when it cannot be had). Everything else (resources,
+//! inspection, the other primitives' scripts) needs one node ([`Backend::node`]).
 
 mod node;
+mod redlock;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::Value;
+use tokio::time::Instant;
 
 pub(crate) use node::{Node, bounded};
+pub(crate) use redlock::Redlock;
 
+use crate::core::lease::ExpiryReply;
 use crate::error::{Error, Result};
+use crate::kind::{
+    AcquireReply, LeaseKind, ReleaseReply, abandon_reply, acquire_reply, expiry_reply,
+    release_reply,
+};
+use crate::scripts::ScriptCall;
 
 /// The Redis deployment a client talks to. A closed set, so public types stay non-generic.
+// One per client, never moved in a hot path: the size difference costs nothing, and boxing the
+// single server would add an indirection to every command.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone)]
 pub(crate) enum Backend {
     /// One server (or one Sentinel-managed master).
@@ -21,103 +40,88 @@ pub(crate) enum Backend {
         /// For connections of their own (pub/sub, transactions' `WATCH`).
         client: redis::Client,
     },
+    /// Several independent masters; lease steps decided by a majority (`redlock.rs`).
+    Redlock(Arc<Redlock>),
 }
 
 impl Backend {
-    /// The node that serves the keys of one primitive (all share its `{hash tag}`).
-    pub(crate) fn node(&self) -> &Node {
+    /// The node that serves the keys of one primitive (all share its `{hash tag}`), for what
+    /// is not a lease step: refused on Redlock, where one node alone decides nothing.
+    pub(crate) fn node(&self) -> Result<&Node> {
         match self {
-            Backend::Single { node, .. } => node,
+            Backend::Single { node, .. } => Ok(node),
+            Backend::Redlock(_) => Err(Error::invalid(
+                "this operation needs one Redis server; a Redlock client (several independent masters) runs locks only (Lock::acquire, try_acquire, with_lock, #[fenced::locked]) so far",
+            )),
         }
     }
 
     /// A client for dedicated connections: pub/sub, and transactions (`WATCH` state belongs to
-    /// a connection).
+    /// a connection). On Redlock, the first node's (every node publishes releases).
     pub(crate) fn dedicated(&self) -> &redis::Client {
         match self {
             Backend::Single { client, .. } => client,
-        }
-    }
-}
-
-/// The outcome of a call fanned out over several nodes: how many granted it, how many were
-/// needed. A single server is a quorum of one. The shape the Redlock backend (issue 13)
-/// decides with; fixed now so that `Error::NoQuorum` is part of the API from the start.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[allow(dead_code)] // built by the Redlock fan-out; only its tests use it so far
-pub(crate) struct Quorum {
-    /// Nodes that granted.
-    pub(crate) granted: usize,
-    /// Nodes needed: a strict majority.
-    pub(crate) needed: usize,
-    /// Nodes asked.
-    pub(crate) nodes: usize,
-}
-
-#[allow(dead_code)] // see `Quorum`
-impl Quorum {
-    /// Nothing granted yet among `nodes`.
-    pub(crate) fn majority_of(nodes: usize) -> Self {
-        Quorum {
-            granted: 0,
-            needed: nodes / 2 + 1,
-            nodes,
+            Backend::Redlock(r) => r.first_client(),
         }
     }
 
-    /// Counts one more grant.
-    pub(crate) fn grant(&mut self) {
-        self.granted += 1;
+    /// Whether a lease may be handed straight to a local waiter (one server only: a handover
+    /// is one script on one node).
+    pub(crate) fn hands_over(&self) -> bool {
+        matches!(self, Backend::Single { .. })
     }
 
-    /// True once the majority is reached.
-    pub(crate) fn reached(&self) -> bool {
-        self.granted >= self.needed
-    }
-
-    /// True once the majority can no longer be reached, with `answered` nodes heard from.
-    pub(crate) fn impossible(&self, answered: usize) -> bool {
-        self.granted + (self.nodes - answered.min(self.nodes)) < self.needed
-    }
-
-    /// `Ok` when reached, [`Error::NoQuorum`] otherwise.
-    pub(crate) fn check(&self) -> Result<()> {
-        if self.reached() {
-            Ok(())
-        } else {
-            Err(Error::NoQuorum {
-                granted: self.granted,
-                needed: self.needed,
-                nodes: self.nodes,
-            })
+    /// One acquire attempt. `clean`: false when the lease may exist for this owner without a
+    /// grant, so the attempt must be abandoned.
+    pub(crate) async fn acquire(
+        &self,
+        kind: &dyn LeaseKind,
+        call: &ScriptCall,
+        ttl: Duration,
+        sent_at: Instant,
+    ) -> Result<(AcquireReply, bool)> {
+        match self {
+            Backend::Single { node, .. } => {
+                Ok((acquire_reply(node.run::<Value>(call).await?)?, true))
+            }
+            Backend::Redlock(r) => r.acquire(kind, call, ttl, sent_at).await,
         }
     }
-}
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+    /// Renews or re-times one lease.
+    pub(crate) async fn extend(&self, call: &ScriptCall) -> Result<ExpiryReply> {
+        match self {
+            Backend::Single { node, .. } => expiry_reply(node.run(call).await?),
+            Backend::Redlock(r) => r.extend(call).await,
+        }
+    }
 
-    #[test]
-    fn a_quorum_is_a_strict_majority_decided_as_soon_as_it_is_known() {
-        let mut q = Quorum::majority_of(5);
-        assert_eq!(q.needed, 3);
-        q.grant();
-        q.grant();
-        assert!(!q.reached() && !q.impossible(2));
-        assert!(q.impossible(5), "2 of 5 answered all: no majority");
-        assert!(matches!(
-            q.check(),
-            Err(Error::NoQuorum {
-                granted: 2,
-                needed: 3,
-                nodes: 5
-            })
-        ));
-        q.grant();
-        assert!(q.reached() && q.check().is_ok());
-        let single = Quorum::majority_of(1);
-        assert_eq!(single.needed, 1);
-        assert!(single.impossible(1));
+    /// Renews a batch of leases in one round trip per node.
+    pub(crate) async fn renew(&self, calls: &[ScriptCall]) -> Result<Vec<Result<ExpiryReply>>> {
+        match self {
+            Backend::Single { node, .. } => Ok(node
+                .run_batch("renew", calls)
+                .await?
+                .into_iter()
+                .map(|r| r.and_then(expiry_reply))
+                .collect()),
+            Backend::Redlock(r) => r.renew(calls).await,
+        }
+    }
+
+    /// Gives a lease back.
+    pub(crate) async fn release(&self, call: &ScriptCall) -> Result<ReleaseReply> {
+        match self {
+            Backend::Single { node, .. } => release_reply(node.run(call).await?),
+            Backend::Redlock(r) => r.release(call).await,
+        }
+    }
+
+    /// Voids an attempt of unknown outcome; true if it had taken the lease.
+    pub(crate) async fn abandon(&self, call: &ScriptCall) -> Result<bool> {
+        match self {
+            Backend::Single { node, .. } => abandon_reply(node.run(call).await?),
+            Backend::Redlock(r) => r.abandon(call).await,
+        }
     }
 }

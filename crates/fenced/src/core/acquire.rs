@@ -20,7 +20,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::Value;
 use tokio::time::Instant;
 
 use tokio::sync::oneshot;
@@ -33,7 +32,7 @@ use crate::core::metrics;
 use crate::core::notify::LocalWaiters;
 use crate::core::renew::Tracked;
 use crate::error::{Error, Result};
-use crate::kind::{AcquireReply, LeaseKind, acquire_reply};
+use crate::kind::{AcquireReply, LeaseKind};
 use crate::options::ttl_millis;
 use crate::token::{FencingToken, OwnerToken};
 use crate::util::{Backoff, sleep_until_opt};
@@ -156,7 +155,11 @@ impl Core {
             self.waiters.post_offer(req.channel, offer, front);
             Some(handed)
         };
-        let offers: Option<&OfferFn<'_, Handed>> = if req.hand_over { Some(&offer) } else { None };
+        let offers: Option<&OfferFn<'_, Handed>> = if req.hand_over && self.backend().hands_over() {
+            Some(&offer)
+        } else {
+            None
+        };
         // The primitive, for the metrics of a wait that ends without a lease.
         let primitive = std::sync::OnceLock::new();
         let started = Instant::now();
@@ -260,8 +263,13 @@ impl Core {
         };
         let requested_at = Instant::now();
         let call = kind.acquire(&owner, ttl_millis(req.ttl));
-        let reply = acquire_reply(self.node().run::<Value>(&call).await?)?;
-        pending.armed = None;
+        let (reply, clean) = self
+            .backend()
+            .acquire(&*kind, &call, req.ttl, requested_at)
+            .await?;
+        if clean {
+            pending.armed = None;
+        }
         match reply {
             AcquireReply::Acquired(fencing_token) => Ok(Ok(self.adopt(
                 req.name.clone(),

@@ -26,11 +26,11 @@ use tokio::time::Instant;
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use crate::backend::{Backend, Node};
+use crate::backend::Backend;
 use crate::core::Core;
 use crate::core::notify::LocalWaiters;
 use crate::error::Result;
-use crate::kind::{LeaseKind, ReleaseReply, abandon_reply, release_reply};
+use crate::kind::{LeaseKind, ReleaseReply};
 use crate::options::ttl_millis;
 use crate::scripts::ScriptCall;
 use crate::token::OwnerToken;
@@ -62,13 +62,12 @@ pub(crate) async fn run(backend: Backend, local: Arc<LocalWaiters>, job: Job) {
         patience,
     } = job;
     let give_up_at = Instant::now() + patience;
-    let node = backend.node();
     let message = kind.wakes().message(local.client_id());
     let freed = match how {
         // Nobody hears this outcome but the local waiters, and for a wake (a hint) a retry that
         // finds the lease gone counts as freed: its first attempt may have been the one.
         CleanUp::Release => release_until(
-            node,
+            &backend,
             &kind.release(&owner, &message),
             give_up_at,
             None,
@@ -78,10 +77,9 @@ pub(crate) async fn run(backend: Backend, local: Arc<LocalWaiters>, job: Job) {
         .map(ReleaseReply::freed),
         CleanUp::Abandon => {
             retry_transient(give_up_at, || async {
-                abandon_reply(
-                    node.run(&kind.abandon(&owner, &message, ttl_millis(patience)))
-                        .await?,
-                )
+                backend
+                    .abandon(&kind.abandon(&owner, &message, ttl_millis(patience)))
+                    .await
             })
             .await
         }
@@ -119,7 +117,7 @@ pub(crate) async fn release_with_retry(
     let give_up_at = Instant::now() + core.timeout() * 2;
     let call = kind.release(owner, message);
     release_until(
-        core.node(),
+        core.backend(),
         &call,
         give_up_at,
         Some(valid_until),
@@ -131,7 +129,7 @@ pub(crate) async fn release_with_retry(
 /// Runs `call` (a release) until it answers or `give_up_at`, and reads a retry's "not held" by
 /// invariant 2; with no deadline known, such a retry counts as "already released".
 async fn release_until(
-    node: &Node,
+    backend: &Backend,
     call: &ScriptCall,
     give_up_at: Instant,
     valid_until: Option<Instant>,
@@ -140,7 +138,7 @@ async fn release_until(
     let attempts = AtomicU32::new(u32::from(after_unknown));
     retry_transient(give_up_at, || async {
         let retry = attempts.fetch_add(1, Ordering::Relaxed) > 0;
-        let reply = release_reply(node.run(call).await?)?;
+        let reply = backend.release(call).await?;
         let answered = Instant::now();
         Ok(read_release(
             reply,

@@ -14,7 +14,7 @@ use crate::core::handover::{Handed, Successor};
 use crate::core::lease::{ExpiryReply, LeaseState};
 use crate::core::metrics;
 use crate::error::{Error, Result};
-use crate::kind::{HandOverReply, LeaseKind, ReleaseReply, expiry_reply, hand_over_reply};
+use crate::kind::{HandOverReply, LeaseKind, ReleaseReply, hand_over_reply};
 use crate::options::{ttl_millis, validate_ttl};
 use crate::token::{FencingToken, OwnerToken};
 
@@ -87,7 +87,7 @@ impl Held {
         let change = self.lease.state.begin(Some(ttl));
         renewer.reschedule(self.id);
         let call = self.kind.extend(owner, ttl_millis(ttl), change.epoch);
-        let reply = expiry_reply(self.core.node().run(&call).await?)?;
+        let reply = self.core.backend().extend(&call).await?;
         self.lease.state.settle(&change, reply);
         match reply {
             // Superseded: a newer extend (from another task) was applied after this one.
@@ -177,7 +177,7 @@ impl Held {
     /// Gives the lease straight to this client's next local waiter, if one offered to take it
     /// (`handover.rs`).
     async fn hand_over(&self, core: &Arc<Core>) -> Handing {
-        if !self.kind.can_hand_over() {
+        if !self.kind.can_hand_over() || !core.backend().hands_over() {
             return Handing::No;
         }
         let Some(channel) = self.kind.channels().first().map(|c| c.to_string()) else {
@@ -201,7 +201,10 @@ impl Held {
             patience: offer.ttl.max(core.timeout() * 10),
         };
         let requested_at = Instant::now();
-        let outcome = core.node().run(&call).await.and_then(hand_over_reply);
+        let outcome = match core.node() {
+            Ok(node) => node.run(&call).await.and_then(hand_over_reply),
+            Err(e) => Err(e),
+        };
         match outcome {
             Ok(HandOverReply::Handed(token)) => {
                 successor.owner = None;

@@ -68,9 +68,15 @@ impl Core {
         &self.options
     }
 
-    /// The node that serves non-lease commands (resources, inspection, optimistic helpers).
-    pub(crate) fn node(&self) -> &Node {
+    /// The node that serves non-lease commands (resources, inspection, optimistic helpers);
+    /// refused on a Redlock client.
+    pub(crate) fn node(&self) -> crate::error::Result<&Node> {
         self.backend.node()
+    }
+
+    /// Where lease steps go.
+    pub(crate) fn backend(&self) -> &Backend {
+        &self.backend
     }
 
     /// Wakes this process's waiters on `channel`, after a release that did not go through a

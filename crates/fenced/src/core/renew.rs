@@ -38,7 +38,7 @@ use crate::core::lease::{ExpiryChange, ExpiryReply, LeaseState};
 use crate::core::metrics;
 use crate::core::notify::LocalWaiters;
 use crate::error::Result;
-use crate::kind::{LeaseKind, expiry_reply};
+use crate::kind::LeaseKind;
 use crate::options::ttl_millis;
 use crate::scripts::ScriptCall;
 use crate::token::{FencingToken, OwnerToken};
@@ -345,11 +345,7 @@ fn expire(entries: &mut HashMap<u64, Entry>, stats: &Counters) {
 }
 
 async fn run_batch(backend: &Backend, batch: &[ScriptCall]) -> Result<Vec<Result<ExpiryReply>>> {
-    let replies = backend.node().run_batch("renew", batch).await?;
-    Ok(replies
-        .into_iter()
-        .map(|r| r.and_then(expiry_reply))
-        .collect())
+    backend.renew(batch).await
 }
 
 /// Sends one pipelined renewal for every lease that is due (or nearly due).

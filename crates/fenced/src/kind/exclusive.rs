@@ -6,8 +6,8 @@ use std::sync::Arc;
 use crate::core::Wake;
 use crate::keys::LockKeys;
 use crate::kind::LeaseKind;
-use crate::scripts::{ABANDON, ACQUIRE, EXTEND, HAND_OVER, RELEASE, ScriptCall};
-use crate::token::OwnerToken;
+use crate::scripts::{ABANDON, ACQUIRE, EXTEND, FENCE_RAISE, HAND_OVER, RELEASE, ScriptCall};
+use crate::token::{FencingToken, OwnerToken};
 
 /// One exclusive lease on a name.
 pub(crate) struct Exclusive {
@@ -59,6 +59,15 @@ impl LeaseKind for Exclusive {
             .arg(owner.as_str())
             .arg(&self.keys.channel)
             .arg(message)
+    }
+
+    fn raise_fence(&self, token: FencingToken) -> Option<ScriptCall> {
+        Some(
+            ScriptCall::new(&FENCE_RAISE)
+                .key(&self.keys.fence)
+                .arg(token.get())
+                .arg(self.fence_retention_ms),
+        )
     }
 
     fn can_hand_over(&self) -> bool {

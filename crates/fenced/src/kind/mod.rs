@@ -53,6 +53,11 @@ pub(crate) trait LeaseKind: Send + Sync + 'static {
     /// Void an attempt of unknown outcome: release what it took, or leave a tombstone that
     /// lives `patience_ms`.
     fn abandon(&self, owner: &OwnerToken, message: &str, patience_ms: u64) -> ScriptCall;
+    /// Raise this lease's fence to at least `token` (Redlock's quorum fencing write-back);
+    /// `None` for kinds that do not run on several independent masters yet.
+    fn raise_fence(&self, _token: FencingToken) -> Option<ScriptCall> {
+        None
+    }
     /// Whether a lease of this kind can be handed straight to a local waiter.
     fn can_hand_over(&self) -> bool {
         false

@@ -84,7 +84,7 @@ fn unexpected(script: &'static str, reply: impl std::fmt::Debug) -> Error {
 
 impl Client {
     async fn eval<T: redis::FromRedisValue>(&self, call: &ScriptCall) -> Result<T> {
-        self.core().node().run(call).await
+        self.core().node()?.run(call).await
     }
 
     /// Sets `key` to `new` if it holds `expected` (`None`: if it does not exist), in one
@@ -148,7 +148,7 @@ impl Client {
         let mut cmd = redis::cmd("HMGET");
         cmd.arg(key).arg("v").arg("d");
         let (version, value): (Option<u64>, Option<Vec<u8>>) =
-            self.core().node().query("versioned read", &cmd).await?;
+            self.core().node()?.query("versioned read", &cmd).await?;
         Ok(match (version, value) {
             (Some(version), Some(value)) => Some(Versioned { version, value }),
             _ => None,

@@ -280,6 +280,8 @@ impl Client {
             })?),
             None => None,
         };
+        // One server only: a transaction's WATCH lives on one connection to one node.
+        self.core().node()?;
         let pool = self.tx_pool();
         let timeout = self.timeout();
         let mut backoff = Backoff::new(policy.backoff_min, policy.backoff_max);

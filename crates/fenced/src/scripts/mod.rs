@@ -58,6 +58,8 @@ lua!(/// Void an acquire attempt of unknown outcome.
     ABANDON, "abandon", "abandon.lua");
 lua!(/// Renew or re-time a lease, in epoch order.
     EXTEND, "extend", "extend.lua");
+lua!(/// Raise a fence to a Redlock quorum's token.
+    FENCE_RAISE, "fence write-back", "fence_raise.lua");
 lua!(/// Break a lock whoever holds it.
     FORCE_RELEASE, "force release", "force_release.lua");
 lua!(/// Take or re-enter a reentrant lock.

@@ -1,0 +1,276 @@
+//! Redlock over several independent masters: grants by a majority, quorum fencing tokens
+//! (largest token written back to a majority before use), decisions that do not wait for slow
+//! nodes, partial grants undone, renewal on a majority and the lost signal, `NoQuorum`.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::time::Duration;
+
+use fenced::{Client, Error, WaitPolicy};
+use fenced_testkit::{Fault, Proxy, RedisServer};
+use redis::aio::MultiplexedConnection;
+use tokio::time::Instant;
+
+use crate::support::{eventually, raw, server};
+
+const KEY: &str = "fenced:{report}";
+const FENCE: &str = "fenced:{report}:fence";
+
+fn servers(n: usize) -> Vec<RedisServer> {
+    (0..n).map(|_| server()).collect()
+}
+
+async fn redlock(urls: &[String]) -> Client {
+    Client::redlock_builder(urls)
+        .timeout(Duration::from_millis(500))
+        .connect()
+        .await
+        .expect("a majority answers")
+}
+
+fn urls(servers: &[RedisServer]) -> Vec<String> {
+    servers.iter().map(RedisServer::url).collect()
+}
+
+async fn get(conn: &mut MultiplexedConnection, key: &str) -> Option<String> {
+    redis::cmd("GET").arg(key).query_async(conn).await.unwrap()
+}
+
+#[tokio::test]
+async fn a_lock_is_granted_by_a_majority_and_released_everywhere() {
+    let s = servers(3);
+    let c = redlock(&urls(&s)).await;
+    let guard = c.lock("report").acquire().await.unwrap();
+    let mut holders = 0;
+    for server in &s {
+        holders += usize::from(get(&mut raw(server).await, KEY).await.is_some());
+    }
+    assert!(holders >= 2, "held on {holders} of 3 nodes");
+    assert!(c.lock("report").try_acquire().await.unwrap().is_none());
+    guard.release().await.unwrap();
+    for server in &s {
+        let mut conn = raw(server).await;
+        assert!(
+            eventually(Duration::from_secs(2), || {
+                let mut conn = conn.clone();
+                async move { get(&mut conn, KEY).await.is_none() }
+            })
+            .await,
+            "a node kept the lock after the release"
+        );
+        let _ = &mut conn;
+    }
+    assert!(c.lock("report").try_acquire().await.unwrap().is_some());
+}
+
+#[tokio::test]
+async fn the_quorum_token_is_written_back_so_the_next_holder_gets_a_larger_one() {
+    // Node 0's counter runs far ahead of the others (its clock was ahead, say), and node 1 is
+    // held by somebody else, so the quorum is nodes 0 and 2 and the token is node 0's. Once
+    // node 0 is gone with its counter, the next quorum is nodes 1 and 2: without the
+    // write-back to node 2, the next token would go down.
+    let s = servers(3);
+    let c = redlock(&urls(&s)).await;
+    let ahead: u64 = 4_000_000_000_000_000;
+    let _: () = redis::cmd("SET")
+        .arg(FENCE)
+        .arg(ahead)
+        .query_async(&mut raw(&s[0]).await)
+        .await
+        .unwrap();
+    let _: () = redis::cmd("SET")
+        .arg(KEY)
+        .arg("someone-else")
+        .arg("PX")
+        .arg(60_000)
+        .query_async(&mut raw(&s[1]).await)
+        .await
+        .unwrap();
+    let a = c.lock("report").acquire().await.unwrap();
+    assert_eq!(a.fencing_token().get(), ahead + 1);
+    let fence2: u64 = get(&mut raw(&s[2]).await, FENCE)
+        .await
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(fence2 > ahead, "the token was not written back to node 2");
+    a.release().await.unwrap();
+    let _: () = redis::cmd("DEL")
+        .arg(KEY)
+        .query_async(&mut raw(&s[1]).await)
+        .await
+        .unwrap();
+    let mut s = s;
+    s[0].kill().unwrap(); // node 0 and its counter are gone
+    let b = c
+        .lock("report")
+        .with_wait(WaitPolicy::up_to(Duration::from_secs(5)))
+        .acquire()
+        .await
+        .unwrap();
+    assert!(b.fencing_token().get() > ahead + 1, "{}", b.fencing_token());
+}
+
+#[tokio::test]
+async fn five_nodes_grant_with_two_down_and_answer_no_quorum_with_three_down() {
+    let mut s = servers(5);
+    let c = redlock(&urls(&s)).await;
+    s[0].kill().unwrap();
+    s[1].kill().unwrap();
+    let g = c.lock("report").acquire().await.unwrap();
+    g.release().await.unwrap();
+    s[2].kill().unwrap();
+    let started = Instant::now();
+    let out = c
+        .lock("report")
+        .with_wait(WaitPolicy::up_to(Duration::from_secs(1)))
+        .acquire()
+        .await;
+    let took = started.elapsed();
+    assert!(
+        matches!(
+            out,
+            Err(Error::NoQuorum {
+                needed: 3,
+                nodes: 5,
+                ..
+            })
+        ),
+        "{out:?}"
+    );
+    assert!(took < Duration::from_secs(3), "gave up after {took:?}");
+}
+
+#[tokio::test]
+async fn a_slow_node_does_not_slow_the_grant() {
+    let s = servers(3);
+    let proxy = Proxy::start(s[2].addr()).unwrap();
+    let urls = vec![s[0].url(), s[1].url(), proxy.url()];
+    let c = redlock(&urls).await;
+    proxy.set(Fault::DelayReplies(Duration::from_millis(400)));
+    let lock = c.lock("report");
+    let mut slowest = Duration::ZERO;
+    for _ in 0..5 {
+        let started = Instant::now();
+        let g = lock.acquire().await.unwrap();
+        slowest = slowest.max(started.elapsed());
+        g.release().await.unwrap();
+    }
+    // Decided by the two fast nodes, not by the one 400 ms away.
+    assert!(
+        slowest < Duration::from_millis(200),
+        "slowest grant {slowest:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_partial_grant_is_given_back() {
+    let s = servers(3);
+    let c = redlock(&urls(&s)).await;
+    for server in &s[1..] {
+        let _: () = redis::cmd("SET")
+            .arg(KEY)
+            .arg("someone-else")
+            .arg("PX")
+            .arg(60_000)
+            .query_async(&mut raw(server).await)
+            .await
+            .unwrap();
+    }
+    assert!(c.lock("report").try_acquire().await.unwrap().is_none());
+    // Node 0 granted (alone): the attempt is undone there.
+    let conn = raw(&s[0]).await;
+    assert!(
+        eventually(Duration::from_secs(3), || {
+            let mut conn = conn.clone();
+            async move { get(&mut conn, KEY).await.is_none() }
+        })
+        .await,
+        "the lone grant on node 0 was left behind"
+    );
+}
+
+#[tokio::test]
+async fn renewal_keeps_the_lease_on_a_majority_and_the_lost_signal_fires_without_one() {
+    let mut s = servers(3);
+    let c = redlock(&urls(&s)).await;
+    let ttl = Duration::from_millis(400);
+    let g = c.lock("report").with_ttl(ttl).acquire().await.unwrap();
+    // Well past its ttl, still ours everywhere (renewed on every node).
+    tokio::time::sleep(ttl * 3).await;
+    assert!(!g.lease().is_lost());
+    for server in &s {
+        assert!(get(&mut raw(server).await, KEY).await.is_some());
+    }
+    // One node down: still a majority.
+    s[0].kill().unwrap();
+    tokio::time::sleep(ttl * 2).await;
+    assert!(!g.lease().is_lost(), "lost with a majority still up");
+    // Two down: no majority can renew; the lost signal fires once the validity runs out.
+    s[1].kill().unwrap();
+    tokio::time::timeout(Duration::from_secs(3), g.lost())
+        .await
+        .expect("the lost signal did not fire");
+}
+
+#[tokio::test]
+async fn holders_exclude_each_other() {
+    let s = servers(3);
+    let c = Arc::new(redlock(&urls(&s)).await);
+    let inside = Arc::new(AtomicBool::new(false));
+    let overlaps = Arc::new(AtomicU32::new(0));
+    let mut tasks = Vec::new();
+    for _ in 0..6 {
+        let (c, inside, overlaps) = (c.clone(), inside.clone(), overlaps.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut last = 0;
+            for _ in 0..10 {
+                let g = c.lock("report").acquire().await.unwrap();
+                assert!(g.fencing_token().get() > last);
+                last = g.fencing_token().get();
+                if inside.swap(true, Ordering::SeqCst) {
+                    overlaps.fetch_add(1, Ordering::SeqCst);
+                }
+                tokio::task::yield_now().await;
+                inside.store(false, Ordering::SeqCst);
+                g.release().await.unwrap();
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    assert_eq!(overlaps.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test]
+async fn what_needs_one_server_is_refused_with_a_typed_error() {
+    let s = servers(3);
+    let c = redlock(&urls(&s)).await;
+    let refused = |r: Result<(), Error>| matches!(r, Err(Error::InvalidArgument(_)));
+    assert!(refused(c.semaphore("s", 2).acquire().await.map(drop)));
+    assert!(refused(c.reentrant_lock("r").acquire().await.map(drop)));
+    assert!(refused(
+        c.resource("r")
+            .set(fenced::FencingToken::new(1), "f", "v")
+            .await
+            .map(drop)
+    ));
+    assert!(refused(c.lock("report").status().await.map(drop)));
+    assert!(refused(
+        c.transaction(&["k"], |_tx| async { Ok::<_, Error>(()) })
+            .await
+            .map(drop)
+    ));
+    // Bad deployments are refused before anything is sent.
+    let two = [s[0].url(), s[1].url()];
+    assert!(matches!(
+        Client::redlock_builder(&two).connect().await,
+        Err(Error::InvalidArgument(_))
+    ));
+    let twice = [s[0].url(), s[0].url(), s[1].url()];
+    assert!(matches!(
+        Client::redlock_builder(&twice).connect().await,
+        Err(Error::InvalidArgument(_))
+    ));
+}
