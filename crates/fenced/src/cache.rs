@@ -2,15 +2,19 @@
 //!
 //! Invariants:
 //! 1. One computer per missing entry across every process: the compute runs under the entry's
-//!    lock, and whoever takes the lock reads the entry again before computing, so a value
-//!    stored between a caller's read and its grant is served, not computed twice.
+//!    lock, and whoever takes the lock for a missing or expired entry reads it again before
+//!    computing, so a value stored between a caller's read and its grant is served, not
+//!    computed twice. (An early refresh does not read again: at worst two refreshes of a
+//!    fresh entry follow each other.)
 //! 2. One Redis reader per entry per handle in a process: callers that find a flight already
 //!    under way for their entry wait for its result instead of reading (the local single
-//!    flight). A flight that fails or is cancelled wakes them, and one of them flies next.
+//!    flight). They get the cached value as soon as it is read, before any refresh runs; a
+//!    flight that fails or is cancelled wakes them, and one of them flies next.
 //! 3. A store is fenced: it carries the computer's fencing token and is refused once the
 //!    entry's fence has passed it (a newer grant, or an [`invalidate`](Cache::invalidate)),
 //!    so a computer that was paused, or that read the source before a change, never
-//!    overwrites what is known now.
+//!    overwrites what is known now. A refused value goes to its computer only, never to the
+//!    followers, who may have seen the invalidation.
 //! 4. Freshness is decided by Redis alone: the entry's remaining `PTTL` on the server, never a
 //!    client clock.
 
@@ -68,7 +72,9 @@ type Flight = watch::Receiver<Option<Option<Vec<u8>>>>;
 ///
 /// An entry `key` of cache `name` is the lock named `"{name}:{key}"`, with the hash
 /// `<ns>{<name>:<key>}:cached` next to the lock's keys: field `v` the value (absent for "no
-/// value"), `d` how long the compute took (ms), `s` the stale grace (ms).
+/// value"), `d` how long the compute took (µs), `s` the stale grace the writer kept (ms).
+/// Entry names are `"{name}:{key}"`: cache `a` with key `b:c` and cache `a:b` with key `c`
+/// are the same entry, so keep cache names free of `:` or distinct as prefixes.
 ///
 /// Clones share their local flights; separate handles from [`Client::cache`] do not (each
 /// reads Redis once per flight).
@@ -132,12 +138,12 @@ impl fmt::Debug for Cache {
 /// What one read of an entry found.
 #[derive(Debug, PartialEq)]
 enum Found {
-    /// Within its ttl: `remaining_ms` of freshness left (`u64::MAX`: the key does not expire),
+    /// Within its ttl: `remaining_us` of freshness left (`u64::MAX`: the key does not expire),
     /// and how long its compute took.
     Fresh {
         value: Option<Vec<u8>>,
-        remaining_ms: u64,
-        compute_ms: u64,
+        remaining_us: u64,
+        compute_us: u64,
     },
     /// Past its ttl, within its stale grace.
     Stale { value: Option<Vec<u8>> },
@@ -149,9 +155,14 @@ enum Found {
 enum Next {
     /// Serve this value.
     Serve { value: Option<Vec<u8>>, stale: bool },
-    /// Compute under this guard. `recheck`: the entry was missing or stale when read, so read
-    /// it again under the lock first (invariant 1).
-    Compute { guard: LockGuard, recheck: bool },
+    /// Compute under this guard. `cached`: the value read (a refresh or a stale entry), for
+    /// the followers and as the fallback of a failed refresh. `recheck`: the entry was missing
+    /// or stale when read, so read it again under the lock first (invariant 1).
+    Compute {
+        guard: LockGuard,
+        cached: Option<Option<Vec<u8>>>,
+        recheck: bool,
+    },
 }
 
 /// The Redis names of one entry.
@@ -195,7 +206,9 @@ impl Cache {
 
     /// Keeps entries `grace` past their ttl and serves them, stale, while one caller computes
     /// the new value (default: zero, never serve stale). Callers that cannot take the entry's
-    /// lock get the stale value at once instead of waiting.
+    /// lock get the stale value at once instead of waiting, and a failed recompute serves it
+    /// too. A reader serves an entry at most its own `grace` past the ttl, whatever grace the
+    /// writer kept it for.
     pub fn with_stale_for(mut self, grace: Duration) -> Self {
         self.stale_for = grace;
         self
@@ -204,7 +217,8 @@ impl Cache {
     /// Early refresh with XFetch's `beta` (default 0: off; 1.0 is the usual choice, more
     /// refreshes earlier). A caller reading a fresh entry recomputes it when
     /// `compute time × beta × −ln(random) ≥ time left`; at most one at a time does (it must
-    /// take the entry's lock without waiting), and the others are served the cached value.
+    /// take the entry's lock without waiting), and the others are served the cached value. A
+    /// refresh that fails serves the cached value to its caller too.
     pub fn with_early_refresh(mut self, beta: f64) -> Self {
         self.early_refresh = beta;
         self
@@ -304,9 +318,7 @@ impl Cache {
                             Some(n) => wait.with_max_attempts(n),
                             None => wait,
                         };
-                        let value = self.fetch(&entry, ttl, wait, compute).await?;
-                        flight.land(&value);
-                        return Ok(value);
+                        return self.fetch(&entry, ttl, wait, compute, flight).await;
                     }
                 }
             }
@@ -411,13 +423,15 @@ impl Cache {
     }
 
     /// The Redis side of one flight: read, and on a miss take the entry's lock or wait for
-    /// whoever has it.
+    /// whoever has it. Lands the flight for the local followers as soon as a value they may
+    /// have is known: a cached one before a refresh, a computed one once it is stored.
     async fn fetch<F, Fut, E>(
         &self,
         entry: &Entry,
         ttl: Duration,
         wait: WaitPolicy,
         compute: F,
+        pilot: Pilot,
     ) -> Result<Option<Vec<u8>>, E>
     where
         F: FnOnce(Lease) -> Fut,
@@ -433,12 +447,13 @@ impl Cache {
                     Ok(match self.read(entry).await? {
                         Found::Fresh {
                             value,
-                            remaining_ms,
-                            compute_ms,
-                        } if self.refresh_now(remaining_ms, compute_ms) => {
+                            remaining_us,
+                            compute_us,
+                        } if self.refresh_now(remaining_us, compute_us) => {
                             match entry.lock.try_acquire().await? {
                                 Some(guard) => Ok(Next::Compute {
                                     guard,
+                                    cached: Some(value),
                                     recheck: false,
                                 }),
                                 None => Ok(Next::Serve {
@@ -454,6 +469,7 @@ impl Cache {
                         Found::Stale { value } => match entry.lock.try_acquire().await? {
                             Some(guard) => Ok(Next::Compute {
                                 guard,
+                                cached: Some(value),
                                 recheck: true,
                             }),
                             None => Ok(Next::Serve { value, stale: true }),
@@ -461,6 +477,7 @@ impl Cache {
                         Found::Missing => match entry.lock.try_acquire().await? {
                             Some(guard) => Ok(Next::Compute {
                                 guard,
+                                cached: None,
                                 recheck: true,
                             }),
                             None => Err(None),
@@ -471,34 +488,70 @@ impl Cache {
             .await?;
         // A value found after waiting was computed by somebody else.
         let waited = reads > 1;
-        let (guard, recheck) = match next {
+        let (guard, cached, recheck) = match next {
             Next::Serve { value, stale } => {
                 metrics::cache_lookup(match (stale, waited) {
                     (true, _) => "stale",
                     (false, true) => "shared",
                     (false, false) => "hit",
                 });
+                pilot.land(&value);
                 return Ok(value);
             }
-            Next::Compute { guard, recheck } => (guard, recheck),
+            Next::Compute {
+                guard,
+                cached,
+                recheck,
+            } => (guard, cached, recheck),
         };
         if recheck && let Found::Fresh { value, .. } = self.read(entry).await? {
             // Stored between our read and our grant (invariant 1).
             metrics::cache_lookup("shared");
             release_quietly(guard).await;
+            pilot.land(&value);
             return Ok(value);
         }
         metrics::cache_lookup("computed");
-        self.compute_and_store(entry, ttl, guard, compute).await
+        // Followers need not wait for a refresh: they get what is cached (invariant 2).
+        let pilot = match &cached {
+            Some(value) => {
+                pilot.land(value);
+                None
+            }
+            None => Some(pilot),
+        };
+        let (value, stored) = match self.compute_and_store(entry, ttl, guard, compute).await {
+            Ok(done) => done,
+            Err(e) => {
+                return match cached {
+                    // A failed refresh leaves the cached value in place: serve it.
+                    Some(value) => {
+                        tracing::debug!(entry = %entry.lock.name(), "fenced: cache refresh failed; serving the cached value");
+                        Ok(value)
+                    }
+                    None => Err(e),
+                };
+            }
+        };
+        // A refused value may predate an invalidation that callers after it have seen: only
+        // its computer gets it; followers read again (invariant 3).
+        if let Some(pilot) = pilot
+            && stored
+        {
+            pilot.land(&value);
+        }
+        Ok(value)
     }
 
+    /// Runs the compute under `guard` and stores its value. `Ok((value, stored))`: `stored`
+    /// is false when the store was refused (fenced off), not when it failed on the way.
     async fn compute_and_store<F, Fut, E>(
         &self,
         entry: &Entry,
         ttl: Duration,
         guard: LockGuard,
         compute: F,
-    ) -> Result<Option<Vec<u8>>, E>
+    ) -> Result<(Option<Vec<u8>>, bool), E>
     where
         F: FnOnce(Lease) -> Fut,
         Fut: Future<Output = Result<Option<Vec<u8>>, E>>,
@@ -528,44 +581,51 @@ impl Cache {
             }
             Some(Ok(value)) => value,
         };
-        let compute_ms = ttl_millis(started.elapsed());
-        match self
+        let compute_us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
+        let stored = match self
             .store(
                 entry,
                 lease.fencing_token(),
                 ttl,
-                compute_ms,
+                compute_us,
                 value.as_deref(),
             )
             .await
         {
-            Ok(true) => metrics::cache_computed("stored"),
+            Ok(true) => {
+                metrics::cache_computed("stored");
+                true
+            }
             Ok(false) => {
                 metrics::cache_computed("refused");
                 tracing::debug!(entry = %entry.lock.name(), "fenced: cache store refused; a newer grant or an invalidation came first");
+                false
             }
             Err(e) => {
                 metrics::cache_computed("failed");
                 tracing::warn!(entry = %entry.lock.name(), error = %e, "fenced: cache store failed; the value is returned but not cached");
+                true
             }
-        }
+        };
         release_quietly(guard).await;
-        Ok(value)
+        Ok((value, stored))
     }
 
     /// XFetch: recompute early with probability rising as expiry nears.
-    fn refresh_now(&self, remaining_ms: u64, compute_ms: u64) -> bool {
-        if self.early_refresh <= 0.0 || remaining_ms == u64::MAX {
+    fn refresh_now(&self, remaining_us: u64, compute_us: u64) -> bool {
+        if self.early_refresh <= 0.0 || remaining_us == u64::MAX {
             return false;
         }
-        let gap = compute_ms as f64 * self.early_refresh * -random_fraction().ln();
-        gap >= remaining_ms as f64
+        let gap = compute_us as f64 * self.early_refresh * -random_fraction().ln();
+        gap >= remaining_us as f64
     }
 
     /// One round trip: the entry's fields and its remaining life.
     async fn read(&self, entry: &Entry) -> Result<Found> {
         let mut pipe = redis::pipe();
-        pipe.cmd("HMGET")
+        // One snapshot: the fields and the ttl of the same entry.
+        pipe.atomic()
+            .cmd("HMGET")
             .arg(&entry.cached)
             .arg("v")
             .arg("d")
@@ -578,7 +638,7 @@ impl Cache {
             .node()?
             .query_pipe("cache read", &pipe)
             .await?;
-        parse_entry(fields, pttl, !self.stale_for.is_zero())
+        parse_entry(fields, pttl, ttl_millis(self.stale_for))
     }
 
     async fn store(
@@ -586,7 +646,7 @@ impl Cache {
         entry: &Entry,
         token: FencingToken,
         ttl: Duration,
-        compute_ms: u64,
+        compute_us: u64,
         value: Option<&[u8]>,
     ) -> Result<bool> {
         let fresh = if value.is_some() {
@@ -604,7 +664,7 @@ impl Cache {
             .key(&entry.lock.keys().fence)
             .arg(token.get())
             .arg(life)
-            .arg(compute_ms)
+            .arg(compute_us)
             .arg(stale_ms)
             .arg(&entry.lock.keys().channel)
             .arg(core.release_message(crate::core::Wake::All));
@@ -612,12 +672,18 @@ impl Cache {
             call = call.arg(value);
         }
         let stored: i64 = core.node()?.run(&call).await?;
+        if stored == 1 {
+            // Our own message is skipped by our pub/sub task: wake this process directly (the
+            // waiters of other handles on this client).
+            core.wake_local(&entry.lock.keys().channel, crate::core::Wake::All);
+        }
         Ok(stored == 1)
     }
 }
 
-/// Reads an `HMGET v d s` + `PTTL` reply.
-fn parse_entry(fields: Vec<Option<Vec<u8>>>, pttl: i64, serve_stale: bool) -> Result<Found> {
+/// Reads an `HMGET v d s` + `PTTL` reply. `serve_stale_ms`: how far past its ttl this reader
+/// takes an entry (its own `with_stale_for`, whatever grace the writer kept it for).
+fn parse_entry(fields: Vec<Option<Vec<u8>>>, pttl: i64, serve_stale_ms: u64) -> Result<Found> {
     let number = |raw: &Option<Vec<u8>>| -> Result<u64> {
         match raw {
             None => Ok(0),
@@ -632,19 +698,23 @@ fn parse_entry(fields: Vec<Option<Vec<u8>>>, pttl: i64, serve_stale: bool) -> Re
     if compute.is_none() || pttl == -2 {
         return Ok(Found::Missing);
     }
-    let compute_ms = number(&compute)?;
+    let compute_us = number(&compute)?;
     let stale_ms = number(&stale)?;
-    let remaining_ms = match u64::try_from(pttl) {
-        Err(_) => u64::MAX, // -1: no expiry; somebody persisted the entry
-        Ok(left) => left.saturating_sub(stale_ms),
+    let Ok(left_ms) = u64::try_from(pttl) else {
+        // -1: no expiry; somebody persisted the entry.
+        return Ok(Found::Fresh {
+            value,
+            remaining_us: u64::MAX,
+            compute_us,
+        });
     };
-    Ok(if remaining_ms > 0 {
+    Ok(if left_ms > stale_ms {
         Found::Fresh {
             value,
-            remaining_ms,
-            compute_ms,
+            remaining_us: (left_ms - stale_ms).saturating_mul(1000),
+            compute_us,
         }
-    } else if serve_stale {
+    } else if serve_stale_ms > 0 && stale_ms - left_ms <= serve_stale_ms {
         Found::Stale { value }
     } else {
         Found::Missing
@@ -697,36 +767,49 @@ mod tests {
     #[test]
     fn entries_are_read_by_their_server_ttl() {
         assert_eq!(
-            parse_entry(vec![b("x"), b("12"), b("0")], 500, false).ok(),
+            parse_entry(vec![b("x"), b("12"), b("0")], 500, 0).ok(),
             Some(Found::Fresh {
                 value: b("x"),
-                remaining_ms: 500,
-                compute_ms: 12
+                remaining_us: 500_000,
+                compute_us: 12
             })
         );
-        // Within the stale grace: stale if served, missing if not.
+        // 600 ms past its ttl, in a grace of 1 s: stale for a reader that takes 600 ms or
+        // more, missing for one that takes less (or none).
         assert_eq!(
-            parse_entry(vec![b("x"), b("1"), b("1000")], 400, true).ok(),
+            parse_entry(vec![b("x"), b("1"), b("1000")], 400, 600).ok(),
             Some(Found::Stale { value: b("x") })
         );
         assert_eq!(
-            parse_entry(vec![b("x"), b("1"), b("1000")], 400, false).ok(),
+            parse_entry(vec![b("x"), b("1"), b("1000")], 400, 500).ok(),
+            Some(Found::Missing)
+        );
+        assert_eq!(
+            parse_entry(vec![b("x"), b("1"), b("1000")], 400, 0).ok(),
             Some(Found::Missing)
         );
         // A negative entry has no value field.
         assert_eq!(
-            parse_entry(vec![None, b("3"), b("0")], 10, false).ok(),
+            parse_entry(vec![None, b("3"), b("0")], 10, 0).ok(),
             Some(Found::Fresh {
                 value: None,
-                remaining_ms: 10,
-                compute_ms: 3
+                remaining_us: 10_000,
+                compute_us: 3
             })
         );
         assert_eq!(
-            parse_entry(vec![None, None, None], -2, false).ok(),
+            parse_entry(vec![b("x"), b("3"), b("0")], -1, 0).ok(),
+            Some(Found::Fresh {
+                value: b("x"),
+                remaining_us: u64::MAX,
+                compute_us: 3
+            })
+        );
+        assert_eq!(
+            parse_entry(vec![None, None, None], -2, 0).ok(),
             Some(Found::Missing)
         );
-        assert!(parse_entry(vec![b("x"), b("soon"), None], 10, false).is_err());
-        assert!(parse_entry(vec![b("x")], 10, false).is_err());
+        assert!(parse_entry(vec![b("x"), b("soon"), None], 10, 0).is_err());
+        assert!(parse_entry(vec![b("x")], 10, 0).is_err());
     }
 }

@@ -22,6 +22,7 @@
 //! | `<ns>{<name>}:fair:<waiter>` | pub/sub channel | wakes one fair waiter when it reaches the head |
 //! | `<ns>{<name>}:latch` | string | a latch's count left, with `PX` = its lifetime |
 //! | `<ns>{<name>}:latch:opened` | pub/sub channel | one message when the latch opens |
+//! | `<ns>{<name>}:cached` | hash | a [`Cache`](crate::Cache) entry (its name is `<cache>:<key>`): `v` value, `d` compute µs, `s` stale grace ms; `PX` = ttl + grace |
 //! | `<ns>res:{<name>}` | hash | a [`FencedResource`](crate::FencedResource)'s fields |
 //! | `<ns>res:{<name>}:fence` | string | the highest fencing token that resource has accepted |
 

@@ -518,3 +518,190 @@ async fn bad_keys_and_settings_are_refused_before_any_call() {
         Err(Error::Redis(_))
     ));
 }
+
+#[tokio::test]
+async fn followers_get_the_cached_value_while_their_flight_refreshes_it() {
+    let server = server();
+    let c = client(&server).await;
+    let cache = c
+        .cache("feed")
+        .with_stale_for(Duration::from_secs(30))
+        .with_jitter(0.0);
+    cache
+        .get_or_compute("f", Duration::from_millis(200), |_| async {
+            Ok::<_, Error>(Some(b"v1".to_vec()))
+        })
+        .await
+        .unwrap();
+    let mut conn = raw(&server).await;
+    assert!(
+        eventually(Duration::from_secs(3), || {
+            let mut conn = conn.clone();
+            async move {
+                let left: i64 = redis::cmd("PTTL")
+                    .arg("fenced:{feed:f}:cached")
+                    .query_async(&mut conn)
+                    .await
+                    .unwrap();
+                left <= 30_000
+            }
+        })
+        .await
+    );
+    let (finish, finish_rx) = oneshot::channel::<()>();
+    let finish_rx = Arc::new(tokio::sync::Mutex::new(Some(finish_rx)));
+    let served = Arc::new(AtomicU32::new(0));
+    let mut tasks = Vec::new();
+    for _ in 0..20 {
+        let (cache, finish_rx, served) = (cache.clone(), finish_rx.clone(), served.clone());
+        tasks.push(tokio::spawn(async move {
+            let v = cache
+                .get_or_compute("f", TTL, |_| async move {
+                    // The one recompute holds until the test lets it go.
+                    let rx = finish_rx.lock().await.take().unwrap();
+                    rx.await.unwrap();
+                    Ok::<_, Error>(Some(b"v2".to_vec()))
+                })
+                .await
+                .unwrap();
+            served.fetch_add(1, Ordering::SeqCst);
+            v
+        }));
+    }
+    // 19 callers are served the stale value while the 20th recomputes.
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            served.load(Ordering::SeqCst) == 19
+        })
+        .await,
+        "followers waited for the refresh"
+    );
+    finish.send(()).unwrap();
+    let mut got: Vec<Vec<u8>> = Vec::new();
+    for t in tasks {
+        got.push(t.await.unwrap().unwrap());
+    }
+    assert_eq!(got.iter().filter(|v| v.as_slice() == b"v1").count(), 19);
+    assert_eq!(got.iter().filter(|v| v.as_slice() == b"v2").count(), 1);
+    let _ = &mut conn;
+}
+
+#[tokio::test]
+async fn a_refused_value_is_not_shared_with_callers_who_came_after_the_invalidation() {
+    let server = server();
+    let c = client(&server).await;
+    let cache = c.cache("stock");
+    let (started_tx, started) = oneshot::channel();
+    let (finish, finish_rx) = oneshot::channel::<()>();
+    let a = tokio::spawn({
+        let cache = cache.clone();
+        async move {
+            cache
+                .get_or_compute("s", TTL, |_| async move {
+                    started_tx.send(()).unwrap();
+                    finish_rx.await.unwrap();
+                    Ok::<_, Error>(Some(b"20".to_vec()))
+                })
+                .await
+        }
+    });
+    started.await.unwrap();
+    cache.invalidate("s").await.unwrap();
+    // B joins A's flight after the invalidation.
+    let b = tokio::spawn({
+        let cache = cache.clone();
+        async move {
+            cache
+                .get_or_compute("s", TTL, |_| async { Ok::<_, Error>(Some(b"19".to_vec())) })
+                .await
+        }
+    });
+    tokio::task::yield_now().await;
+    finish.send(()).unwrap();
+    assert_eq!(a.await.unwrap().unwrap().as_deref(), Some(&b"20"[..]));
+    assert_eq!(b.await.unwrap().unwrap().as_deref(), Some(&b"19"[..]));
+}
+
+#[tokio::test]
+async fn a_failed_early_refresh_serves_the_cached_value() {
+    let server = server();
+    let c = client(&server).await;
+    c.cache("x")
+        .get_or_compute("k", TTL, |_| async {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+            Ok::<_, Error>(Some(b"v".to_vec()))
+        })
+        .await
+        .unwrap();
+    let eager = c.cache("x").with_early_refresh(1e12);
+    let served = eager
+        .get_or_compute("k", TTL, |_| async {
+            Err::<Option<Vec<u8>>, _>(AppError::Source)
+        })
+        .await
+        .unwrap();
+    assert_eq!(served.as_deref(), Some(&b"v"[..]));
+}
+
+#[tokio::test]
+async fn the_store_wakes_callers_of_other_handles_in_the_same_process() {
+    let server = server();
+    // Polling so slow that only a wake-up can end the wait in time.
+    let c = Client::builder(&server.url())
+        .poll_interval(Duration::from_secs(10), Duration::from_secs(20))
+        .connect()
+        .await
+        .unwrap();
+    let (started_tx, started) = oneshot::channel();
+    let (finish, finish_rx) = oneshot::channel::<()>();
+    let a = tokio::spawn({
+        let cache = c.cache("page");
+        async move {
+            cache
+                .get_or_compute("p", TTL, |_| async move {
+                    started_tx.send(()).unwrap();
+                    finish_rx.await.unwrap();
+                    Ok::<_, Error>(Some(b"html".to_vec()))
+                })
+                .await
+        }
+    });
+    started.await.unwrap();
+    // Three other handles, each its own local flight. The release after the store wakes one
+    // waiter; the store itself must wake them all.
+    let mut others = Vec::new();
+    for _ in 0..3 {
+        let cache = c.cache("page");
+        others.push(tokio::spawn(async move {
+            cache
+                .get_or_compute("p", TTL, |_| async {
+                    Ok::<_, Error>(Some(b"again".to_vec()))
+                })
+                .await
+        }));
+    }
+    // Each read, found the lock held, and waits on the channel.
+    let mut conn = raw(&server).await;
+    assert!(
+        eventually(Duration::from_secs(5), || {
+            let (mut conn, c) = (conn.clone(), c.clone());
+            async move {
+                calls(&mut conn, "hmget").await >= 4
+                    && calls(&mut conn, "evalsha").await >= 4
+                    && c.lock("page:p").status().await.unwrap().waiting_clients == 1
+            }
+        })
+        .await
+    );
+    finish.send(()).unwrap();
+    assert_eq!(a.await.unwrap().unwrap().as_deref(), Some(&b"html"[..]));
+    for other in others {
+        let got = tokio::time::timeout(Duration::from_secs(2), other)
+            .await
+            .expect("another handle's caller was not woken by the store")
+            .unwrap()
+            .unwrap();
+        assert_eq!(got.as_deref(), Some(&b"html"[..]));
+    }
+    let _ = &mut conn;
+}

@@ -30,6 +30,27 @@ use crate::exit::{self, Failure, show};
 /// Refreshes kept for the trend column.
 const TREND: usize = 24;
 
+/// Grants counted from keyspace events, per name, since the last refresh; `live` turns false
+/// when the event stream ends (a restart, a dropped connection), and the view falls back to
+/// sampling.
+#[derive(Default)]
+pub struct Events {
+    counts: Mutex<HashMap<String, u64>>,
+    live: std::sync::atomic::AtomicBool,
+}
+
+impl Events {
+    fn live(&self) -> bool {
+        self.live.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    #[cfg(test)]
+    fn count(&self, name: &str) -> u64 {
+        let counts = self.counts.lock().unwrap_or_else(|e| e.into_inner());
+        counts.get(name).copied().unwrap_or(0)
+    }
+}
+
 /// One line of the view.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Entry {
@@ -63,7 +84,7 @@ pub struct Tracker {
     last_at: Option<Instant>,
     history: HashMap<String, VecDeque<f64>>,
     /// Grants seen per name since the last refresh, from keyspace events.
-    events: Option<Arc<Mutex<HashMap<String, u64>>>>,
+    events: Option<Arc<Events>>,
 }
 
 impl Tracker {
@@ -79,12 +100,15 @@ impl Tracker {
     }
 
     /// Counts grants from keyspace events from now on.
-    pub fn count_events(&mut self, counts: Arc<Mutex<HashMap<String, u64>>>) {
-        self.events = Some(counts);
+    pub fn count_events(&mut self, events: Arc<Events>) {
+        self.events = Some(events);
     }
 
     /// Reads everything once and updates the rates.
     pub async fn refresh(&mut self) -> Result<Snapshot, fenced::Error> {
+        if self.events.as_ref().is_some_and(|e| !e.live()) {
+            self.events = None; // the stream ended: sample from here on
+        }
         let c = &self.client;
         let p = self.pattern.as_str();
         let locks = c.locks(p).await?;
@@ -97,8 +121,8 @@ impl Tracker {
         let now = Instant::now();
         let elapsed = self.last_at.map(|at| now.duration_since(at).as_secs_f64());
         self.last_at = Some(now);
-        let counted = self.events.as_ref().map(|counts| {
-            let mut counts = counts.lock().unwrap_or_else(|e| e.into_inner());
+        let counted = self.events.as_ref().map(|events| {
+            let mut counts = events.counts.lock().unwrap_or_else(|e| e.into_inner());
             std::mem::take(&mut *counts)
         });
         let mut rates = HashMap::new();
@@ -338,7 +362,7 @@ pub fn draw(frame: &mut Frame, snapshot: &Snapshot, server: &str, table: &mut Ta
 
 /// Subscribes to the fence keys' keyspace events if the server sends them; the counts of
 /// grants per name land in the returned map.
-async fn subscribe_events(global: &Global) -> Option<Arc<Mutex<HashMap<String, u64>>>> {
+async fn subscribe_events(global: &Global) -> Option<Arc<Events>> {
     let url = global.redis_url();
     let client = redis::Client::open(url).ok()?;
     let mut conn = client.get_multiplexed_async_connection().await.ok()?;
@@ -373,8 +397,11 @@ async fn subscribe_events(global: &Global) -> Option<Arc<Mutex<HashMap<String, u
         .psubscribe(format!("{channel_prefix}*__:{escaped}{{*}}:fence"))
         .await
         .ok()?;
-    let counts = Arc::new(Mutex::new(HashMap::new()));
-    let sink = counts.clone();
+    let events = Arc::new(Events::default());
+    events
+        .live
+        .store(true, std::sync::atomic::Ordering::Relaxed);
+    let sink = events.clone();
     let ns = ns.clone();
     tokio::spawn(async move {
         let mut messages = pubsub.into_on_message();
@@ -391,12 +418,13 @@ async fn subscribe_events(global: &Global) -> Option<Arc<Mutex<HashMap<String, u
                 .and_then(|k| k.strip_prefix('{'))
                 .and_then(|k| k.strip_suffix("}:fence"));
             if let Some(name) = name {
-                let mut counts = sink.lock().unwrap_or_else(|e| e.into_inner());
+                let mut counts = sink.counts.lock().unwrap_or_else(|e| e.into_inner());
                 *counts.entry(name.to_owned()).or_insert(0) += 1;
             }
         }
+        sink.live.store(false, std::sync::atomic::Ordering::Relaxed);
     });
-    Some(counts)
+    Some(events)
 }
 
 pub async fn top(global: &Global, pattern: &str, interval: Duration) -> Result<u8, Failure> {
@@ -418,51 +446,73 @@ pub async fn top(global: &Global, pattern: &str, interval: Duration) -> Result<u
     if let Some(counts) = subscribe_events(global).await {
         tracker.count_events(counts);
     }
-    let mut snapshot = tracker
+    let first = tracker
         .refresh()
         .await
         .map_err(|e| Failure::from_lib(e, &server))?;
 
-    // Keys come from a blocking reader thread; it ends when the receiver is dropped.
-    let (keys_tx, mut keys) = tokio::sync::mpsc::unbounded_channel();
-    std::thread::spawn(move || {
-        use ratatui::crossterm::event::{self, Event};
+    // Refreshes run on a task of their own, so keys are answered at once even while Redis is
+    // slow or down (each refresh can take up to a few timeouts then).
+    let (snapshots_tx, mut snapshots) = tokio::sync::watch::channel(first);
+    let refresher = tokio::spawn(async move {
+        let mut tick = tokio::time::interval_at(Instant::now() + interval, interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
-            match event::poll(Duration::from_millis(100)) {
+            tick.tick().await;
+            let next = match tracker.refresh().await {
+                Ok(s) => s,
+                Err(e) => Snapshot {
+                    error: Some(e.to_string()),
+                    ..snapshots_tx.borrow().clone()
+                },
+            };
+            if snapshots_tx.send(next).is_err() {
+                return;
+            }
+        }
+    });
+
+    let mut terminal = ratatui::try_init()
+        .map_err(|e| Failure::new(exit::SOFTWARE, format!("cannot use the terminal: {e}")))?;
+    // Terminal events come from a blocking reader thread, started once the terminal is in raw
+    // mode; it ends soon after the receiver is dropped.
+    let (events_tx, mut events) = tokio::sync::mpsc::unbounded_channel();
+    std::thread::spawn(move || {
+        use ratatui::crossterm::event;
+        loop {
+            match event::poll(Duration::from_millis(50)) {
                 Ok(true) => match event::read() {
-                    Ok(Event::Key(key)) => {
-                        if keys_tx.send(key).is_err() {
+                    Ok(e) => {
+                        if events_tx.send(e).is_err() {
                             return;
                         }
                     }
-                    Ok(_) => {}
                     Err(_) => return,
                 },
-                Ok(false) if keys_tx.is_closed() => return,
+                Ok(false) if events_tx.is_closed() => return,
                 Ok(false) => {}
                 Err(_) => return,
             }
         }
     });
-
-    let mut terminal = ratatui::init();
     let mut table = TableState::default();
-    let mut tick = tokio::time::interval(interval);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let outcome = loop {
+        let snapshot = snapshots.borrow_and_update().clone();
         if let Err(e) = terminal.draw(|f| draw(f, &snapshot, &server, &mut table)) {
             break Err(Failure::new(exit::SOFTWARE, format!("cannot draw: {e}")));
         }
         tokio::select! {
-            _ = tick.tick() => {
-                match tracker.refresh().await {
-                    Ok(s) => snapshot = s,
-                    Err(e) => snapshot.error = Some(e.to_string()),
+            changed = snapshots.changed() => {
+                if changed.is_err() {
+                    break Err(Failure::new(exit::SOFTWARE, "the refresh task stopped"));
                 }
             }
-            key = keys.recv() => {
-                use ratatui::crossterm::event::{KeyCode, KeyEventKind, KeyModifiers};
-                let Some(key) = key else { break Ok(exit::OK) };
+            event = events.recv() => {
+                use ratatui::crossterm::event::{Event, KeyCode, KeyEventKind, KeyModifiers};
+                let Some(event) = event else { break Ok(exit::OK) };
+                let Event::Key(key) = event else {
+                    continue; // a resize: redraw
+                };
                 if key.kind != KeyEventKind::Press {
                     continue;
                 }
@@ -478,6 +528,8 @@ pub async fn top(global: &Global, pattern: &str, interval: Duration) -> Result<u
             }
         }
     };
+    drop(events);
+    refresher.abort();
     ratatui::restore();
     outcome
 }
@@ -525,12 +577,12 @@ mod tests {
             .query_async(&mut conn)
             .await
             .unwrap();
-        let counts = super::subscribe_events(&cli.global)
+        let events = super::subscribe_events(&cli.global)
             .await
             .expect("events are on");
         let client = fenced::Client::connect(&url).await.unwrap();
         let mut tracker = Tracker::new(client.clone(), "*");
-        tracker.count_events(counts.clone());
+        tracker.count_events(events.clone());
         tracker.refresh().await.unwrap();
         for _ in 0..5 {
             client
@@ -543,21 +595,14 @@ mod tests {
                 .unwrap();
         }
         let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-        while counts
-            .lock()
-            .unwrap()
-            .get("jobs:busy")
-            .copied()
-            .unwrap_or(0)
-            < 5
-        {
+        while events.count("jobs:busy") < 5 {
             assert!(
                 tokio::time::Instant::now() < deadline,
                 "events did not arrive"
             );
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
-        assert_eq!(counts.lock().unwrap().get("jobs:busy"), Some(&5));
+        assert_eq!(events.count("jobs:busy"), 5);
         let snapshot = tracker.refresh().await.unwrap();
         assert!(snapshot.exact_rates);
         let busy = snapshot
@@ -566,6 +611,21 @@ mod tests {
             .find(|e| e.name == "jobs:busy")
             .unwrap();
         assert!(busy.rate.unwrap() > 0.0, "{busy:?}");
+        // The server goes away: the event stream ends, and the view falls back to sampling.
+        drop(server);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        while events.live() {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the stream did not end"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert!(tracker.refresh().await.is_err());
+        assert!(
+            tracker.events.is_none(),
+            "still counting from a dead stream"
+        );
     }
 
     /// One frame against a live server: a held lock with a waiter, a busy lock, a semaphore

@@ -1,7 +1,5 @@
-use fenced::Client;
-
 #[fenced::locked(client = client, name = "x", ttl = "10 parsecs")]
-async fn bad_ttl(client: &Client) -> fenced::Result<()> {
+async fn bad_ttl(client: &fenced::Client) -> fenced::Result<()> {
     Ok(())
 }
 

@@ -1,7 +1,5 @@
-use fenced::Client;
-
 #[fenced::locked(client = client)]
-async fn no_name(client: &Client) -> fenced::Result<()> {
+async fn no_name(client: &fenced::Client) -> fenced::Result<()> {
     Ok(())
 }
 

@@ -1,7 +1,5 @@
-use fenced::Client;
-
 #[fenced::locked(client = client, name = "x")]
-fn not_async(client: &Client) -> fenced::Result<()> {
+fn not_async(client: &fenced::Client) -> fenced::Result<()> {
     Ok(())
 }
 

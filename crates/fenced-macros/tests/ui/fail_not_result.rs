@@ -1,8 +1,6 @@
-use fenced::Client;
-
 // The lock can fail, so the function must return a Result whose error takes fenced::Error.
 #[fenced::locked(client = client, name = "x")]
-async fn plain(client: &Client) -> u64 {
+async fn plain(client: &fenced::Client) -> u64 {
     1
 }
 

@@ -1,7 +1,5 @@
-use fenced::{Client, Lease};
-
 #[fenced::locked(client = client, name = "x")]
-async fn two(client: &Client, #[lease] a: Lease, #[lease] b: Lease) -> fenced::Result<()> {
+async fn two(client: &fenced::Client, #[lease] a: fenced::Lease, #[lease] b: fenced::Lease) -> fenced::Result<()> {
     Ok(())
 }
 

@@ -1,7 +1,5 @@
-use fenced::Client;
-
 #[fenced::locked(client = client, name = "order:{order_id}")]
-async fn typo(client: &Client, id: u64) -> fenced::Result<()> {
+async fn typo(client: &fenced::Client, id: u64) -> fenced::Result<()> {
     Ok(())
 }
 

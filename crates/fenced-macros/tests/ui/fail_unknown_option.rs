@@ -1,7 +1,5 @@
-use fenced::Client;
-
 #[fenced::locked(client = client, name = "x", fair = "yes")]
-async fn unknown(client: &Client) -> fenced::Result<()> {
+async fn unknown(client: &fenced::Client) -> fenced::Result<()> {
     Ok(())
 }
 

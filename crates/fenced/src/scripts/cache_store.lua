@@ -1,13 +1,13 @@
 -- Store a computed cache entry, if no newer computer or invalidation came first; wake the
 -- waiters of every process.
 --
--- KEYS[1]  the cached entry (hash: v = value, absent for a cached "no value"; d = compute ms;
+-- KEYS[1]  the cached entry (hash: v = value, absent for a cached "no value"; d = compute µs;
 --          s = stale grace ms)
 -- KEYS[2]  the entry lock's fence (string: the last fencing token handed out or raised by an
 --          invalidation)
 -- ARGV[1]  the computer's fencing token
 -- ARGV[2]  the entry's physical lifetime, ms (fresh period + stale grace)
--- ARGV[3]  how long the compute took, ms (for early refresh)
+-- ARGV[3]  how long the compute took, µs (for early refresh)
 -- ARGV[4]  stale grace, ms
 -- ARGV[5]  channel to publish on (the entry lock's release channel)
 -- ARGV[6]  message to publish
