@@ -74,6 +74,7 @@ impl Client {
         ClientBuilder {
             url: url.to_owned(),
             redlock: Vec::new(),
+            redlock_restart_grace: None,
             options: ClientOptions::default(),
             #[cfg(feature = "tls")]
             tls_root_certificate: None,
@@ -233,6 +234,8 @@ pub struct ClientBuilder {
     url: String,
     /// Several independent masters (Redlock); empty for one server.
     redlock: Vec<String>,
+    /// How long a restarted Redlock master does not vote (default: the default ttl).
+    redlock_restart_grace: Option<Duration>,
     options: ClientOptions,
     #[cfg(feature = "tls")]
     tls_root_certificate: Option<Vec<u8>>,
@@ -272,6 +275,16 @@ impl ClientBuilder {
     pub fn poll_interval(mut self, min: Duration, max: Duration) -> Self {
         self.options.poll_min = min;
         self.options.poll_max = max;
+        self
+    }
+
+    /// Redlock: how long a master that restarted (its `run_id` changed) does not vote, from
+    /// when the change is seen (default: the default ttl). Set it to at least the longest ttl
+    /// your locks use: a restarted master without persistence forgot the locks it held, and
+    /// its vote could otherwise give a lock to a second holder while the first one's lease
+    /// still runs on the other masters.
+    pub fn redlock_restart_grace(mut self, grace: Duration) -> Self {
+        self.redlock_restart_grace = Some(grace);
         self
     }
 
@@ -366,14 +379,11 @@ impl ClientBuilder {
             nodes.push(node);
             clients.push(client);
         }
-        let pings = nodes
-            .iter()
-            .map(|node| async move { node.query::<String>("ping", &redis::cmd("PING")).await });
-        let answered = futures_util::future::join_all(pings)
-            .await
-            .into_iter()
-            .filter(Result::is_ok)
-            .count();
+        let grace = self
+            .redlock_restart_grace
+            .unwrap_or(self.options.default_ttl);
+        let redlock = Redlock::new(nodes, clients, grace);
+        let answered = redlock.ping().await;
         let needed = urls.len() / 2 + 1;
         if answered < needed {
             return Err(Error::NoQuorum {
@@ -382,7 +392,7 @@ impl ClientBuilder {
                 nodes: urls.len(),
             });
         }
-        Ok(Backend::Redlock(Arc::new(Redlock::new(nodes, clients))))
+        Ok(Backend::Redlock(Arc::new(redlock)))
     }
 
     #[cfg(feature = "tls")]

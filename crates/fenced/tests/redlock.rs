@@ -274,3 +274,59 @@ async fn what_needs_one_server_is_refused_with_a_typed_error() {
         Err(Error::InvalidArgument(_))
     ));
 }
+
+#[tokio::test]
+async fn a_restarted_master_does_not_vote_until_its_grace_has_passed() {
+    let mut s = servers(3);
+    let urls = urls(&s);
+    let grace = Duration::from_millis(1500);
+    // The contender knows every master's run_id from its connect.
+    let contender = Client::redlock_builder(&urls)
+        .timeout(Duration::from_millis(500))
+        .redlock_restart_grace(grace)
+        .connect()
+        .await
+        .unwrap();
+    let holder = redlock(&urls).await;
+    let held = holder
+        .lock("report")
+        .with_ttl(Duration::from_secs(10))
+        .acquire()
+        .await
+        .unwrap();
+    // Two masters restart without persistence: they forgot the holder's lock, which is still
+    // held on the third. Their votes alone would make a majority for the contender.
+    s[0].restart().unwrap();
+    s[1].restart().unwrap();
+    let restarted = Instant::now();
+    let mut answered_attempts = 0;
+    while restarted.elapsed() < grace / 2 {
+        // The first attempts may meet reset connections; the later ones reach the restarted
+        // masters, which grant, and must not count.
+        assert!(
+            contender
+                .lock("report")
+                .try_acquire()
+                .await
+                .is_ok_and(|g| g.is_none())
+                || restarted.elapsed() < Duration::from_millis(200),
+            "a restarted master's vote gave the lock to a second holder"
+        );
+        answered_attempts += 1;
+        tokio::task::yield_now().await;
+    }
+    assert!(answered_attempts > 1);
+    // The holder cannot renew on a majority any more: its lease is lost.
+    tokio::time::timeout(Duration::from_secs(5), held.lost())
+        .await
+        .expect("the holder did not hear that it lost the lease");
+    // After the grace, the restarted masters vote again.
+    let g = contender
+        .lock("report")
+        .with_wait(WaitPolicy::up_to(Duration::from_secs(15)))
+        .acquire()
+        .await
+        .unwrap();
+    assert!(restarted.elapsed() >= grace);
+    g.release().await.unwrap();
+}

@@ -22,7 +22,13 @@
 //!    lease, a tombstone where its request may still arrive).
 //! 5. A renewal short of a majority never deletes anything: it fails as `NoQuorum`, the
 //!    renewal loop retries, and when the validity runs out the lost signal fires.
+//! 6. Delayed restart: a node whose `run_id` changed (it restarted, and without persistence
+//!    forgot its locks) does not vote for the restart grace after the change is seen. Each
+//!    acquire asks every node for its `run_id` alongside the attempt (no extra round trip),
+//!    so a restart is seen by the first attempt after it. A node first met after its restart
+//!    cannot be told apart: give it the grace by delaying its restart (the Redlock rule).
 
+use std::sync::Mutex;
 use std::time::Duration;
 
 use redis::Value;
@@ -43,6 +49,15 @@ use crate::scripts::ScriptCall;
 pub(crate) struct Redlock {
     nodes: Vec<Node>,
     clients: Vec<redis::Client>,
+    /// Per node: its `run_id` as last seen, and when a change of it was seen (invariant 6).
+    lives: Mutex<Vec<Life>>,
+    restart_grace: Duration,
+}
+
+#[derive(Clone, Default)]
+struct Life {
+    run_id: Option<String>,
+    restarted_at: Option<Instant>,
 }
 
 /// Tallies of one fanned-out call.
@@ -65,8 +80,59 @@ impl Tally {
 }
 
 impl Redlock {
-    pub(crate) fn new(nodes: Vec<Node>, clients: Vec<redis::Client>) -> Self {
-        Redlock { nodes, clients }
+    pub(crate) fn new(
+        nodes: Vec<Node>,
+        clients: Vec<redis::Client>,
+        restart_grace: Duration,
+    ) -> Self {
+        let lives = Mutex::new(vec![Life::default(); nodes.len()]);
+        Redlock {
+            nodes,
+            clients,
+            lives,
+            restart_grace,
+        }
+    }
+
+    /// Asks every node whether it answers, and learns its `run_id`; how many answered.
+    pub(crate) async fn ping(&self) -> usize {
+        let asks = self.nodes.iter().map(|node| async move {
+            node.query::<String>("ping", redis::cmd("INFO").arg("server"))
+                .await
+                .ok()
+        });
+        let infos = futures_util::future::join_all(asks).await;
+        let answered = infos.iter().filter(|i| i.is_some()).count();
+        for (i, info) in infos.into_iter().enumerate() {
+            self.may_vote(i, info.as_deref());
+        }
+        answered
+    }
+
+    /// Records node `i`'s `run_id` from its `INFO server` text, and says whether its vote
+    /// counts now (invariant 6).
+    fn may_vote(&self, i: usize, info: Option<&str>) -> bool {
+        let run_id = info.and_then(|text| {
+            text.lines()
+                .find_map(|l| l.strip_prefix("run_id:"))
+                .map(|id| id.trim().to_owned())
+        });
+        let mut lives = crate::util::lock_unpoisoned(&self.lives);
+        let Some(life) = lives.get_mut(i) else {
+            return false;
+        };
+        if let Some(id) = run_id {
+            if life.run_id.as_ref().is_some_and(|known| *known != id) {
+                tracing::warn!(
+                    node = i,
+                    "fenced: a Redlock master restarted; its votes wait out the restart grace"
+                );
+                life.restarted_at = Some(Instant::now());
+            }
+            life.run_id = Some(id);
+        }
+        life.restarted_at
+            .is_none_or(|at| at.elapsed() >= self.restart_grace)
     }
 
     /// The client of the first node: pub/sub goes there (releases publish on every node).
@@ -122,16 +188,33 @@ impl Redlock {
             )));
         }
         let (n, needed) = (self.n(), self.needed());
-        let mut replies = self.fan_out(call);
+        // Each node's attempt goes with an `INFO server` on the same connection: one round
+        // trip, and its run_id (invariant 6).
+        let (tx, mut replies) = mpsc::unbounded_channel();
+        for (i, node) in self.nodes.iter().enumerate() {
+            let (node, call, tx) = (node.clone(), call.clone(), tx.clone());
+            tokio::spawn(async move {
+                let info = redis::cmd("INFO").arg("server").to_owned();
+                let (reply, info) = tokio::join!(
+                    node.run::<Value>(&call),
+                    node.query::<String>("acquire", &info)
+                );
+                let _ = tx.send((i, reply, info.ok()));
+            });
+        }
+        drop(tx);
         let mut tally = Tally::default();
         let mut tokens = Vec::with_capacity(n);
         let mut busy_left: Option<Duration> = None;
+        let mut excluded = 0;
         while tally.answered < n {
-            let Some(reply) = replies.recv().await else {
+            let Some((i, reply, info)) = replies.recv().await else {
                 break;
             };
             tally.answered += 1;
+            let votes = self.may_vote(i, info.as_deref());
             match reply.and_then(acquire_reply) {
+                Ok(AcquireReply::Acquired(_)) if !votes => excluded += 1,
                 Ok(AcquireReply::Acquired(token)) => tokens.push(token),
                 Ok(AcquireReply::Busy { remaining }) => {
                     busy_left = match (busy_left, remaining) {
@@ -154,7 +237,7 @@ impl Redlock {
             if tally.failed > n - needed {
                 return Err(self.no_quorum(tokens.len()));
             }
-            let clean = tokens.is_empty() && tally.answered == n;
+            let clean = tokens.is_empty() && excluded == 0 && tally.answered == n;
             return Ok((
                 AcquireReply::Busy {
                     remaining: busy_left,
