@@ -24,7 +24,10 @@
 //! - `counter-contended`: 32 tasks changing one counter, `fenced-tx` against `fenced-script`;
 //! - `stampede-1000`: 1000 requests at once for a cold cache key over 4 clients, the database a
 //!   20 ms query: `fenced-cache` (`Cache::get_or_compute`) against `cache-aside` (GET, and on
-//!   a miss query and SET); database queries per round and request latency.
+//!   a miss query and SET); database queries per round and request latency;
+//! - `redlock-3`: one task's lock cycles over 3 independent masters, each behind a proxy that
+//!   delays its replies by 1 ms: `fenced` (`Client::redlock_builder`) against rslock and
+//!   redlock-rs given the same 3 URLs.
 //!
 //! Libraries ([`Library`]): `fenced`; `raw`, the same cycle written by hand with redis-rs
 //! (`SET NX PX`, then `EVALSHA` compare-and-delete; waiting by 1 ms polling); `rslock`;
@@ -37,6 +40,7 @@ mod locks;
 mod optimistic;
 mod peers;
 mod raw;
+mod redlock3;
 mod renewal;
 mod report;
 mod run;

@@ -25,7 +25,8 @@ async fn every_scenario_and_library_produces_a_sane_row() {
     for row in &report.scenarios {
         assert!(row.ops_per_sec > 0.0, "{row:?}");
         assert_eq!(row.violations, 0, "{row:?}");
-        if row.drain_ms.is_none() && row.leases.is_none() {
+        // redlock-3 runs on servers of its own, which the shared counters do not see.
+        if row.drain_ms.is_none() && row.leases.is_none() && row.scenario != "redlock-3" {
             assert!(row.redis_cmds_per_op > 0.0, "{row:?}");
             assert!(row.client_cpu_us_per_op > 0.0, "{row:?}");
         }

@@ -1,0 +1,92 @@
+//! `redlock-3`: one task taking and giving back a lock over 3 independent masters, each behind
+//! a proxy that delays its replies by 1 ms (a network round trip, on loopback), so that what a
+//! Redlock implementation does per cycle shows: parallel or sequential fan-out, deciding at
+//! the majority or waiting for every node, a connection per command or a kept one.
+
+use std::time::Duration;
+
+use fenced_testkit::{Fault, Proxy, RedisServer};
+use hdrhistogram::Histogram;
+use tokio::time::Instant;
+
+use crate::peers::TTL;
+use crate::report::Row;
+use crate::run::{BoxError, Library, Scenario, Window, histogram, micros};
+
+/// The delay each proxy adds to every reply.
+pub(crate) const DELAY: Duration = Duration::from_millis(1);
+
+pub(crate) async fn redlock3(library: Library, window: Window) -> Result<Row, BoxError> {
+    let servers: Vec<RedisServer> = (0..3)
+        .map(|_| RedisServer::start())
+        .collect::<Result<_, _>>()?;
+    let proxies: Vec<Proxy> = servers
+        .iter()
+        .map(|s| Proxy::start(s.addr()))
+        .collect::<Result<_, _>>()?;
+    for p in &proxies {
+        p.set(Fault::DelayReplies(DELAY));
+    }
+    let urls: Vec<String> = proxies.iter().map(Proxy::url).collect();
+    let name = format!("bench:redlock-3:{}", library.name());
+    let hist = match library {
+        Library::Fenced => {
+            let client = fenced::Client::redlock_builder(&urls).connect().await?;
+            let lock = client.lock(&name).with_ttl(TTL);
+            let mut hist = histogram()?;
+            while Instant::now() < window.end {
+                let started = Instant::now();
+                let guard = lock
+                    .try_acquire()
+                    .await?
+                    .ok_or("fenced redlock unexpectedly held")?;
+                guard.release().await?;
+                if window.measures(started) {
+                    hist.record(micros(started.elapsed()))?;
+                }
+            }
+            hist
+        }
+        Library::Rslock => {
+            let manager = rslock::LockManager::new(urls.clone());
+            let mut hist = histogram()?;
+            while Instant::now() < window.end {
+                let started = Instant::now();
+                let held = manager.lock(name.as_bytes(), TTL).await?;
+                held.release().await;
+                if window.measures(started) {
+                    hist.record(micros(started.elapsed()))?;
+                }
+            }
+            hist
+        }
+        Library::Redlock => {
+            let rl = redlock::RedLock::new(urls.clone());
+            tokio::task::spawn_blocking(move || -> Result<Histogram<u64>, BoxError> {
+                let mut hist = histogram()?;
+                while Instant::now() < window.end {
+                    let started = Instant::now();
+                    let held = rl
+                        .lock(name.as_bytes(), crate::peers::redlock_ttl())?
+                        .ok_or("redlock unexpectedly held")?;
+                    rl.unlock(&held);
+                    if window.measures(started) {
+                        hist.record(micros(started.elapsed()))?;
+                    }
+                }
+                Ok(hist)
+            })
+            .await??
+        }
+        other => return Err(format!("{} does not run redlock-3", other.name()).into()),
+    };
+    Ok(Row {
+        scenario: Scenario::Redlock3.name().into(),
+        library: library.name().into(),
+        ops_per_sec: hist.len() as f64 / window.duration.as_secs_f64(),
+        runs: 1,
+        p50_us: hist.value_at_quantile(0.5) as f64,
+        p99_us: hist.value_at_quantile(0.99) as f64,
+        ..Row::default()
+    })
+}
