@@ -45,6 +45,14 @@ pub struct Global {
     /// Bound on each Redis call (e.g. 500ms, 2s).
     #[arg(long, global = true, default_value = "2s", value_parser = duration, value_name = "DUR")]
     pub timeout: Duration,
+    /// Read the Redis password from this file (its first line) instead of the URL. Without
+    /// it, FENCED_REDIS_PASSWORD, then REDISCLI_AUTH, are used when set. Never printed.
+    #[arg(long, global = true, value_name = "FILE")]
+    pub password_file: Option<std::path::PathBuf>,
+    /// Set for servers fenced starts itself (the demo's throwaway one), which have no
+    /// password whatever the environment says.
+    #[arg(skip)]
+    pub no_password: bool,
     /// For rediss:// URLs: trust this CA certificate (PEM file) instead of the web's roots.
     #[arg(long, global = true, value_name = "FILE")]
     pub tls_ca_cert: Option<std::path::PathBuf>,
@@ -268,6 +276,24 @@ mod tests {
         assert!(duration("5").is_err());
         assert!(duration("soon").is_err());
         assert!(duration("-1s").is_err());
+    }
+
+    proptest::proptest! {
+        /// Any text gets a duration or a one-line message naming it, never a panic.
+        #[test]
+        fn any_duration_text_parses_or_says_why_in_one_line(text in ".{0,24}") {
+            if let Err(message) = duration(&text) {
+                proptest::prop_assert!(!message.contains('\n'), "{}", message);
+            }
+        }
+
+        #[test]
+        fn whole_units_parse_exactly(n in 0u64..1_000_000, unit in proptest::sample::select(vec![("ms", 1u64), ("s", 1000), ("m", 60_000)])) {
+            proptest::prop_assert_eq!(
+                duration(&format!("{n}{}", unit.0)),
+                Ok(Duration::from_millis(n * unit.1))
+            );
+        }
     }
 
     #[test]

@@ -1443,6 +1443,71 @@ async fn top_without_a_terminal_says_so_in_one_line() {
     assert_eq!(out.code, Some(64), "{}", out.stderr);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_password_comes_from_a_file_or_the_environment_and_is_never_printed() {
+    let s = RedisServer::start_with(&["--requirepass", "pw-from-elsewhere"])
+        .unwrap_or_else(|e| panic!("these tests need a real redis-server: {e}"));
+    let limit = Duration::from_secs(10);
+    let clean = |mut cmd: Command| {
+        cmd.env_remove("FENCED_REDIS_PASSWORD")
+            .env_remove("REDISCLI_AUTH");
+        cmd
+    };
+    // None given: refused by the server, exit 69, one line, no password in it.
+    let out = finish(clean(fenced(&s.url(), &["status", "x"])), limit).await;
+    assert_eq!(out.code, Some(69), "{}", out.stderr);
+    assert_eq!(out.stderr.trim().lines().count(), 1, "{}", out.stderr);
+    // From the environment: FENCED_REDIS_PASSWORD, or redis-cli's REDISCLI_AUTH.
+    for var in ["FENCED_REDIS_PASSWORD", "REDISCLI_AUTH"] {
+        let mut cmd = clean(fenced(&s.url(), &["status", "x"]));
+        cmd.env(var, "pw-from-elsewhere");
+        let out = finish(cmd, limit).await;
+        assert_eq!(out.code, Some(0), "{var}: {}", out.stderr);
+        assert!(!out.stdout.contains("pw-from-elsewhere"));
+    }
+    // From a file (its first line).
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("pw");
+    std::fs::write(&file, "pw-from-elsewhere\n").unwrap();
+    let out = finish(
+        clean(fenced(
+            &s.url(),
+            &[
+                "--password-file",
+                file.to_str().unwrap(),
+                "-v",
+                "status",
+                "x",
+            ],
+        )),
+        limit,
+    )
+    .await;
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert!(!out.stderr.contains("pw-from-elsewhere") && !out.stdout.contains("pw-from-elsewhere"));
+    // A wrong one is refused without being echoed; a missing file is a usage error.
+    std::fs::write(&file, "wrong-secret").unwrap();
+    let out = finish(
+        clean(fenced(
+            &s.url(),
+            &["--password-file", file.to_str().unwrap(), "status", "x"],
+        )),
+        limit,
+    )
+    .await;
+    assert_eq!(out.code, Some(69), "{}", out.stderr);
+    assert!(!out.stderr.contains("wrong-secret"), "{}", out.stderr);
+    let out = finish(
+        clean(fenced(
+            &s.url(),
+            &["--password-file", "/nonexistent/pw", "status", "x"],
+        )),
+        limit,
+    )
+    .await;
+    assert_eq!(out.code, Some(64), "{}", out.stderr);
+}
+
 /// Polls `check` every 20 ms until it holds or `limit` passes.
 async fn poll_until(limit: Duration, check: impl Fn() -> bool) -> bool {
     let deadline = Instant::now() + limit;

@@ -75,6 +75,7 @@ impl Client {
             url: url.to_owned(),
             redlock: Vec::new(),
             redlock_restart_grace: None,
+            password: None,
             options: ClientOptions::default(),
             #[cfg(feature = "tls")]
             tls_root_certificate: None,
@@ -236,6 +237,8 @@ pub struct ClientBuilder {
     redlock: Vec<String>,
     /// How long a restarted Redlock master does not vote (default: the default ttl).
     redlock_restart_grace: Option<Duration>,
+    /// A password given apart from the URL (never shown by `Debug`).
+    password: Option<Secret>,
     options: ClientOptions,
     #[cfg(feature = "tls")]
     tls_root_certificate: Option<Vec<u8>>,
@@ -275,6 +278,15 @@ impl ClientBuilder {
     pub fn poll_interval(mut self, min: Duration, max: Duration) -> Self {
         self.options.poll_min = min;
         self.options.poll_max = max;
+        self
+    }
+
+    /// The password to authenticate with (with the URL's user name, or as `default`),
+    /// instead of one written in the URL: read it from a file or the environment, and it
+    /// stays out of URLs, command lines and logs. It is never shown by `Debug` or in errors.
+    /// On a Redlock client, every master gets it.
+    pub fn password(mut self, password: impl Into<String>) -> Self {
+        self.password = Some(Secret(password.into()));
         self
     }
 
@@ -395,23 +407,47 @@ impl ClientBuilder {
         Ok(Backend::Redlock(Arc::new(redlock)))
     }
 
+    /// Where to connect: the URL, with the separate password in place of the URL's.
+    fn connection_info(&self, url: &str) -> redis::RedisResult<redis::ConnectionInfo> {
+        use redis::IntoConnectionInfo;
+        let info = url.into_connection_info()?;
+        Ok(match &self.password {
+            Some(Secret(password)) => {
+                let settings = info.redis_settings().clone().set_password(password);
+                info.set_redis_settings(settings)
+            }
+            None => info,
+        })
+    }
+
     #[cfg(feature = "tls")]
     fn redis_client(&self, url: &str) -> redis::RedisResult<redis::Client> {
+        let info = self.connection_info(url)?;
         match &self.tls_root_certificate {
             Some(pem) => redis::Client::build_with_tls(
-                url,
+                info,
                 redis::TlsCertificates {
                     client_tls: None,
                     root_cert: Some(pem.clone()),
                 },
             ),
-            None => redis::Client::open(url),
+            None => redis::Client::open(info),
         }
     }
 
     #[cfg(not(feature = "tls"))]
     fn redis_client(&self, url: &str) -> redis::RedisResult<redis::Client> {
-        redis::Client::open(url)
+        redis::Client::open(self.connection_info(url)?)
+    }
+}
+
+/// A password: kept, sent to Redis, never shown.
+#[derive(Clone)]
+struct Secret(String);
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("<redacted>")
     }
 }
 
@@ -446,5 +482,24 @@ mod tests {
         );
         assert_eq!(redact("redis://127.0.0.1:6379"), "redis://127.0.0.1:6379");
         assert_eq!(redact("redis://:pw@h/0"), "redis://:***@h/0");
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn no_password_survives_redaction(
+            user in "[a-z]{0,8}",
+            password in "[A-Za-z0-9!#%&*+=~-]{1,16}",
+            host in "[a-z0-9.]{1,12}",
+            rest in "(:[0-9]{1,5})?(/[0-9])?",
+        ) {
+            let url = format!("redis://{user}:{password}@{host}{rest}");
+            let shown = redact(&url);
+            proptest::prop_assert!(!shown.contains(&format!(":{password}@")), "{}", shown);
+        }
+
+        #[test]
+        fn redaction_answers_for_any_text(text in ".{0,64}") {
+            let _ = redact(&text);
+        }
     }
 }

@@ -269,6 +269,9 @@ pub fn check_ttl(ttl: std::time::Duration) -> Result<()> {
 }
 
 #[cfg(test)]
+mod fuzz;
+
+#[cfg(test)]
 mod bounds {
     //! Compile-time checks that the public handles can cross tasks and threads.
     fn send_sync_static<T: Send + Sync + 'static>() {}

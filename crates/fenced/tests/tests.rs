@@ -19,6 +19,7 @@ mod family_faults;
 mod faults;
 mod fencing;
 mod handover;
+mod hostile;
 mod inspect;
 mod latch;
 mod lease_validity;

@@ -123,7 +123,11 @@ async fn pick_server(global: &Global) -> Result<Target, Failure> {
             format!("cannot start a throwaway redis-server: {e}"),
         )
     })?;
-    let client = connect_to(&demo, &server.url()).await?;
+    let own = Global {
+        no_password: true,
+        ..demo.clone()
+    };
+    let client = connect_to(&own, &server.url()).await?;
     Ok(Target {
         client,
         url: server.url(),
@@ -135,7 +139,11 @@ async fn pick_server(global: &Global) -> Result<Target, Failure> {
 /// Deletes the demo's keys (its own namespace only).
 async fn clean_up(target: &Target, global: &Global) {
     target.client.flush().await;
-    let Ok(client) = raw_client(&target.url, global) else {
+    let own = Global {
+        no_password: target.throwaway.is_some() || global.no_password,
+        ..global.clone()
+    };
+    let Ok(client) = raw_client(&target.url, &own) else {
         return;
     };
     let Ok(Ok(mut conn)) = tokio::time::timeout(
@@ -170,6 +178,11 @@ async fn clean_up(target: &Target, global: &Global) {
 
 /// A plain redis-rs client for the clean-up, trusting the same CA as the demo's client.
 fn raw_client(url: &str, global: &Global) -> redis::RedisResult<redis::Client> {
+    let mut url = redis::IntoConnectionInfo::into_connection_info(url)?;
+    if let Ok(Some(password)) = crate::cmd::password(global) {
+        let settings = url.redis_settings().clone().set_password(password);
+        url = url.set_redis_settings(settings);
+    }
     match &global.tls_ca_cert {
         Some(path) => {
             let pem = std::fs::read(path).map_err(|e| {

@@ -23,6 +23,9 @@ pub async fn connect_to(global: &Global, url: &str) -> Result<Client, Failure> {
     let mut builder = Client::builder(url)
         .namespace(global.namespace.clone())
         .timeout(global.timeout);
+    if let Some(password) = password(global)? {
+        builder = builder.password(password);
+    }
     if let Some(path) = &global.tls_ca_cert {
         let pem = std::fs::read(path).map_err(|e| {
             Failure::usage(format!("cannot read --tls-ca-cert {}: {e}", path.display()))
@@ -33,6 +36,33 @@ pub async fn connect_to(global: &Global, url: &str) -> Result<Client, Failure> {
         .connect()
         .await
         .map_err(|e| Failure::from_lib(e, &address(url)))
+}
+
+/// The password given apart from the URL: `--password-file`, else `FENCED_REDIS_PASSWORD`,
+/// else `REDISCLI_AUTH` (redis-cli's variable), else none (the URL's, if any).
+pub fn password(global: &Global) -> Result<Option<String>, Failure> {
+    if global.no_password {
+        return Ok(None);
+    }
+    if let Some(path) = &global.password_file {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            Failure::usage(format!(
+                "cannot read --password-file {}: {e}",
+                path.display()
+            ))
+        })?;
+        let first = text.lines().next().unwrap_or("").to_owned();
+        if first.is_empty() {
+            return Err(Failure::usage(format!(
+                "--password-file {} is empty",
+                path.display()
+            )));
+        }
+        return Ok(Some(first));
+    }
+    Ok(["FENCED_REDIS_PASSWORD", "REDISCLI_AUTH"]
+        .into_iter()
+        .find_map(|var| std::env::var(var).ok().filter(|v| !v.is_empty())))
 }
 
 /// `host:port` of a Redis URL, without credentials, for messages.

@@ -364,7 +364,12 @@ pub fn draw(frame: &mut Frame, snapshot: &Snapshot, server: &str, table: &mut Ta
 /// grants per name land in the returned map.
 async fn subscribe_events(global: &Global) -> Option<Arc<Events>> {
     let url = global.redis_url();
-    let client = redis::Client::open(url).ok()?;
+    let mut info = redis::IntoConnectionInfo::into_connection_info(url).ok()?;
+    if let Ok(Some(password)) = crate::cmd::password(global) {
+        let settings = info.redis_settings().clone().set_password(password);
+        info = info.set_redis_settings(settings);
+    }
+    let client = redis::Client::open(info).ok()?;
     let mut conn = client.get_multiplexed_async_connection().await.ok()?;
     let config: Vec<String> = tokio::time::timeout(
         global.timeout,

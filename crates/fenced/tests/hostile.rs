@@ -1,0 +1,258 @@
+//! Hostile input and hostile servers: injection payloads as names and values stay data; a
+//! server that answers garbage, closes mid-reply or never answers gives a typed error in
+//! time; keys that another program wrote in another form give typed errors or a timely
+//! `NotAcquired`, never a panic or a hang.
+
+use std::time::Duration;
+
+use fenced::{Client, Error, FencedRead, FencedWrite, WaitPolicy};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+use tokio::time::Instant;
+
+use crate::support::{all_keys, client, raw, server};
+
+/// Names and values that would do harm if they were ever spliced into a script or a command.
+const PAYLOADS: [&str; 9] = [
+    "a\r\nFLUSHALL\r\n",
+    "*3\r\n$3\r\nSET\r\n$1\r\nx\r\n$1\r\ny\r\n",
+    "') redis.call('FLUSHALL') --",
+    "]] .. redis.call('FLUSHALL') .. [[",
+    "\0nul\0inside",
+    "*",
+    "?[ab]\\*",
+    "ünïcødé ✓ 锁",
+    "..:..::.",
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn injection_payloads_as_names_and_values_stay_data() {
+    let server = server();
+    let c = client(&server).await;
+    let mut conn = raw(&server).await;
+    let _: () = redis::cmd("SET")
+        .arg("canary")
+        .arg("alive")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    for name in PAYLOADS {
+        let lock = c.lock(name);
+        let g = lock.acquire().await.unwrap();
+        let status = lock.status().await.unwrap();
+        assert_eq!(status.name, name);
+        assert!(status.holder.is_some(), "{name:?}");
+        let token = g.fencing_token();
+        let r = c.resource(name);
+        for value in PAYLOADS {
+            assert_eq!(
+                r.set(token, name, value).await.unwrap(),
+                FencedWrite::Applied
+            );
+            assert_eq!(
+                r.read(token, name).await.unwrap(),
+                FencedRead::Current(Some(value.as_bytes().to_vec()))
+            );
+        }
+        g.release().await.unwrap();
+        assert!(lock.status().await.unwrap().holder.is_none());
+    }
+    // Every payload was a name, never a command.
+    let canary: Option<String> = redis::cmd("GET")
+        .arg("canary")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(canary.as_deref(), Some("alive"));
+    let keys = all_keys(&mut conn).await;
+    for name in PAYLOADS {
+        assert!(
+            keys.contains(&format!("fenced:{{{name}}}:fence")),
+            "{name:?}: {keys:?}"
+        );
+    }
+    assert!(
+        !keys.iter().any(|k| k == "x"),
+        "an injected SET ran: {keys:?}"
+    );
+    // `list` with a glob pattern treats the names as data too.
+    let listed = c.locks("*").await.unwrap();
+    assert!(listed.is_empty(), "{listed:?}");
+}
+
+/// A server on loopback that answers every connection with `reply` (then, if `close`, hangs
+/// up), for clients to choke on.
+async fn fake_server(reply: &'static [u8], close: bool) -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut socket, _)) = listener.accept().await else {
+                return;
+            };
+            tokio::spawn(async move {
+                let mut buf = [0u8; 1024];
+                loop {
+                    match socket.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(_) => {
+                            if !reply.is_empty() && socket.write_all(reply).await.is_err() {
+                                return;
+                            }
+                            if close {
+                                return;
+                            }
+                        }
+                    }
+                }
+            });
+        }
+    });
+    format!("redis://127.0.0.1:{port}")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_speaks_garbage_closes_mid_reply_or_stays_silent_gives_a_typed_error() {
+    for (what, reply, close) in [
+        ("garbage", &b"HTTP/1.1 400 Bad Request\r\n\r\n"[..], false),
+        ("a reply cut in the middle", &b"$100\r\nshort"[..], true),
+        ("a wrong type", &b":42\r\n"[..], false),
+        ("silence", &b""[..], false),
+        ("an immediate hang-up", &b""[..], true),
+    ] {
+        let url = fake_server(reply, close).await;
+        let started = Instant::now();
+        let out = Client::builder(&url)
+            .timeout(Duration::from_millis(300))
+            .connect()
+            .await;
+        let took = started.elapsed();
+        match out {
+            Err(e) => assert!(
+                matches!(
+                    e,
+                    Error::Unavailable { .. }
+                        | Error::Timeout { .. }
+                        | Error::Redis(_)
+                        | Error::UnexpectedReply { .. }
+                ),
+                "{what}: {e:?}"
+            ),
+            Ok(_) => panic!("{what}: connected to a server that is not Redis"),
+        }
+        assert!(took < Duration::from_secs(3), "{what}: took {took:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_written_by_another_program_in_another_form_give_typed_errors() {
+    let server = server();
+    let c = client(&server).await;
+    let mut conn = raw(&server).await;
+    // The lock key is a hash: it is "held" by nobody we know, forever (no expiry). A wait
+    // ends at its deadline.
+    let _: () = redis::cmd("HSET")
+        .arg("fenced:{odd-lock}")
+        .arg("f")
+        .arg("v")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let out = c
+        .lock("odd-lock")
+        .with_wait(WaitPolicy::up_to(Duration::from_millis(300)))
+        .acquire()
+        .await;
+    assert!(matches!(out, Err(Error::NotAcquired { .. })), "{out:?}");
+    assert!(started.elapsed() < Duration::from_secs(2));
+    // Inspecting it says what is wrong, typed.
+    let status = c.lock("odd-lock").status().await;
+    assert!(
+        matches!(&status, Err(Error::Redis(e)) if e.to_string().contains("WRONGTYPE")),
+        "{status:?}"
+    );
+    // The fence is a list: a grant overwrites it with a token (MGET reads it as absent).
+    let _: () = redis::cmd("RPUSH")
+        .arg("fenced:{odd-fence}:fence")
+        .arg("x")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let g = c.lock("odd-fence").acquire().await.unwrap();
+    assert!(g.fencing_token().get() > 0);
+    g.release().await.unwrap();
+    // The fence holds text that is not a number.
+    let _: () = redis::cmd("SET")
+        .arg("fenced:{odd-text}:fence")
+        .arg("not a number")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let g = c.lock("odd-text").acquire().await.unwrap();
+    assert!(g.fencing_token().get() > 0);
+    g.release().await.unwrap();
+    // A resource whose data is a string and whose fence is garbage: typed errors.
+    let _: () = redis::cmd("SET")
+        .arg("fenced:res:{odd-res}")
+        .arg("x")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let out = c
+        .resource("odd-res")
+        .set(fenced::FencingToken::new(1), "f", "v")
+        .await;
+    assert!(matches!(out, Err(Error::Redis(_))), "{out:?}");
+    let _: () = redis::cmd("SET")
+        .arg("fenced:res:{odd-res2}:fence")
+        .arg("garbage")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let out = c.resource("odd-res2").highest_token().await;
+    assert!(matches!(out, Err(Error::UnexpectedReply { .. })), "{out:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_password_given_apart_from_the_url_authenticates_and_is_never_shown() {
+    let server = fenced_testkit::RedisServer::start_with(&["--requirepass", "s3cret-pw"])
+        .unwrap_or_else(|e| panic!("this test needs a real redis-server: {e}"));
+    let builder = Client::builder(&server.url()).password("s3cret-pw");
+    assert!(!format!("{builder:?}").contains("s3cret-pw"));
+    let c = builder.connect().await.unwrap();
+    c.lock("x")
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    // Without it, or with a wrong one: a typed error that does not echo what was sent.
+    let none = Client::builder(&server.url())
+        .timeout(Duration::from_millis(500))
+        .connect()
+        .await;
+    assert!(none.is_err());
+    let wrong = Client::builder(&server.url())
+        .timeout(Duration::from_millis(500))
+        .password("not-the-one")
+        .connect()
+        .await
+        .unwrap_err();
+    assert!(!wrong.to_string().contains("not-the-one"), "{wrong}");
+    // It replaces a password written in the URL.
+    let url = server.url().replace("redis://", "redis://:wrong@");
+    let c = Client::builder(&url)
+        .password("s3cret-pw")
+        .connect()
+        .await
+        .unwrap();
+    c.lock("y")
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+}
