@@ -73,7 +73,7 @@ impl Client {
     pub fn builder(url: &str) -> ClientBuilder {
         ClientBuilder {
             url: url.to_owned(),
-            redlock: Vec::new(),
+            redlock: None,
             redlock_restart_grace: None,
             password: None,
             options: ClientOptions::default(),
@@ -121,7 +121,7 @@ impl Client {
     /// ```
     pub fn redlock_builder<S: AsRef<str>>(urls: &[S]) -> ClientBuilder {
         let mut builder = Client::builder(urls.first().map_or("", |u| u.as_ref()));
-        builder.redlock = urls.iter().map(|u| u.as_ref().to_owned()).collect();
+        builder.redlock = Some(urls.iter().map(|u| u.as_ref().to_owned()).collect());
         builder
     }
 
@@ -233,8 +233,8 @@ impl Client {
 #[derive(Clone, Debug)]
 pub struct ClientBuilder {
     url: String,
-    /// Several independent masters (Redlock); empty for one server.
-    redlock: Vec<String>,
+    /// Several independent masters (Redlock); `None` for one server.
+    redlock: Option<Vec<String>>,
     /// How long a restarted Redlock master does not vote (default: the default ttl).
     redlock_restart_grace: Option<Duration>,
     /// A password given apart from the URL (never shown by `Debug`).
@@ -330,12 +330,13 @@ impl ClientBuilder {
             .map_err(|e| Error::invalid(format!("the OS random source failed: {e}")))?;
         let client_id: Arc<str> = hex(&id).into();
 
-        let backend = if self.redlock.is_empty() {
-            let (node, client) = self.node(&self.url)?;
-            let _: String = node.query("ping", &redis::cmd("PING")).await?;
-            Backend::Single { node, client }
-        } else {
-            self.redlock_backend().await?
+        let backend = match &self.redlock {
+            None => {
+                let (node, client) = self.node(&self.url)?;
+                let _: String = node.query("ping", &redis::cmd("PING")).await?;
+                Backend::Single { node, client }
+            }
+            Some(urls) => self.redlock_backend(urls).await?,
         };
         let tx_pool = Arc::new(TxPool::new(
             backend.dedicated().clone(),
@@ -368,8 +369,7 @@ impl ClientBuilder {
 
     /// Several masters: at least 3 distinct URLs, a majority of which answer now (the others
     /// are reconnected to when they come back).
-    async fn redlock_backend(&self) -> Result<Backend> {
-        let urls = &self.redlock;
+    async fn redlock_backend(&self, urls: &[String]) -> Result<Backend> {
         if urls.len() < 3 {
             return Err(Error::invalid(format!(
                 "Redlock needs at least 3 independent masters, not {}",

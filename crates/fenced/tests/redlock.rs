@@ -268,6 +268,11 @@ async fn what_needs_one_server_is_refused_with_a_typed_error() {
         Client::redlock_builder(&two).connect().await,
         Err(Error::InvalidArgument(_))
     ));
+    let none: [String; 0] = [];
+    assert!(matches!(
+        Client::redlock_builder(&none).connect().await,
+        Err(Error::InvalidArgument(_))
+    ));
     let twice = [s[0].url(), s[0].url(), s[1].url()];
     assert!(matches!(
         Client::redlock_builder(&twice).connect().await,
@@ -329,4 +334,95 @@ async fn a_restarted_master_does_not_vote_until_its_grace_has_passed() {
         .unwrap();
     assert!(restarted.elapsed() >= grace);
     g.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn one_failing_master_does_not_block_a_majority() {
+    let s = servers(3);
+    // Master 2 is out of memory (noeviction): every write there fails.
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory")
+        .arg("1")
+        .query_async(&mut raw(&s[2]).await)
+        .await
+        .unwrap();
+    let c = redlock(&urls(&s)).await;
+    let g = c.lock("report").acquire().await.unwrap();
+    g.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn busy_attempts_leave_nothing_behind() {
+    let s = servers(3);
+    let holder = redlock(&urls(&s)).await;
+    let contender = redlock(&urls(&s)).await;
+    let g = holder.lock("report").acquire().await.unwrap();
+    for _ in 0..20 {
+        assert!(
+            contender
+                .lock("report")
+                .try_acquire()
+                .await
+                .unwrap()
+                .is_none()
+        );
+    }
+    // A busy attempt decided by a majority of "busy" replies is clean: no abandon follows,
+    // so no tombstone appears on any master (checked after the late replies had time to come
+    // back and be read).
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    for server in &s {
+        let keys = crate::support::all_keys(&mut raw(server).await).await;
+        assert!(!keys.iter().any(|k| k.contains(":void:")), "{keys:?}");
+    }
+    g.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_release_is_heard_on_the_first_master_even_when_it_did_not_hold_the_lock() {
+    let s = servers(3);
+    // Master 0 holds another program's lock on the name: the holder gets masters 1 and 2.
+    let _: () = redis::cmd("SET")
+        .arg(KEY)
+        .arg("someone-else")
+        .arg("PX")
+        .arg(60_000)
+        .query_async(&mut raw(&s[0]).await)
+        .await
+        .unwrap();
+    let holder = redlock(&urls(&s)).await;
+    // A waiter that polls only every 10 s: only the release's message can wake it in time.
+    let waiter = Client::redlock_builder(&urls(&s))
+        .poll_interval(Duration::from_secs(10), Duration::from_secs(20))
+        .connect()
+        .await
+        .unwrap();
+    let g = holder.lock("report").acquire().await.unwrap();
+    let waiting = tokio::spawn(async move { waiter.lock("report").acquire().await });
+    // The waiter has made its first attempt and waits on master 0's channel.
+    let mut conn = raw(&s[0]).await;
+    assert!(
+        eventually(Duration::from_secs(5), || {
+            let mut conn = conn.clone();
+            async move {
+                let subs: Vec<(String, i64)> = redis::cmd("PUBSUB")
+                    .arg("NUMSUB")
+                    .arg("fenced:{report}:released")
+                    .query_async(&mut conn)
+                    .await
+                    .unwrap();
+                subs.first().is_some_and(|(_, n)| *n >= 1)
+            }
+        })
+        .await
+    );
+    g.release().await.unwrap();
+    let got = tokio::time::timeout(Duration::from_secs(3), waiting)
+        .await
+        .expect("the waiter was not woken by the release")
+        .unwrap()
+        .unwrap();
+    got.release().await.unwrap();
+    let _ = &mut conn;
 }

@@ -26,6 +26,7 @@ use crate::kind::{
     release_reply,
 };
 use crate::scripts::ScriptCall;
+use crate::token::OwnerToken;
 
 /// The Redis deployment a client talks to. A closed set, so public types stay non-generic.
 // One per client, never moved in a hot path: the size difference costs nothing, and boxing the
@@ -76,7 +77,9 @@ impl Backend {
     pub(crate) async fn acquire(
         &self,
         kind: &dyn LeaseKind,
+        owner: &OwnerToken,
         call: &ScriptCall,
+        abandon: &(dyn Fn() -> ScriptCall + Sync),
         ttl: Duration,
         sent_at: Instant,
     ) -> Result<(AcquireReply, bool)> {
@@ -84,7 +87,15 @@ impl Backend {
             Backend::Single { node, .. } => {
                 Ok((acquire_reply(node.run::<Value>(call).await?)?, true))
             }
-            Backend::Redlock(r) => r.acquire(kind, call, ttl, sent_at).await,
+            Backend::Redlock(r) => r.acquire(kind, owner, call, abandon, ttl, sent_at).await,
+        }
+    }
+
+    /// Whether leases of `kind` run on this backend; checked before anything is sent.
+    pub(crate) fn supports(&self, kind: &dyn LeaseKind) -> Result<()> {
+        match self {
+            Backend::Single { .. } => Ok(()),
+            Backend::Redlock(r) => r.supports(kind),
         }
     }
 
@@ -109,11 +120,15 @@ impl Backend {
         }
     }
 
-    /// Gives a lease back.
-    pub(crate) async fn release(&self, call: &ScriptCall) -> Result<ReleaseReply> {
+    /// Gives a lease back; `announce` (channel, message) is what the release publishes.
+    pub(crate) async fn release(
+        &self,
+        call: &ScriptCall,
+        announce: (&str, &str),
+    ) -> Result<ReleaseReply> {
         match self {
             Backend::Single { node, .. } => release_reply(node.run(call).await?),
-            Backend::Redlock(r) => r.release(call).await,
+            Backend::Redlock(r) => r.release(call, announce).await,
         }
     }
 

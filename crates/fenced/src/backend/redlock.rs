@@ -11,12 +11,14 @@
 //!    invariant 3, must complete before `ttl − drift` has passed since the request was sent
 //!    (the core's validity deadline starts at the same instant). Otherwise it is no grant.
 //! 3. The fencing token handed out is the largest of the granting nodes' tokens, and it is
-//!    written back to a majority (`fence = max(fence, token)`) before it is handed out. Any
-//!    later grant's majority shares a node with that majority, and that node's next token is
-//!    larger, so the tokens of successive holders strictly increase even when Redlock's timing
-//!    assumptions fail (a paused holder, a slow network). Limit: a majority of nodes losing
-//!    their data (restarted without persistence, before the fence retention) while their
-//!    clocks step back below the last token.
+//!    written back (`fence = max(fence, token)`) to a majority of nodes that still hold the
+//!    lease when the write-back runs there, before it is handed out. Any later grant's
+//!    majority shares a node with that majority; on that node the later grant needed the lock
+//!    key free, so it came after the write-back, and its token is larger. So the tokens of
+//!    successive holders strictly increase even when Redlock's timing assumptions fail (a
+//!    paused holder, a slow network, skewed clocks). Limit: nodes of that majority losing
+//!    their data (a restart without persistence within the fence retention) while their
+//!    clocks are behind the token; the restart rule (invariant 6) and persistence guard it.
 //! 4. An attempt that ends without a grant is reported "unclean" unless every node answered
 //!    and none granted; the core then abandons it on every node (release where it took the
 //!    lease, a tombstone where its request may still arrive).
@@ -44,6 +46,7 @@ use crate::kind::{
 };
 use crate::options::drift_allowance;
 use crate::scripts::ScriptCall;
+use crate::token::OwnerToken;
 
 /// N independent masters.
 pub(crate) struct Redlock {
@@ -94,17 +97,30 @@ impl Redlock {
         }
     }
 
-    /// Asks every node whether it answers, and learns its `run_id`; how many answered.
+    /// Asks every node whether it answers (`PING`), and learns its `run_id` (`INFO server`,
+    /// which an ACL may deny: restarts of that node then go unseen, and a warning says so);
+    /// how many answered.
     pub(crate) async fn ping(&self) -> usize {
         let asks = self.nodes.iter().map(|node| async move {
-            node.query::<String>("ping", redis::cmd("INFO").arg("server"))
-                .await
-                .ok()
+            let ping = node.query::<String>("ping", &redis::cmd("PING")).await;
+            let info = node
+                .query::<String>("ping", redis::cmd("INFO").arg("server"))
+                .await;
+            (ping.is_ok(), info)
         });
-        let infos = futures_util::future::join_all(asks).await;
-        let answered = infos.iter().filter(|i| i.is_some()).count();
-        for (i, info) in infos.into_iter().enumerate() {
-            self.may_vote(i, info.as_deref());
+        let answers = futures_util::future::join_all(asks).await;
+        let mut answered = 0;
+        for (i, (pinged, info)) in answers.into_iter().enumerate() {
+            answered += usize::from(pinged);
+            match info {
+                Ok(text) => {
+                    self.may_vote(i, Some(&text));
+                }
+                Err(e) if pinged => {
+                    tracing::warn!(node = i, error = %e, "fenced: cannot read a Redlock master's INFO (an ACL?); its restarts will not be detected");
+                }
+                Err(_) => {}
+            }
         }
         answered
     }
@@ -159,34 +175,38 @@ impl Redlock {
 
     /// Sends `call` to every node at once; replies arrive in the order they come
     /// (invariant 1: the calls run to their end even if nobody reads their replies).
-    fn fan_out(&self, call: &ScriptCall) -> mpsc::UnboundedReceiver<Result<Value>> {
-        let (tx, rx) = mpsc::unbounded_channel();
-        for node in &self.nodes {
-            let (node, call, tx) = (node.clone(), call.clone(), tx.clone());
-            tokio::spawn(async move {
-                let _ = tx.send(node.run::<Value>(&call).await);
-            });
+    fn fan_out(&self, call: &ScriptCall) -> mpsc::UnboundedReceiver<(usize, Result<Value>)> {
+        fan_out(&self.nodes, call)
+    }
+
+    /// Whether `kind` runs here: checked before anything is sent, so a refused primitive
+    /// leaves nothing to clean up.
+    pub(crate) fn supports(&self, kind: &dyn LeaseKind) -> Result<()> {
+        match kind.on_redlock() {
+            true => Ok(()),
+            false => Err(Error::invalid(format!(
+                "a {} does not run on several independent masters (Redlock) yet; locks do",
+                kind.primitive()
+            ))),
         }
-        rx
     }
 
     /// One acquire attempt on every node. `Ok((reply, clean))`: `clean` is false when some
-    /// node may hold the lease for this owner without a grant (invariant 4). An error leaves
-    /// the attempt unclean too.
+    /// node may hold the lease for this owner without a grant (invariant 4); the core then
+    /// abandons the attempt everywhere. An error leaves the attempt unclean too. A busy
+    /// attempt decided before every node answered stays clean: the late replies are read in
+    /// the background, and `abandon` is sent everywhere should one of them be a grant (or
+    /// unknown).
     pub(crate) async fn acquire(
         &self,
         kind: &dyn LeaseKind,
+        owner: &OwnerToken,
         call: &ScriptCall,
+        abandon: &(dyn Fn() -> ScriptCall + Sync),
         ttl: Duration,
         sent_at: Instant,
     ) -> Result<(AcquireReply, bool)> {
-        let probe = kind.raise_fence(crate::token::FencingToken::new(1));
-        if probe.is_none() {
-            return Err(Error::invalid(format!(
-                "a {} does not run on several independent masters (Redlock) yet; locks do",
-                kind.primitive()
-            )));
-        }
+        self.supports(kind)?;
         let (n, needed) = (self.n(), self.needed());
         // Each node's attempt goes with an `INFO server` on the same connection: one round
         // trip, and its run_id (invariant 6).
@@ -229,15 +249,19 @@ impl Redlock {
                 break;
             }
         }
-        if let Some(e) = tally.permanent {
-            return Err(e);
-        }
         let valid = |now: Instant| now.duration_since(sent_at) + drift_allowance(ttl) < ttl;
         if tokens.len() < needed {
+            // A node's own failure (OOM, NOPERM on one master) is a missing vote; it ends the
+            // wait only when it is what keeps the majority out of reach.
             if tally.failed > n - needed {
-                return Err(self.no_quorum(tokens.len()));
+                return Err(tally
+                    .permanent
+                    .unwrap_or_else(|| self.no_quorum(tokens.len())));
             }
-            let clean = tokens.is_empty() && excluded == 0 && tally.answered == n;
+            let clean = tokens.is_empty() && excluded == 0 && tally.failed == 0;
+            if clean && tally.answered < n {
+                drain_late_replies(replies, self.nodes.clone(), abandon());
+            }
             return Ok((
                 AcquireReply::Busy {
                     remaining: busy_left,
@@ -252,10 +276,10 @@ impl Redlock {
             return Ok((AcquireReply::Busy { remaining: None }, false));
         }
         // Invariant 3: the token reaches a majority before anybody may use it.
-        let Some(raise) = kind.raise_fence(token) else {
+        let Some(raise) = kind.raise_fence(owner, token) else {
             return Err(self.no_quorum(0));
         };
-        let raised = self.count_ok(&raise).await?;
+        let raised = self.count_raised(&raise).await?;
         if raised < needed {
             return Err(self.no_quorum(raised));
         }
@@ -265,18 +289,21 @@ impl Redlock {
         Ok((AcquireReply::Acquired(token), true))
     }
 
-    /// Runs `call` everywhere; how many nodes ran it, decided once a majority did.
-    async fn count_ok(&self, call: &ScriptCall) -> Result<usize> {
+    /// Runs a fence write-back everywhere; how many nodes raised their fence while they
+    /// still held this lease (`fence_raise.lua` answers 1), decided once a majority did. Only
+    /// those count: a later grant on such a node comes after the raise (invariant 3).
+    async fn count_raised(&self, call: &ScriptCall) -> Result<usize> {
         let (n, needed) = (self.n(), self.needed());
         let mut replies = self.fan_out(call);
         let (mut ok, mut tally) = (0, Tally::default());
         while tally.answered < n && ok < needed {
-            let Some(reply) = replies.recv().await else {
+            let Some((_, reply)) = replies.recv().await else {
                 break;
             };
             tally.answered += 1;
             match reply {
-                Ok(_) => ok += 1,
+                Ok(Value::Int(1)) => ok += 1,
+                Ok(_) => {}
                 Err(e) => tally.fail(e),
             }
         }
@@ -291,7 +318,7 @@ impl Redlock {
         let mut replies = self.fan_out(call);
         let mut votes = Votes::default();
         while votes.tally.answered < self.n() && !votes.decided(self.needed()) {
-            let Some(reply) = replies.recv().await else {
+            let Some((_, reply)) = replies.recv().await else {
                 break;
             };
             votes.count(reply.and_then(expiry_reply));
@@ -343,32 +370,46 @@ impl Redlock {
         Ok(votes.into_iter().map(|v| v.verdict(self)).collect())
     }
 
-    /// Gives a lease back everywhere.
-    pub(crate) async fn release(&self, call: &ScriptCall) -> Result<ReleaseReply> {
+    /// Gives a lease back everywhere. `Released` needs a majority that released it (a retry
+    /// reads "not held" by the core's rule); waiters hear it on the first node, which is told
+    /// even if it did not hold the lease (`announce`: the channel and message).
+    pub(crate) async fn release(
+        &self,
+        call: &ScriptCall,
+        announce: (&str, &str),
+    ) -> Result<ReleaseReply> {
         let (n, needed) = (self.n(), self.needed());
         let mut replies = self.fan_out(call);
         let (mut released, mut not_held, mut tally) = (0, 0, Tally::default());
+        let mut first_published = false;
         while tally.answered < n && released < needed && not_held < needed {
-            let Some(reply) = replies.recv().await else {
+            let Some((i, reply)) = replies.recv().await else {
                 break;
             };
             tally.answered += 1;
             match reply.and_then(release_reply) {
-                Ok(ReleaseReply::Released | ReleaseReply::AlreadyReleased) => released += 1,
+                Ok(ReleaseReply::Released | ReleaseReply::AlreadyReleased) => {
+                    released += 1;
+                    first_published |= i == 0;
+                }
                 Ok(ReleaseReply::NotHeld | ReleaseReply::Retained) => not_held += 1,
                 Err(e) => tally.fail(e),
             }
         }
-        if not_held >= needed {
-            Ok(ReleaseReply::NotHeld)
-        } else if released >= 1 && released + tally.failed + (n - tally.answered) >= needed {
+        if released >= needed {
+            if !first_published {
+                let node = self.nodes[0].clone();
+                let mut publish = redis::cmd("PUBLISH");
+                publish.arg(announce.0).arg(announce.1);
+                tokio::spawn(async move {
+                    let _ = node.query::<i64>("release", &publish).await;
+                });
+            }
             Ok(ReleaseReply::Released)
-        } else if let Some(e) = tally.permanent {
-            Err(e)
-        } else if tally.failed > 0 {
-            Err(self.no_quorum(released))
-        } else {
+        } else if not_held >= needed || (tally.failed == 0 && tally.answered == n) {
             Ok(ReleaseReply::NotHeld)
+        } else {
+            Err(tally.permanent.unwrap_or_else(|| self.no_quorum(released)))
         }
     }
 
@@ -377,7 +418,7 @@ impl Redlock {
         let mut replies = self.fan_out(call);
         let (mut took, mut ok, mut tally) = (false, 0, Tally::default());
         while tally.answered < self.n() {
-            let Some(reply) = replies.recv().await else {
+            let Some((_, reply)) = replies.recv().await else {
                 break;
             };
             tally.answered += 1;
@@ -397,6 +438,41 @@ impl Redlock {
             Err(tally.permanent.unwrap_or_else(|| self.no_quorum(ok)))
         }
     }
+}
+
+/// Sends `call` to every node at once; replies (with the node's index) arrive in the order
+/// they come (invariant 1: the calls run to their end even if nobody reads their replies).
+fn fan_out(nodes: &[Node], call: &ScriptCall) -> mpsc::UnboundedReceiver<(usize, Result<Value>)> {
+    let (tx, rx) = mpsc::unbounded_channel();
+    for (i, node) in nodes.iter().enumerate() {
+        let (node, call, tx) = (node.clone(), call.clone(), tx.clone());
+        tokio::spawn(async move {
+            let _ = tx.send((i, node.run::<Value>(&call).await));
+        });
+    }
+    rx
+}
+
+/// Reads the replies of a busy attempt that was decided early; should a late one be a grant
+/// (or unknown), the attempt is abandoned on every node (invariant 4).
+fn drain_late_replies(
+    mut replies: mpsc::UnboundedReceiver<(usize, Result<Value>, Option<String>)>,
+    nodes: Vec<Node>,
+    abandon: ScriptCall,
+) {
+    tokio::spawn(async move {
+        while let Some((_, reply, _)) = replies.recv().await {
+            let harmless = matches!(
+                reply.and_then(acquire_reply),
+                Ok(AcquireReply::Busy { .. } | AcquireReply::Abandoned | AcquireReply::NotHeld)
+            );
+            if !harmless {
+                let mut answers = fan_out(&nodes, &abandon);
+                while answers.recv().await.is_some() {}
+                return;
+            }
+        }
+    });
 }
 
 /// The replies of one renewal, counted.

@@ -252,6 +252,8 @@ impl Core {
         owner: OwnerToken,
     ) -> Result<Attempt<Held>> {
         let kind: Arc<dyn LeaseKind> = Arc::new(kind);
+        // Refused before anything is sent (a primitive the backend does not run).
+        self.backend().supports(&*kind)?;
         // Until Redis answers, the outcome is unknown: if this future is dropped or the call
         // fails, the lease may exist without a guard, so abandon it in the background.
         let mut pending = PendingAcquire {
@@ -263,9 +265,13 @@ impl Core {
         };
         let requested_at = Instant::now();
         let call = kind.acquire(&owner, ttl_millis(req.ttl));
+        // For the replies a quorum backend reads after it decided (see `Backend::acquire`);
+        // built only there.
+        let patience_ms = ttl_millis(pending.patience);
+        let abandon = || kind.abandon(&owner, &self.release_message(kind.wakes()), patience_ms);
         let (reply, clean) = self
             .backend()
-            .acquire(&*kind, &call, req.ttl, requested_at)
+            .acquire(&*kind, &owner, &call, &abandon, req.ttl, requested_at)
             .await?;
         if clean {
             pending.armed = None;

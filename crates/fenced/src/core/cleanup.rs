@@ -69,6 +69,10 @@ pub(crate) async fn run(backend: Backend, local: Arc<LocalWaiters>, job: Job) {
         CleanUp::Release => release_until(
             &backend,
             &kind.release(&owner, &message),
+            (
+                kind.channels().first().copied().unwrap_or_default(),
+                &message,
+            ),
             give_up_at,
             None,
             false,
@@ -119,6 +123,10 @@ pub(crate) async fn release_with_retry(
     release_until(
         core.backend(),
         &call,
+        (
+            kind.channels().first().copied().unwrap_or_default(),
+            message,
+        ),
         give_up_at,
         Some(valid_until),
         after_unknown,
@@ -131,6 +139,7 @@ pub(crate) async fn release_with_retry(
 async fn release_until(
     backend: &Backend,
     call: &ScriptCall,
+    announce: (&str, &str),
     give_up_at: Instant,
     valid_until: Option<Instant>,
     after_unknown: bool,
@@ -138,7 +147,7 @@ async fn release_until(
     let attempts = AtomicU32::new(u32::from(after_unknown));
     retry_transient(give_up_at, || async {
         let retry = attempts.fetch_add(1, Ordering::Relaxed) > 0;
-        let reply = backend.release(call).await?;
+        let reply = backend.release(call, announce).await?;
         let answered = Instant::now();
         Ok(read_release(
             reply,

@@ -61,10 +61,16 @@ impl LeaseKind for Exclusive {
             .arg(message)
     }
 
-    fn raise_fence(&self, token: FencingToken) -> Option<ScriptCall> {
+    fn on_redlock(&self) -> bool {
+        true
+    }
+
+    fn raise_fence(&self, owner: &OwnerToken, token: FencingToken) -> Option<ScriptCall> {
         Some(
             ScriptCall::new(&FENCE_RAISE)
+                .key(&self.keys.lock)
                 .key(&self.keys.fence)
+                .arg(owner.as_str())
                 .arg(token.get())
                 .arg(self.fence_retention_ms),
         )

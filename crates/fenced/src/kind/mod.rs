@@ -53,9 +53,14 @@ pub(crate) trait LeaseKind: Send + Sync + 'static {
     /// Void an attempt of unknown outcome: release what it took, or leave a tombstone that
     /// lives `patience_ms`.
     fn abandon(&self, owner: &OwnerToken, message: &str, patience_ms: u64) -> ScriptCall;
-    /// Raise this lease's fence to at least `token` (Redlock's quorum fencing write-back);
-    /// `None` for kinds that do not run on several independent masters yet.
-    fn raise_fence(&self, _token: FencingToken) -> Option<ScriptCall> {
+    /// Whether leases of this kind run on several independent masters (Redlock).
+    fn on_redlock(&self) -> bool {
+        false
+    }
+    /// Raise this lease's fence to at least `token` where `owner` still holds it (Redlock's
+    /// quorum fencing write-back; the script answers 1 there, 0 elsewhere); `None` for kinds
+    /// that do not run on Redlock.
+    fn raise_fence(&self, _owner: &OwnerToken, _token: FencingToken) -> Option<ScriptCall> {
         None
     }
     /// Whether a lease of this kind can be handed straight to a local waiter.

@@ -1,18 +1,27 @@
--- Raise a fence to at least a token: the write-back step of Redlock's quorum fencing. The
--- token a Redlock acquisition hands out is the largest of its quorum's tokens; written back to
--- a majority before it is used, it makes every later grant on any majority larger still (the
--- two majorities share a node, whose next token is above it).
+-- Raise a fence to at least a token, where the lease is still held: the write-back step of
+-- Redlock's quorum fencing. The token a Redlock acquisition hands out is the largest of its
+-- quorum's tokens; raised on a majority of masters that still hold the lease before it is
+-- used, it makes every later grant on any majority larger still: the two majorities share a
+-- master, whose later grant comes after this raise (its lock key had to be freed first), so
+-- its next token is above it.
 --
--- KEYS[1]  the fence (string: the last fencing token handed out)
--- ARGV[1]  the token to raise it to
--- ARGV[2]  fence retention, ms
+-- KEYS[1]  the lock (string: the owner token of the holder)
+-- KEYS[2]  the fence (string: the last fencing token handed out)
+-- ARGV[1]  the owner token of the lease
+-- ARGV[2]  the token to raise the fence to
+-- ARGV[3]  fence retention, ms
 --
--- Returns 1.
+-- Returns 1  raised (or already as high), and the lease is held here
+--         0  the lease is not held here; nothing changed
 --
 -- Tokens are below 2^53 (fence.lua), so comparing them as Lua numbers is exact. A fence of
 -- another type reads as nil (MGET) and is overwritten, as an acquire would.
-local current = redis.call('MGET', KEYS[1])[1]
-if not current or (tonumber(current) or 0) < tonumber(ARGV[1]) then
-  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+local held = redis.call('MGET', KEYS[1])[1]
+if held ~= ARGV[1] then
+  return 0
+end
+local current = redis.call('MGET', KEYS[2])[1]
+if not current or (tonumber(current) or 0) < tonumber(ARGV[2]) then
+  redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])
 end
 return 1
