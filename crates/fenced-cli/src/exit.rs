@@ -59,6 +59,9 @@ impl Failure {
                 Failure::new(UNAVAILABLE, format!("cannot reach Redis at {redis}: {e}"))
             }
             E::Redis(e) => Failure::new(UNAVAILABLE, format!("Redis at {redis} refused: {e}")),
+            e @ E::Permission { .. } => {
+                Failure::new(UNAVAILABLE, format!("Redis at {redis} refused: {e}"))
+            }
             other => Failure::new(SOFTWARE, other.to_string()),
         }
     }

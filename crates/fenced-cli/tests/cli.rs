@@ -1365,14 +1365,7 @@ async fn a_wait_on_a_terminal_shows_a_spinner_with_the_holder() {
         env!("CARGO_BIN_EXE_fenced"),
         s.url()
     );
-    let mut script = Command::new("script")
-        .args(["-qfc", &line, typescript.to_str().unwrap()])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("`script` (util-linux) gives the test a terminal");
+    let mut script = on_a_terminal(&line, &typescript, Stdio::null());
     // Let the spinner draw a few frames (it appears after 200 ms), then free the lock.
     let shown = {
         let typescript = typescript.clone();
@@ -1402,14 +1395,7 @@ async fn top_on_a_terminal_draws_the_namespace_and_q_quits() {
         env!("CARGO_BIN_EXE_fenced"),
         s.url()
     );
-    let mut script = Command::new("script")
-        .args(["-qfc", &line, typescript.to_str().unwrap()])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("`script` (util-linux) gives the test a terminal");
+    let mut script = on_a_terminal(&line, &typescript, Stdio::piped());
     let shown = {
         let typescript = typescript.clone();
         poll_until(Duration::from_secs(10), move || {
@@ -1506,6 +1492,19 @@ async fn the_password_comes_from_a_file_or_the_environment_and_is_never_printed(
     )
     .await;
     assert_eq!(out.code, Some(64), "{}", out.stderr);
+}
+
+/// Runs the shell `line` on a terminal of its own (a pty from `script`), recording what it
+/// draws in `typescript`.
+fn on_a_terminal(line: &str, typescript: &std::path::Path, stdin: Stdio) -> Child {
+    Command::new("script")
+        .args(["-qfc", line, typescript.to_str().unwrap()])
+        .stdin(stdin)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("`script` (util-linux) gives the test a terminal")
 }
 
 /// Polls `check` every 20 ms until it holds or `limit` passes.

@@ -99,10 +99,25 @@ pub enum Error {
         /// Nodes asked.
         nodes: usize,
     },
+    /// The Redis user may not run a command `fenced` needs (an ACL without it). The command is
+    /// named even when it runs inside one of `fenced`'s scripts; the README's "Least
+    /// privilege" lists what each feature needs.
+    #[error(
+        "the Redis user may not run {command:?} (needed by fenced's {operation}; grant +{command}): {detail}"
+    )]
+    Permission {
+        /// The command refused, lower case, as ACL rules name it (`set`, `script|load`).
+        command: String,
+        /// What `fenced` was doing (`acquire`, `release`, ...).
+        operation: &'static str,
+        /// The server's own words.
+        detail: String,
+    },
     /// An argument was rejected before anything was sent to Redis.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
-    /// Redis answered with an error (for example `NOPERM` from an ACL, or `READONLY` from a replica).
+    /// Redis answered with an error (for example `WRONGTYPE` on a key another program wrote,
+    /// or `READONLY` from a replica). A refused permission is [`Error::Permission`].
     #[error("Redis returned an error: {0}")]
     Redis(#[source] redis::RedisError),
     /// A script answered in a shape this version of `fenced` does not understand.
@@ -155,12 +170,72 @@ impl Error {
             // Loading after a restart, a busy script, a failover in progress: Redis cannot
             // serve us now, but may soon.
             Error::Unavailable { source: err }
+        } else if let Some(command) = refused_command(&err) {
+            Error::Permission {
+                command,
+                operation,
+                detail: err.to_string(),
+            }
         } else {
             Error::Redis(err)
+        }
+    }
+
+    /// A `NOPERM` refusal inside a script names no command, only the script's line: read the
+    /// command from that line of the script's source.
+    pub(crate) fn in_script(self, operation: &'static str, source: &str) -> Self {
+        let Error::Redis(err) = &self else {
+            return self;
+        };
+        let text = err.to_string();
+        if !text.contains("can't run this command or subcommand") {
+            return self;
+        }
+        let command = text
+            .split("@user_script:")
+            .nth(1)
+            .and_then(|rest| {
+                let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+                digits.parse::<usize>().ok()
+            })
+            .and_then(|line| source.lines().nth(line.checked_sub(1)?))
+            .and_then(|line| line.split("redis.call('").nth(1))
+            .and_then(|rest| {
+                // 'PUBSUB', 'NUMSUB', ...: ACL rules name a container's subcommand too.
+                let mut quoted = rest.split('\'');
+                let command = quoted.next()?.to_ascii_lowercase();
+                let sub = quoted.nth(1).map(str::to_ascii_lowercase);
+                Some(match sub {
+                    Some(sub) if CONTAINERS.contains(&command.as_str()) => {
+                        format!("{command}|{sub}")
+                    }
+                    _ => command,
+                })
+            });
+        match command {
+            Some(command) => Error::Permission {
+                command,
+                operation,
+                detail: text,
+            },
+            None => self,
         }
     }
 
     pub(crate) fn invalid(msg: impl Into<String>) -> Self {
         Error::InvalidArgument(msg.into())
     }
+}
+
+/// Commands whose ACL rules name a subcommand (`pubsub|numsub`).
+const CONTAINERS: [&str; 6] = ["pubsub", "script", "client", "config", "object", "function"];
+
+/// The command a `NOPERM` reply names: "... no permissions to run the 'evalsha' command".
+fn refused_command(err: &redis::RedisError) -> Option<String> {
+    if err.code() != Some("NOPERM") {
+        return None;
+    }
+    let text = err.to_string();
+    let quoted = text.split("run the '").nth(1)?;
+    Some(quoted.split('\'').next()?.to_ascii_lowercase())
 }

@@ -96,7 +96,7 @@ mod tests {
     fn owner_tokens_are_128_bit_hex_and_unique() -> Result<(), getrandom::Error> {
         let mut seen = HashSet::new();
         let mut ones = [0u32; 128];
-        let n = 100_000;
+        let n = 1_000_000;
         for _ in 0..n {
             let t = OwnerToken::generate()?;
             assert_eq!(t.as_str().len(), 32);

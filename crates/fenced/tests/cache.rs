@@ -109,6 +109,35 @@ async fn a_thousand_callers_in_two_processes_compute_once() {
     assert!(reads <= 8, "{reads} reads for 1000 callers");
 }
 
+/// A caller whose compute starts (the lease's fencing token is returned once it has), then
+/// holds until `finish` is sent, and computes `value`: a computer paused mid-compute.
+async fn paused_compute(
+    cache: &fenced::Cache,
+    key: &'static str,
+    value: &'static [u8],
+) -> (
+    tokio::task::JoinHandle<Result<Option<Vec<u8>>, Error>>,
+    oneshot::Sender<()>,
+    fenced::FencingToken,
+) {
+    let (started_tx, started) = oneshot::channel();
+    let (finish, finish_rx) = oneshot::channel::<()>();
+    let task = tokio::spawn({
+        let cache = cache.clone();
+        async move {
+            cache
+                .get_or_compute(key, TTL, |lease| async move {
+                    started_tx.send(lease.fencing_token()).unwrap();
+                    finish_rx.await.unwrap();
+                    Ok::<_, Error>(Some(value.to_vec()))
+                })
+                .await
+        }
+    });
+    let token = started.await.unwrap();
+    (task, finish, token)
+}
+
 #[tokio::test]
 async fn a_hit_does_not_compute_and_a_miss_computes_once_per_entry() {
     let server = server();
@@ -171,22 +200,8 @@ async fn a_stale_computer_cannot_overwrite_a_newer_value() {
     let server = server();
     let c = client(&server).await;
     let cache = c.cache("price");
-    let (started_tx, started) = oneshot::channel();
-    let (finish, finish_rx) = oneshot::channel::<()>();
     // A computes the old price and stalls (a pause) before returning it.
-    let a = tokio::spawn({
-        let cache = cache.clone();
-        async move {
-            cache
-                .get_or_compute("p", TTL, |lease| async move {
-                    started_tx.send(lease.fencing_token()).unwrap();
-                    finish_rx.await.unwrap();
-                    Ok::<_, Error>(Some(b"old".to_vec()))
-                })
-                .await
-        }
-    });
-    let a_token = started.await.unwrap();
+    let (a, finish, a_token) = paused_compute(&cache, "p", b"old").await;
     // Meanwhile its lock is broken, and B computes and stores the new price.
     c.lock("price:p").force_release().await.unwrap();
     let other = client(&server).await.cache("price");
@@ -209,21 +224,7 @@ async fn an_invalidation_fences_off_a_compute_that_read_before_it() {
     let server = server();
     let c = client(&server).await;
     let cache = c.cache("stock");
-    let (started_tx, started) = oneshot::channel();
-    let (finish, finish_rx) = oneshot::channel::<()>();
-    let a = tokio::spawn({
-        let cache = cache.clone();
-        async move {
-            cache
-                .get_or_compute("s", TTL, |_lease| async move {
-                    started_tx.send(()).unwrap();
-                    finish_rx.await.unwrap();
-                    Ok::<_, Error>(Some(b"20".to_vec()))
-                })
-                .await
-        }
-    });
-    started.await.unwrap();
+    let (a, finish, _) = paused_compute(&cache, "s", b"20").await;
     // The source changed after the compute read it.
     assert!(!cache.invalidate("s").await.unwrap(), "nothing cached yet");
     finish.send(()).unwrap();
@@ -591,21 +592,7 @@ async fn a_refused_value_is_not_shared_with_callers_who_came_after_the_invalidat
     let server = server();
     let c = client(&server).await;
     let cache = c.cache("stock");
-    let (started_tx, started) = oneshot::channel();
-    let (finish, finish_rx) = oneshot::channel::<()>();
-    let a = tokio::spawn({
-        let cache = cache.clone();
-        async move {
-            cache
-                .get_or_compute("s", TTL, |_| async move {
-                    started_tx.send(()).unwrap();
-                    finish_rx.await.unwrap();
-                    Ok::<_, Error>(Some(b"20".to_vec()))
-                })
-                .await
-        }
-    });
-    started.await.unwrap();
+    let (a, finish, _) = paused_compute(&cache, "s", b"20").await;
     cache.invalidate("s").await.unwrap();
     // B joins A's flight after the invalidation.
     let b = tokio::spawn({
@@ -652,21 +639,7 @@ async fn the_store_wakes_callers_of_other_handles_in_the_same_process() {
         .connect()
         .await
         .unwrap();
-    let (started_tx, started) = oneshot::channel();
-    let (finish, finish_rx) = oneshot::channel::<()>();
-    let a = tokio::spawn({
-        let cache = c.cache("page");
-        async move {
-            cache
-                .get_or_compute("p", TTL, |_| async move {
-                    started_tx.send(()).unwrap();
-                    finish_rx.await.unwrap();
-                    Ok::<_, Error>(Some(b"html".to_vec()))
-                })
-                .await
-        }
-    });
-    started.await.unwrap();
+    let (a, finish, _) = paused_compute(&c.cache("page"), "p", b"html").await;
     // Three other handles, each its own local flight. The release after the store wakes one
     // waiter; the store itself must wake them all.
     let mut others = Vec::new();

@@ -12,6 +12,13 @@ use tokio::time::Instant;
 
 use crate::support::{all_keys, client, raw, server};
 
+/// Runs one command that another program would have sent.
+async fn write(conn: &mut redis::aio::MultiplexedConnection, args: &[&str]) {
+    let mut cmd = redis::cmd(args[0]);
+    cmd.arg(&args[1..]);
+    let _: () = cmd.query_async(conn).await.unwrap();
+}
+
 /// Names and values that would do harm if they were ever spliced into a script or a command.
 const PAYLOADS: [&str; 9] = [
     "a\r\nFLUSHALL\r\n",
@@ -30,12 +37,7 @@ async fn injection_payloads_as_names_and_values_stay_data() {
     let server = server();
     let c = client(&server).await;
     let mut conn = raw(&server).await;
-    let _: () = redis::cmd("SET")
-        .arg("canary")
-        .arg("alive")
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    write(&mut conn, &["SET", "canary", "alive"]).await;
     for name in PAYLOADS {
         let lock = c.lock(name);
         let g = lock.acquire().await.unwrap();
@@ -151,13 +153,7 @@ async fn keys_written_by_another_program_in_another_form_give_typed_errors() {
     let mut conn = raw(&server).await;
     // The lock key is a hash: it is "held" by nobody we know, forever (no expiry). A wait
     // ends at its deadline.
-    let _: () = redis::cmd("HSET")
-        .arg("fenced:{odd-lock}")
-        .arg("f")
-        .arg("v")
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    write(&mut conn, &["HSET", "fenced:{odd-lock}", "f", "v"]).await;
     let started = Instant::now();
     let out = c
         .lock("odd-lock")
@@ -173,43 +169,31 @@ async fn keys_written_by_another_program_in_another_form_give_typed_errors() {
         "{status:?}"
     );
     // The fence is a list: a grant overwrites it with a token (MGET reads it as absent).
-    let _: () = redis::cmd("RPUSH")
-        .arg("fenced:{odd-fence}:fence")
-        .arg("x")
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    write(&mut conn, &["RPUSH", "fenced:{odd-fence}:fence", "x"]).await;
     let g = c.lock("odd-fence").acquire().await.unwrap();
     assert!(g.fencing_token().get() > 0);
     g.release().await.unwrap();
     // The fence holds text that is not a number.
-    let _: () = redis::cmd("SET")
-        .arg("fenced:{odd-text}:fence")
-        .arg("not a number")
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    write(
+        &mut conn,
+        &["SET", "fenced:{odd-text}:fence", "not a number"],
+    )
+    .await;
     let g = c.lock("odd-text").acquire().await.unwrap();
     assert!(g.fencing_token().get() > 0);
     g.release().await.unwrap();
     // A resource whose data is a string and whose fence is garbage: typed errors.
-    let _: () = redis::cmd("SET")
-        .arg("fenced:res:{odd-res}")
-        .arg("x")
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    write(&mut conn, &["SET", "fenced:res:{odd-res}", "x"]).await;
     let out = c
         .resource("odd-res")
         .set(fenced::FencingToken::new(1), "f", "v")
         .await;
     assert!(matches!(out, Err(Error::Redis(_))), "{out:?}");
-    let _: () = redis::cmd("SET")
-        .arg("fenced:res:{odd-res2}:fence")
-        .arg("garbage")
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    write(
+        &mut conn,
+        &["SET", "fenced:res:{odd-res2}:fence", "garbage"],
+    )
+    .await;
     let out = c.resource("odd-res2").highest_token().await;
     assert!(matches!(out, Err(Error::UnexpectedReply { .. })), "{out:?}");
 }

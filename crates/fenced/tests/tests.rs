@@ -10,6 +10,7 @@ mod support;
 #[cfg(feature = "tls")]
 mod tls;
 
+mod acl;
 mod bad_input;
 mod cache;
 mod exclusion;

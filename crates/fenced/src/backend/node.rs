@@ -66,6 +66,7 @@ where
     pub(crate) async fn run<T: FromRedisValue>(&self, call: &ScriptCall) -> Result<T> {
         let mut conn = self.conn.clone();
         let operation = call.lua.operation;
+        let source = call.lua.source();
         self.bounded(operation, async {
             let cmd = call.evalsha();
             match cmd.query_async(&mut conn).await {
@@ -77,6 +78,7 @@ where
             }
         })
         .await
+        .map_err(|e| e.in_script(operation, source))
     }
 
     /// Runs idempotent script calls in ONE pipelined round trip. The outer error means the
@@ -113,7 +115,12 @@ where
         let timeout = self.timeout;
         Ok(replies
             .into_iter()
-            .map(|r| r.map_err(|e| Error::from_redis(operation, timeout, e)))
+            .zip(calls)
+            .map(|(r, call)| {
+                r.map_err(|e| {
+                    Error::from_redis(operation, timeout, e).in_script(operation, call.lua.source())
+                })
+            })
             .collect())
     }
 }

@@ -29,6 +29,11 @@ impl Lua {
         self.script.get_hash()
     }
 
+    /// The script's source, as sent.
+    pub(crate) fn source(&self) -> &'static str {
+        self.source
+    }
+
     /// `SCRIPT LOAD` for this script.
     pub(crate) fn load_cmd(&self) -> Cmd {
         let mut cmd = redis::cmd("SCRIPT");

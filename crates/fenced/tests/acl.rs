@@ -1,0 +1,119 @@
+//! The least-privilege ACL of a lock client, as documented in the README: with exactly these
+//! permissions everything a lock does works (acquire, wait and be woken, renew, hand over,
+//! release); with any one of them taken away, the error names what is missing.
+
+use std::time::Duration;
+
+use fenced::{Client, Error, WaitPolicy};
+use fenced_testkit::RedisServer;
+
+use crate::support::raw;
+
+/// The commands a lock client needs, besides its key and channel patterns (README, "Least
+/// privilege").
+const LOCK_COMMANDS: [&str; 11] = [
+    "evalsha",
+    "script|load",
+    "ping",
+    "set",
+    "get",
+    "mget",
+    "del",
+    "pexpire",
+    "pttl",
+    "time",
+    "publish",
+];
+
+/// For wake-up on release (`subscribe`, `unsubscribe`: without them waiters poll) and for the
+/// one-round-trip handover to a waiter of the same client (`pubsub|numsub`, `llen`: without
+/// them a release goes the ordinary way). Nothing fails without them; it is slower.
+const SPEED_COMMANDS: [&str; 4] = ["subscribe", "unsubscribe", "pubsub|numsub", "llen"];
+
+async fn user(server: &RedisServer, name: &str, commands: &[&str]) -> String {
+    let mut conn = raw(server).await;
+    let mut acl = redis::cmd("ACL");
+    acl.arg("SETUSER")
+        .arg(name)
+        .arg("reset")
+        .arg("on")
+        .arg(">pw")
+        .arg("~fenced:*")
+        .arg("&fenced:*")
+        .arg("-@all");
+    for c in commands {
+        acl.arg(format!("+{c}"));
+    }
+    let _: () = acl.query_async(&mut conn).await.unwrap();
+    server
+        .url()
+        .replace("redis://", &format!("redis://{name}:pw@"))
+}
+
+/// Everything a lock does, end to end: the first error, if any.
+async fn exercise(url: &str, name: &str) -> Result<(), Error> {
+    let c = Client::builder(url)
+        .timeout(Duration::from_millis(500))
+        .connect()
+        .await?;
+    let lock = c
+        .lock(name)
+        .with_ttl(Duration::from_millis(300))
+        .with_wait(WaitPolicy::up_to(Duration::from_secs(3)));
+    let g = lock.acquire().await?;
+    // Renewal's script, called directly (the background renewal would only lose the lease).
+    g.extend(Duration::from_millis(300)).await?;
+    // A waiter of the same client (woken by a handover), and one of another client (woken
+    // by the release's message).
+    let other = Client::builder(url)
+        .timeout(Duration::from_millis(500))
+        .connect()
+        .await?;
+    let local = tokio::spawn({
+        let lock = lock.clone();
+        async move { lock.acquire().await?.release().await }
+    });
+    let remote = tokio::spawn({
+        let lock = other
+            .lock(name)
+            .with_wait(WaitPolicy::up_to(Duration::from_secs(3)));
+        async move { lock.acquire().await?.release().await }
+    });
+    // Renewed past its ttl.
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    g.lease().check()?;
+    g.extend(Duration::from_millis(400)).await?;
+    g.release().await?;
+    local.await.expect("task")?;
+    remote.await.expect("task")?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_documented_acl_is_enough_and_each_permission_is_needed() {
+    let server = crate::support::server();
+    let all: Vec<&str> = LOCK_COMMANDS
+        .iter()
+        .chain(&SPEED_COMMANDS)
+        .copied()
+        .collect();
+    let url = user(&server, "locker", &all).await;
+    exercise(&url, "all").await.unwrap();
+    // Without the commands that only make it faster: slower, still correct.
+    let url = user(&server, "poller", &LOCK_COMMANDS).await;
+    exercise(&url, "poller").await.unwrap();
+    for (i, missing) in LOCK_COMMANDS.iter().enumerate() {
+        let fewer: Vec<&str> = all.iter().copied().filter(|c| c != missing).collect();
+        let url = user(&server, &format!("without{i}"), &fewer).await;
+        // A fresh script cache, so that loading scripts is needed again.
+        let _: () = redis::cmd("SCRIPT")
+            .arg("FLUSH")
+            .query_async(&mut raw(&server).await)
+            .await
+            .unwrap();
+        match exercise(&url, missing).await {
+            Err(Error::Permission { command, .. }) => assert_eq!(&command, missing),
+            other => panic!("without {missing}: {other:?}"),
+        }
+    }
+}
