@@ -56,6 +56,13 @@ pub struct Global {
     /// For rediss:// URLs: trust this CA certificate (PEM file) instead of the web's roots.
     #[arg(long, global = true, value_name = "FILE")]
     pub tls_ca_cert: Option<std::path::PathBuf>,
+    /// For rediss:// URLs to a server that requires client certificates: this certificate
+    /// (PEM file), with --tls-key.
+    #[arg(long, global = true, value_name = "FILE", requires = "tls_key")]
+    pub tls_cert: Option<std::path::PathBuf>,
+    /// The private key (PEM file) of --tls-cert. Never printed.
+    #[arg(long, global = true, value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<std::path::PathBuf>,
     /// Say what is happening on stderr.
     #[arg(short, long, global = true)]
     pub verbose: bool,

@@ -813,6 +813,55 @@ async fn rediss_with_a_private_ca_works_from_the_command_line() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mutual_tls_from_the_command_line() {
+    let s = RedisServer::start_mtls()
+        .unwrap_or_else(|e| panic!("needs redis-server with TLS and openssl: {e}"));
+    let dir = tempfile::tempdir().unwrap();
+    let write = |name: &str, bytes: &[u8]| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, bytes).unwrap();
+        path.display().to_string()
+    };
+    let ca = write("ca.pem", s.tls_ca().unwrap());
+    let (cert, key) = s.tls_client("client").unwrap();
+    let (cert, key) = (write("client.pem", &cert), write("client.key", &key));
+    let limit = Duration::from_secs(10);
+    let tls = ["--tls-ca-cert", &ca, "--tls-cert", &cert, "--tls-key", &key];
+    let ran = finish(
+        fenced(
+            &s.url(),
+            &[&tls[..], &["run", "mtls", "--", "true"]].concat(),
+        ),
+        limit,
+    )
+    .await;
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    // Without a client certificate: refused (69), in one line.
+    let refused = finish(
+        fenced(
+            &s.url(),
+            &["--tls-ca-cert", &ca, "--timeout", "1s", "status", "mtls"],
+        ),
+        limit,
+    )
+    .await;
+    assert_eq!(refused.code, Some(69), "{}", refused.stderr);
+    assert_eq!(
+        refused.stderr.trim().lines().count(),
+        1,
+        "{}",
+        refused.stderr
+    );
+    // A certificate without its key is a usage error.
+    let half = finish(
+        fenced(&s.url(), &["--tls-cert", &cert, "status", "mtls"]),
+        limit,
+    )
+    .await;
+    assert_eq!(half.code, Some(64), "{}", half.stderr);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lost_lease_stops_the_commands_children_too() {
     let s = server();
     let c = client(&s).await;

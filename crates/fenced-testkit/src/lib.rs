@@ -87,10 +87,24 @@ impl RedisServer {
     /// throwaway CA made with `openssl`; [`tls_ca`](Self::tls_ca) gives the CA, and
     /// [`url`](Self::url) a `rediss://` URL.
     pub fn start_tls() -> Result<Self, TestkitError> {
+        Self::start_tls_with(false)
+    }
+
+    /// Like [`start_tls`](Self::start_tls), and the server requires a client certificate
+    /// signed by its CA (`tls-auth-clients yes`): mutual TLS. [`tls_client`](Self::tls_client)
+    /// gives identities to connect with.
+    pub fn start_mtls() -> Result<Self, TestkitError> {
+        Self::start_tls_with(true)
+    }
+
+    fn start_tls_with(mutual: bool) -> Result<Self, TestkitError> {
         let dir = tempfile::Builder::new()
             .prefix("fenced-redis-tls-")
             .tempdir()?;
         make_certificates(dir.path())?;
+        if mutual {
+            make_client_certificates(dir.path())?;
+        }
         let ca = std::fs::read(dir.path().join("ca.crt"))?;
         let file = |name: &str| dir.path().join(name).display().to_string();
         let extra = vec![
@@ -101,7 +115,7 @@ impl RedisServer {
             "--tls-ca-cert-file".to_owned(),
             file("ca.crt"),
             "--tls-auth-clients".to_owned(),
-            "no".to_owned(),
+            if mutual { "yes" } else { "no" }.to_owned(),
         ];
         Self::start_in(dir, extra, Some(ca))
     }
@@ -134,6 +148,15 @@ impl RedisServer {
             }
         }
         Err(last_err.unwrap_or(TestkitError::NoBinary))
+    }
+
+    /// A client identity (certificate and key, PEM) for a server started with
+    /// [`start_mtls`](Self::start_mtls): `"client"` (valid, signed by the server's CA),
+    /// `"expired"` (signed by it, expired), `"foreign"` (valid, from another CA).
+    pub fn tls_client(&self, which: &str) -> Option<(Vec<u8>, Vec<u8>)> {
+        let cert = std::fs::read(self.dir.path().join(format!("{which}.crt"))).ok()?;
+        let key = std::fs::read(self.dir.path().join(format!("{which}.key"))).ok()?;
+        Some((cert, key))
     }
 
     /// The CA certificate (PEM) of a server started with [`start_tls`](Self::start_tls).
@@ -304,6 +327,89 @@ impl Drop for RedisServer {
         // SIGKILL works on a stopped process too; errors here leave nothing we could fix.
         let _ = self.kill();
     }
+}
+
+/// Runs `openssl` in `dir`.
+fn openssl(dir: &Path, args: &[&str]) -> Result<(), TestkitError> {
+    let out = Command::new("openssl")
+        .args(args)
+        .current_dir(dir)
+        .output()?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(TestkitError::StartFailed {
+            port: 0,
+            reason: format!(
+                "openssl {} failed: {}",
+                args.join(" "),
+                String::from_utf8_lossy(&out.stderr)
+            ),
+            log: String::new(),
+        })
+    }
+}
+
+/// Makes client identities in `dir` (next to `ca.crt`/`ca.key`): `client` signed by the CA,
+/// `expired` signed by it with a validity that ended in the past, and `foreign` signed by
+/// another CA.
+fn make_client_certificates(dir: &Path) -> Result<(), TestkitError> {
+    let run = |args: &[&str]| openssl(dir, args);
+    std::fs::write(
+        dir.join("client.ext"),
+        "basicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=clientAuth\n",
+    )?;
+    run(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=another CA",
+        "-keyout",
+        "other-ca.key",
+        "-out",
+        "other-ca.crt",
+    ])?;
+    for (name, ca) in [("client", "ca"), ("expired", "ca"), ("foreign", "other-ca")] {
+        run(&[
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-subj",
+            &format!("/CN=fenced {name}"),
+            "-keyout",
+            &format!("{name}.key"),
+            "-out",
+            &format!("{name}.csr"),
+        ])?;
+        let (csr, crt) = (format!("{name}.csr"), format!("{name}.crt"));
+        let (ca_crt, ca_key) = (format!("{ca}.crt"), format!("{ca}.key"));
+        let mut args = vec![
+            "x509",
+            "-req",
+            "-in",
+            &csr,
+            "-CA",
+            &ca_crt,
+            "-CAkey",
+            &ca_key,
+            "-CAcreateserial",
+            "-extfile",
+            "client.ext",
+            "-out",
+            &crt,
+        ];
+        // The expired one ended a day before it began (`-days -1`): verification says
+        // "certificate has expired", which is the case to test.
+        args.extend(["-days", if name == "expired" { "-1" } else { "2" }]);
+        run(&args)?;
+    }
+    Ok(())
 }
 
 /// Makes `ca.crt`, and `server.crt`/`server.key` for `127.0.0.1` signed by it, in `dir`.

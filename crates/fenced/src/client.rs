@@ -79,6 +79,8 @@ impl Client {
             options: ClientOptions::default(),
             #[cfg(feature = "tls")]
             tls_root_certificate: None,
+            #[cfg(feature = "tls")]
+            tls_client: None,
         }
     }
 
@@ -242,6 +244,9 @@ pub struct ClientBuilder {
     options: ClientOptions,
     #[cfg(feature = "tls")]
     tls_root_certificate: Option<Vec<u8>>,
+    /// A client certificate and key (PEM) for mutual TLS; the key is never shown.
+    #[cfg(feature = "tls")]
+    tls_client: Option<(Vec<u8>, Secret)>,
 }
 
 impl ClientBuilder {
@@ -313,6 +318,21 @@ impl ClientBuilder {
     #[cfg(feature = "tls")]
     pub fn tls_root_certificate(mut self, pem: impl Into<Vec<u8>>) -> Self {
         self.tls_root_certificate = Some(pem.into());
+        self
+    }
+
+    /// For `rediss://` URLs to a server that requires client certificates
+    /// (`tls-auth-clients yes`): present this certificate and key (PEM). The key is never
+    /// shown by `Debug`. A server that does not accept it closes the connection, and connecting
+    /// fails with [`Error::Unavailable`].
+    #[cfg(feature = "tls")]
+    pub fn tls_client_certificate(
+        mut self,
+        certificate_pem: impl Into<Vec<u8>>,
+        key_pem: impl Into<Vec<u8>>,
+    ) -> Self {
+        let key = String::from_utf8_lossy(&key_pem.into()).into_owned();
+        self.tls_client = Some((certificate_pem.into(), Secret(key)));
         self
     }
 
@@ -423,16 +443,21 @@ impl ClientBuilder {
     #[cfg(feature = "tls")]
     fn redis_client(&self, url: &str) -> redis::RedisResult<redis::Client> {
         let info = self.connection_info(url)?;
-        match &self.tls_root_certificate {
-            Some(pem) => redis::Client::build_with_tls(
-                info,
-                redis::TlsCertificates {
-                    client_tls: None,
-                    root_cert: Some(pem.clone()),
-                },
-            ),
-            None => redis::Client::open(info),
+        if self.tls_root_certificate.is_none() && self.tls_client.is_none() {
+            return redis::Client::open(info);
         }
+        redis::Client::build_with_tls(
+            info,
+            redis::TlsCertificates {
+                client_tls: self.tls_client.as_ref().map(|(cert, Secret(key))| {
+                    redis::ClientTlsConfig {
+                        client_cert: cert.clone(),
+                        client_key: key.clone().into_bytes(),
+                    }
+                }),
+                root_cert: self.tls_root_certificate.clone(),
+            },
+        )
     }
 
     #[cfg(not(feature = "tls"))]

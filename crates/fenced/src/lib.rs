@@ -202,6 +202,50 @@ pub use fair::FairLock;
 /// assert!(token > 0);
 /// # Ok(()) });
 /// ```
+///
+/// # Mistakes caught when the code compiles
+///
+/// The function must be `async`:
+///
+/// ```compile_fail
+/// #[fenced::locked(client = client, name = "x")]
+/// fn not_async(client: &fenced::Client) -> fenced::Result<()> { Ok(()) }
+/// ```
+///
+/// `name` is required, and durations must read like `500ms`, `30s`, `5m`, `1h`:
+///
+/// ```compile_fail
+/// #[fenced::locked(client = client)]
+/// async fn no_name(client: &fenced::Client) -> fenced::Result<()> { Ok(()) }
+/// ```
+///
+/// ```compile_fail
+/// #[fenced::locked(client = client, name = "x", ttl = "10 parsecs")]
+/// async fn bad_ttl(client: &fenced::Client) -> fenced::Result<()> { Ok(()) }
+/// ```
+///
+/// The name may only use the function's arguments:
+///
+/// ```compile_fail,E0425
+/// #[fenced::locked(client = client, name = "order:{order_id}")]
+/// async fn typo(client: &fenced::Client, id: u64) -> fenced::Result<()> { Ok(()) }
+/// ```
+///
+/// The lock can fail, so the function returns `Result<T, E>` with `E: From<fenced::Error>`:
+///
+/// ```compile_fail,E0277
+/// #[fenced::locked(client = client, name = "x")]
+/// async fn plain(client: &fenced::Client) -> u64 { 1 }
+/// ```
+///
+/// ```compile_fail,E0277
+/// struct MyError;
+/// #[fenced::locked(client = client, name = "x")]
+/// async fn mine(client: &fenced::Client) -> Result<(), MyError> { Ok(()) }
+/// ```
+///
+/// (`crates/fenced-macros/tests/forms.rs` checks the exact messages with trybuild, in the slow
+/// tier: `scripts/test-slow`.)
 pub use fenced_macros::locked;
 pub use guard::{Lease, LockGuard};
 pub use inspect::{

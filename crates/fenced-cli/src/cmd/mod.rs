@@ -26,6 +26,14 @@ pub async fn connect_to(global: &Global, url: &str) -> Result<Client, Failure> {
     if let Some(password) = password(global)? {
         builder = builder.password(password);
     }
+    if let (Some(cert), Some(key)) = (&global.tls_cert, &global.tls_key) {
+        let read = |path: &std::path::Path, what: &str| {
+            std::fs::read(path)
+                .map_err(|e| Failure::usage(format!("cannot read {what} {}: {e}", path.display())))
+        };
+        builder =
+            builder.tls_client_certificate(read(cert, "--tls-cert")?, read(key, "--tls-key")?);
+    }
     if let Some(path) = &global.tls_ca_cert {
         let pem = std::fs::read(path).map_err(|e| {
             Failure::usage(format!("cannot read --tls-ca-cert {}: {e}", path.display()))
