@@ -109,8 +109,11 @@ impl Client {
     ///   wait like any transient failure.
     ///
     /// A Redlock client runs locks ([`Lock`]: `acquire`, `try_acquire`, `with_lock`,
-    /// `#[fenced::locked]`) so far; the other primitives, fenced resources, inspection and
-    /// optimistic helpers need one server and answer [`Error::InvalidArgument`] on it.
+    /// `#[fenced::locked]`) and semaphores ([`Semaphore`](crate::Semaphore): `acquire`,
+    /// `release`). A semaphore of N permits over n masters needs more than `n·N/(N+1)` of
+    /// them per holder (all 3 of 3 for N ≥ 2), or more than N holders could each be admitted
+    /// by a majority. The other primitives, fenced resources, inspection and optimistic
+    /// helpers need one server and answer [`Error::InvalidArgument`] on it.
     /// Waiters hear releases from the first node's pub/sub, and poll when it is down.
     ///
     /// ```

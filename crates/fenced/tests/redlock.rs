@@ -248,7 +248,6 @@ async fn what_needs_one_server_is_refused_with_a_typed_error() {
     let s = servers(3);
     let c = redlock(&urls(&s)).await;
     let refused = |r: Result<(), Error>| matches!(r, Err(Error::InvalidArgument(_)));
-    assert!(refused(c.semaphore("s", 2).acquire().await.map(drop)));
     assert!(refused(c.reentrant_lock("r").acquire().await.map(drop)));
     assert!(refused(
         c.resource("r")
@@ -425,4 +424,60 @@ async fn a_release_is_heard_on_the_first_master_even_when_it_did_not_hold_the_lo
         .unwrap();
     got.release().await.unwrap();
     let _ = &mut conn;
+}
+
+#[tokio::test]
+async fn a_semaphore_of_two_permits_admits_at_most_two_holders_and_needs_every_master() {
+    let mut s = servers(3);
+    let c = Arc::new(redlock(&urls(&s)).await);
+    let inside = Arc::new(AtomicU32::new(0));
+    let most = Arc::new(AtomicU32::new(0));
+    let mut tasks = Vec::new();
+    for _ in 0..6 {
+        let (c, inside, most) = (c.clone(), inside.clone(), most.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut last = 0;
+            for _ in 0..8 {
+                let p = c.semaphore("pool", 2).acquire().await.unwrap();
+                assert!(p.fencing_token().get() > last);
+                last = p.fencing_token().get();
+                let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
+                most.fetch_max(now, Ordering::SeqCst);
+                tokio::task::yield_now().await;
+                inside.fetch_sub(1, Ordering::SeqCst);
+                p.release().await.unwrap();
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    assert!(
+        most.load(Ordering::SeqCst) <= 2,
+        "{} holders at once",
+        most.load(Ordering::SeqCst)
+    );
+    // Two permits over three masters need all three (a majority would let three holders in):
+    // with one master down, no permit can be had.
+    s[0].kill().unwrap();
+    let out = c
+        .semaphore("pool", 2)
+        .with_wait(WaitPolicy::up_to(Duration::from_millis(500)))
+        .acquire()
+        .await
+        .map(drop);
+    assert!(
+        matches!(
+            out,
+            Err(Error::NoQuorum {
+                needed: 3,
+                nodes: 3,
+                ..
+            })
+        ),
+        "{out:?}"
+    );
+    // One permit is a lock: a majority is enough.
+    let one = c.semaphore("single", 1).acquire().await.unwrap();
+    one.release().await.unwrap();
 }

@@ -99,16 +99,33 @@ impl Backend {
         }
     }
 
-    /// Renews or re-times one lease.
-    pub(crate) async fn extend(&self, call: &ScriptCall) -> Result<ExpiryReply> {
+    /// Renews or re-times one lease of `kind`.
+    pub(crate) async fn extend(
+        &self,
+        call: &ScriptCall,
+        kind: &dyn LeaseKind,
+    ) -> Result<ExpiryReply> {
         match self {
             Backend::Single { node, .. } => expiry_reply(node.run(call).await?),
-            Backend::Redlock(r) => r.extend(call).await,
+            Backend::Redlock(r) => r.extend(call, kind.quorum(r.nodes())).await,
         }
     }
 
-    /// Renews a batch of leases in one round trip per node.
-    pub(crate) async fn renew(&self, calls: &[ScriptCall]) -> Result<Vec<Result<ExpiryReply>>> {
+    /// How many nodes must hold a lease of `kind`; `None` on one server (nothing to count).
+    pub(crate) fn quorum(&self, kind: &dyn LeaseKind) -> Option<usize> {
+        match self {
+            Backend::Single { .. } => None,
+            Backend::Redlock(r) => Some(kind.quorum(r.nodes())),
+        }
+    }
+
+    /// Renews a batch of leases in one round trip per node; `quorums` holds each call's
+    /// quorum on Redlock (from [`quorum`](Self::quorum)), and nothing on one server.
+    pub(crate) async fn renew(
+        &self,
+        calls: &[ScriptCall],
+        quorums: &[usize],
+    ) -> Result<Vec<Result<ExpiryReply>>> {
         match self {
             Backend::Single { node, .. } => Ok(node
                 .run_batch("renew", calls)
@@ -116,19 +133,21 @@ impl Backend {
                 .into_iter()
                 .map(|r| r.and_then(expiry_reply))
                 .collect()),
-            Backend::Redlock(r) => r.renew(calls).await,
+            Backend::Redlock(r) => r.renew(calls, quorums).await,
         }
     }
 
-    /// Gives a lease back; `announce` (channel, message) is what the release publishes.
+    /// Gives a lease of `kind` back; `announce` (channel, message) is what the release
+    /// publishes.
     pub(crate) async fn release(
         &self,
         call: &ScriptCall,
         announce: (&str, &str),
+        kind: &dyn LeaseKind,
     ) -> Result<ReleaseReply> {
         match self {
             Backend::Single { node, .. } => release_reply(node.run(call).await?),
-            Backend::Redlock(r) => r.release(call, announce).await,
+            Backend::Redlock(r) => r.release(call, announce, kind.quorum(r.nodes())).await,
         }
     }
 

@@ -160,15 +160,24 @@ impl Redlock {
         self.nodes.len()
     }
 
+    /// How many masters there are.
+    pub(crate) fn nodes(&self) -> usize {
+        self.nodes.len()
+    }
+
     /// A strict majority.
     fn needed(&self) -> usize {
         self.n() / 2 + 1
     }
 
     fn no_quorum(&self, granted: usize) -> Error {
+        self.short_of(granted, self.needed())
+    }
+
+    fn short_of(&self, granted: usize, needed: usize) -> Error {
         Error::NoQuorum {
             granted,
-            needed: self.needed(),
+            needed,
             nodes: self.n(),
         }
     }
@@ -207,7 +216,7 @@ impl Redlock {
         sent_at: Instant,
     ) -> Result<(AcquireReply, bool)> {
         self.supports(kind)?;
-        let (n, needed) = (self.n(), self.needed());
+        let (n, needed) = (self.n(), kind.quorum(self.n()));
         // Each node's attempt goes with an `INFO server` on the same connection: one round
         // trip, and its run_id (invariant 6).
         let (tx, mut replies) = mpsc::unbounded_channel();
@@ -256,7 +265,7 @@ impl Redlock {
             if tally.failed > n - needed {
                 return Err(tally
                     .permanent
-                    .unwrap_or_else(|| self.no_quorum(tokens.len())));
+                    .unwrap_or_else(|| self.short_of(tokens.len(), needed)));
             }
             let clean = tokens.is_empty() && excluded == 0 && tally.failed == 0;
             if clean && tally.answered < n {
@@ -279,8 +288,10 @@ impl Redlock {
         let Some(raise) = kind.raise_fence(owner, token) else {
             return Err(self.no_quorum(0));
         };
+        // A majority of write-backs is enough for the tokens: every later grant's quorum is
+        // at least a majority too, so the two meet.
         let raised = self.count_raised(&raise).await?;
-        if raised < needed {
+        if raised < self.needed() {
             return Err(self.no_quorum(raised));
         }
         if !valid(Instant::now()) {
@@ -314,21 +325,25 @@ impl Redlock {
     }
 
     /// Renews (or re-times) one lease everywhere: applied on a majority, or not.
-    pub(crate) async fn extend(&self, call: &ScriptCall) -> Result<ExpiryReply> {
+    pub(crate) async fn extend(&self, call: &ScriptCall, needed: usize) -> Result<ExpiryReply> {
         let mut replies = self.fan_out(call);
         let mut votes = Votes::default();
-        while votes.tally.answered < self.n() && !votes.decided(self.needed()) {
+        while votes.tally.answered < self.n() && !votes.decided(needed) {
             let Some((_, reply)) = replies.recv().await else {
                 break;
             };
             votes.count(reply.and_then(expiry_reply));
         }
-        votes.verdict(self)
+        votes.verdict(self, needed)
     }
 
     /// Renews a batch of leases: one pipeline per node, all nodes at once; each lease decided
     /// by its own majority.
-    pub(crate) async fn renew(&self, calls: &[ScriptCall]) -> Result<Vec<Result<ExpiryReply>>> {
+    pub(crate) async fn renew(
+        &self,
+        calls: &[ScriptCall],
+        quorums: &[usize],
+    ) -> Result<Vec<Result<ExpiryReply>>> {
         let (tx, mut rx) = mpsc::unbounded_channel();
         for node in &self.nodes {
             let (node, calls, tx) = (node.clone(), calls.to_vec(), tx.clone());
@@ -358,7 +373,7 @@ impl Redlock {
                     whole_failures = Some(e);
                 }
             }
-            if votes.iter().all(|v| v.decided(self.needed())) {
+            if votes.iter().zip(quorums).all(|(v, q)| v.decided(*q)) {
                 break;
             }
         }
@@ -367,7 +382,11 @@ impl Redlock {
         {
             return Err(e);
         }
-        Ok(votes.into_iter().map(|v| v.verdict(self)).collect())
+        Ok(votes
+            .into_iter()
+            .zip(quorums)
+            .map(|(v, q)| v.verdict(self, *q))
+            .collect())
     }
 
     /// Gives a lease back everywhere. `Released` needs a majority that released it (a retry
@@ -377,8 +396,9 @@ impl Redlock {
         &self,
         call: &ScriptCall,
         announce: (&str, &str),
+        needed: usize,
     ) -> Result<ReleaseReply> {
-        let (n, needed) = (self.n(), self.needed());
+        let n = self.n();
         let mut replies = self.fan_out(call);
         let (mut released, mut not_held, mut tally) = (0, 0, Tally::default());
         let mut first_published = false;
@@ -499,8 +519,7 @@ impl Votes {
         self.applied >= needed || self.not_held >= needed
     }
 
-    fn verdict(self, redlock: &Redlock) -> Result<ExpiryReply> {
-        let needed = redlock.needed();
+    fn verdict(self, redlock: &Redlock, needed: usize) -> Result<ExpiryReply> {
         if self.applied >= needed {
             Ok(ExpiryReply::Applied)
         } else if self.applied + self.superseded >= needed {
@@ -512,7 +531,7 @@ impl Votes {
             Err(e)
         } else {
             // Invariant 5: short of a majority is not "lost" yet; the renewal retries.
-            Err(redlock.no_quorum(self.applied + self.superseded))
+            Err(redlock.short_of(self.applied + self.superseded, needed))
         }
     }
 }

@@ -76,6 +76,7 @@ pub(crate) async fn run(backend: Backend, local: Arc<LocalWaiters>, job: Job) {
             give_up_at,
             None,
             false,
+            &*kind,
         )
         .await
         .map(ReleaseReply::freed),
@@ -130,6 +131,7 @@ pub(crate) async fn release_with_retry(
         give_up_at,
         Some(valid_until),
         after_unknown,
+        kind,
     )
     .await
 }
@@ -143,11 +145,12 @@ async fn release_until(
     give_up_at: Instant,
     valid_until: Option<Instant>,
     after_unknown: bool,
+    kind: &dyn LeaseKind,
 ) -> Result<ReleaseReply> {
     let attempts = AtomicU32::new(u32::from(after_unknown));
     retry_transient(give_up_at, || async {
         let retry = attempts.fetch_add(1, Ordering::Relaxed) > 0;
-        let reply = backend.release(call, announce).await?;
+        let reply = backend.release(call, announce, kind).await?;
         let answered = Instant::now();
         Ok(read_release(
             reply,

@@ -87,7 +87,7 @@ impl Held {
         let change = self.lease.state.begin(Some(ttl));
         renewer.reschedule(self.id);
         let call = self.kind.extend(owner, ttl_millis(ttl), change.epoch);
-        let reply = self.core.backend().extend(&call).await?;
+        let reply = self.core.backend().extend(&call, &*self.kind).await?;
         self.lease.state.settle(&change, reply);
         match reply {
             // Superseded: a newer extend (from another task) was applied after this one.

@@ -344,8 +344,12 @@ fn expire(entries: &mut HashMap<u64, Entry>, stats: &Counters) {
     });
 }
 
-async fn run_batch(backend: &Backend, batch: &[ScriptCall]) -> Result<Vec<Result<ExpiryReply>>> {
-    backend.renew(batch).await
+async fn run_batch(
+    backend: &Backend,
+    batch: &[ScriptCall],
+    quorums: &[usize],
+) -> Result<Vec<Result<ExpiryReply>>> {
+    backend.renew(batch, quorums).await
 }
 
 /// Sends one pipelined renewal for every lease that is due (or nearly due).
@@ -353,7 +357,7 @@ fn start_batch(
     backend: &Backend,
     entries: &mut HashMap<u64, Entry>,
 ) -> Option<BoxFuture<'static, RenewOutcome>> {
-    let (ids, batch) = take_due(entries, Instant::now());
+    let (ids, batch, quorums) = take_due(entries, Instant::now(), |k| backend.quorum(k));
     if ids.is_empty() {
         return None;
     }
@@ -363,7 +367,7 @@ fn start_batch(
             tracing::trace!(leases = batch.len(), "fenced: renewing");
             // One pipeline per node; a single server is one node. (Cluster and Redlock
             // backends group the batch by node here.)
-            let result = run_batch(&backend, &batch).await;
+            let result = run_batch(&backend, &batch, &quorums).await;
             (ids, result)
         }
         .boxed(),
@@ -372,12 +376,15 @@ fn start_batch(
 
 /// Marks in flight, and builds the requests of, every lease due by `now` (or nearly due:
 /// renewing a little early lets leases that fall due close together share a round trip).
+/// `quorum` gives a lease's quorum on a backend of several nodes (nothing on one server).
 fn take_due(
     entries: &mut HashMap<u64, Entry>,
     now: Instant,
-) -> (Vec<(u64, ExpiryChange)>, Vec<ScriptCall>) {
+    quorum: impl Fn(&dyn LeaseKind) -> Option<usize>,
+) -> (Vec<(u64, ExpiryChange)>, Vec<ScriptCall>, Vec<usize>) {
     let mut ids = Vec::new();
     let mut batch = Vec::new();
+    let mut quorums = Vec::new();
     for (id, e) in entries.iter_mut() {
         let ttl = e.lease.state.ttl();
         if e.lease.renew && !e.in_flight && e.renew_at <= now + ttl / 6 {
@@ -389,9 +396,12 @@ fn take_due(
                     .kind
                     .extend(&e.lease.owner, ttl_millis(change.ttl), change.epoch),
             );
+            if let Some(q) = quorum(&*e.lease.kind) {
+                quorums.push(q);
+            }
         }
     }
-    (ids, batch)
+    (ids, batch, quorums)
 }
 
 /// Applies the replies of one renewal round trip.
@@ -510,7 +520,7 @@ mod tests {
             entries.get(&0).map(|e| e.renew_at)
         );
         tokio::time::advance(Duration::from_millis(1_000)).await;
-        let (due, calls) = take_due(&mut entries, Instant::now());
+        let (due, calls, _) = take_due(&mut entries, Instant::now(), |_| None);
         assert_eq!(
             ids(&due),
             vec![0, 1],
@@ -542,7 +552,7 @@ mod tests {
         let mut entries = registry(vec![lease("a", 3_000, true), lease("b", 3_000, true)]);
         let stats = Counters::default();
         tokio::time::advance(Duration::from_millis(1_000)).await;
-        let (due, _) = take_due(&mut entries, Instant::now());
+        let (due, _, _) = take_due(&mut entries, Instant::now(), |_| None);
         let lost_a = entries[&0].lease.state.lost.clone();
         let timeout = crate::error::Error::Timeout {
             operation: "renew",

@@ -57,6 +57,11 @@ pub(crate) trait LeaseKind: Send + Sync + 'static {
     fn on_redlock(&self) -> bool {
         false
     }
+    /// How many of `nodes` independent masters must hold a lease of this kind (Redlock): a
+    /// strict majority for an exclusive lease.
+    fn quorum(&self, nodes: usize) -> usize {
+        nodes / 2 + 1
+    }
     /// Raise this lease's fence to at least `token` where `owner` still holds it (Redlock's
     /// quorum fencing write-back; the script answers 1 there, 0 elsewhere); `None` for kinds
     /// that do not run on Redlock.

@@ -6,9 +6,10 @@ use std::sync::Arc;
 use crate::core::Wake;
 use crate::kind::LeaseKind;
 use crate::scripts::{
-    SEMAPHORE_ABANDON, SEMAPHORE_ACQUIRE, SEMAPHORE_EXTEND, SEMAPHORE_RELEASE, ScriptCall,
+    SEMAPHORE_ABANDON, SEMAPHORE_ACQUIRE, SEMAPHORE_EXTEND, SEMAPHORE_FENCE_RAISE,
+    SEMAPHORE_RELEASE, ScriptCall,
 };
-use crate::token::OwnerToken;
+use crate::token::{FencingToken, OwnerToken};
 
 /// The keys and channel of one semaphore; all share the hash tag `{name}`.
 #[derive(Clone, Debug)]
@@ -100,6 +101,31 @@ impl LeaseKind for Permits {
             .arg(message)
     }
 
+    fn on_redlock(&self) -> bool {
+        true
+    }
+
+    /// More than `nodes · N / (N + 1)` masters for N permits, and at least a majority. Each
+    /// master admits holders of at most N permits; with a smaller quorum, holders of more than
+    /// N permits in all could each be admitted by enough masters (3 masters, N = 2: three
+    /// holders on two masters each). With N ≥ 2 on 3 masters that is all of them.
+    fn quorum(&self, nodes: usize) -> usize {
+        let limit = self.limit as usize;
+        let safe = nodes.saturating_mul(limit) / limit.saturating_add(1) + 1;
+        safe.max(nodes / 2 + 1).min(nodes)
+    }
+
+    fn raise_fence(&self, owner: &OwnerToken, token: FencingToken) -> Option<ScriptCall> {
+        Some(
+            ScriptCall::new(&SEMAPHORE_FENCE_RAISE)
+                .key(&self.keys.holders)
+                .key(&self.keys.fence)
+                .arg(owner.as_str())
+                .arg(token.get())
+                .arg(self.fence_retention_ms),
+        )
+    }
+
     fn abandon(&self, owner: &OwnerToken, message: &str, patience_ms: u64) -> ScriptCall {
         ScriptCall::new(&SEMAPHORE_ABANDON)
             .key(&self.keys.holders)
@@ -121,6 +147,31 @@ mod tests {
         let k = SemaphoreKeys::new("fenced:", "pool");
         for key in [&k.holders, &k.counts, &k.fence, &k.channel] {
             assert!(key.starts_with("fenced:{pool}"), "{key}");
+        }
+    }
+
+    #[test]
+    fn a_redlock_quorum_for_n_permits_leaves_no_room_for_a_holder_too_many() {
+        let permits = |limit| Permits {
+            name: "pool".into(),
+            keys: Arc::new(SemaphoreKeys::new("fenced:", "pool")),
+            permits: 1,
+            limit,
+            fence_retention_ms: 1,
+        };
+        // (masters, permits) -> masters each holder needs
+        for (nodes, limit, quorum) in [
+            (3, 1, 2),
+            (3, 2, 3),
+            (5, 1, 3),
+            (5, 2, 4),
+            (5, 4, 5),
+            (7, 3, 6),
+        ] {
+            let q = permits(limit).quorum(nodes);
+            assert_eq!(q, quorum, "{nodes} masters, {limit} permits");
+            // limit + 1 holders, each on q masters, would need more than limit slots somewhere.
+            assert!((limit as usize + 1) * q > limit as usize * nodes);
         }
     }
 }

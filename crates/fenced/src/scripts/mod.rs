@@ -83,6 +83,8 @@ lua!(/// Give back a holder's permits.
     SEMAPHORE_RELEASE, "release", "semaphore_release.lua");
 lua!(/// Void a semaphore acquire attempt of unknown outcome.
     SEMAPHORE_ABANDON, "abandon", "semaphore_abandon.lua");
+lua!(/// Raise a semaphore's fence to a Redlock quorum's token.
+    SEMAPHORE_FENCE_RAISE, "fence write-back", "semaphore_fence_raise.lua");
 lua!(/// Count a semaphore's live permits.
     SEMAPHORE_STATUS, "semaphore status", "semaphore_status.lua");
 lua!(/// Take several locks, all or nothing, with one token.
