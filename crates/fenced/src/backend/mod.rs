@@ -52,7 +52,7 @@ impl Backend {
         match self {
             Backend::Single { node, .. } => Ok(node),
             Backend::Redlock(_) => Err(Error::invalid(
-                "this operation needs one Redis server; a Redlock client (several independent masters) runs locks only (Lock::acquire, try_acquire, with_lock, #[fenced::locked]) so far",
+                "this operation needs one Redis server; a Redlock client (several independent masters) runs locks (acquire, try_acquire, with_lock, #[fenced::locked]) and semaphores (acquire, release) only so far",
             )),
         }
     }

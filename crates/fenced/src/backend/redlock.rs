@@ -194,7 +194,7 @@ impl Redlock {
         match kind.on_redlock() {
             true => Ok(()),
             false => Err(Error::invalid(format!(
-                "a {} does not run on several independent masters (Redlock) yet; locks do",
+                "a {} does not run on several independent masters (Redlock) yet; locks and semaphores do",
                 kind.primitive()
             ))),
         }
