@@ -414,25 +414,7 @@ fn make_client_certificates(dir: &Path) -> Result<(), TestkitError> {
 
 /// Makes `ca.crt`, and `server.crt`/`server.key` for `127.0.0.1` signed by it, in `dir`.
 fn make_certificates(dir: &Path) -> Result<(), TestkitError> {
-    let run = |args: &[&str]| -> Result<(), TestkitError> {
-        let out = Command::new("openssl")
-            .args(args)
-            .current_dir(dir)
-            .output()?;
-        if out.status.success() {
-            Ok(())
-        } else {
-            Err(TestkitError::StartFailed {
-                port: 0,
-                reason: format!(
-                    "openssl {} failed: {}",
-                    args.join(" "),
-                    String::from_utf8_lossy(&out.stderr)
-                ),
-                log: String::new(),
-            })
-        }
-    };
+    let run = |args: &[&str]| openssl(dir, args);
     std::fs::write(
         dir.join("server.ext"),
         "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\n",

@@ -138,6 +138,37 @@ async fn paused_compute(
     (task, finish, token)
 }
 
+/// The cache `feed` (30 s stale grace, no jitter) with the entry `f` = "v1" stored with a ttl
+/// of 200 ms and, once this returns, past that ttl on the server: stale, within its grace.
+async fn stale_feed(c: &Client, server: &fenced_testkit::RedisServer) -> fenced::Cache {
+    let cache = c
+        .cache("feed")
+        .with_stale_for(Duration::from_secs(30))
+        .with_jitter(0.0);
+    cache
+        .get_or_compute("f", Duration::from_millis(200), |_| async {
+            Ok::<_, Error>(Some(b"v1".to_vec()))
+        })
+        .await
+        .unwrap();
+    let conn = raw(server).await;
+    assert!(
+        eventually(Duration::from_secs(3), || {
+            let mut conn = conn.clone();
+            async move {
+                let left: i64 = redis::cmd("PTTL")
+                    .arg("fenced:{feed:f}:cached")
+                    .query_async(&mut conn)
+                    .await
+                    .unwrap();
+                left <= 30_000
+            }
+        })
+        .await
+    );
+    cache
+}
+
 #[tokio::test]
 async fn a_hit_does_not_compute_and_a_miss_computes_once_per_entry() {
     let server = server();
@@ -354,28 +385,7 @@ async fn early_refresh_recomputes_before_expiry_one_caller_at_a_time() {
 async fn a_stale_value_is_served_while_another_caller_recomputes() {
     let server = server();
     let c = client(&server).await;
-    let cache = c
-        .cache("feed")
-        .with_stale_for(Duration::from_secs(30))
-        .with_jitter(0.0);
-    cache
-        .get_or_compute("f", Duration::from_millis(200), |_| async {
-            Ok::<_, Error>(Some(b"v1".to_vec()))
-        })
-        .await
-        .unwrap();
-    // Past its ttl (on the server), within the grace:
-    assert!(
-        eventually(Duration::from_secs(3), || async {
-            let fresh_left: i64 = redis::cmd("PTTL")
-                .arg("fenced:{feed:f}:cached")
-                .query_async(&mut raw(&server).await)
-                .await
-                .unwrap();
-            fresh_left <= 30_000
-        })
-        .await
-    );
+    let cache = stale_feed(&c, &server).await;
     // Somebody is recomputing: we get the stale value at once.
     let recomputing = c.lock("feed:f").acquire().await.unwrap();
     let served = cache
@@ -524,31 +534,7 @@ async fn bad_keys_and_settings_are_refused_before_any_call() {
 async fn followers_get_the_cached_value_while_their_flight_refreshes_it() {
     let server = server();
     let c = client(&server).await;
-    let cache = c
-        .cache("feed")
-        .with_stale_for(Duration::from_secs(30))
-        .with_jitter(0.0);
-    cache
-        .get_or_compute("f", Duration::from_millis(200), |_| async {
-            Ok::<_, Error>(Some(b"v1".to_vec()))
-        })
-        .await
-        .unwrap();
-    let mut conn = raw(&server).await;
-    assert!(
-        eventually(Duration::from_secs(3), || {
-            let mut conn = conn.clone();
-            async move {
-                let left: i64 = redis::cmd("PTTL")
-                    .arg("fenced:{feed:f}:cached")
-                    .query_async(&mut conn)
-                    .await
-                    .unwrap();
-                left <= 30_000
-            }
-        })
-        .await
-    );
+    let cache = stale_feed(&c, &server).await;
     let (finish, finish_rx) = oneshot::channel::<()>();
     let finish_rx = Arc::new(tokio::sync::Mutex::new(Some(finish_rx)));
     let served = Arc::new(AtomicU32::new(0));
@@ -584,7 +570,6 @@ async fn followers_get_the_cached_value_while_their_flight_refreshes_it() {
     }
     assert_eq!(got.iter().filter(|v| v.as_slice() == b"v1").count(), 19);
     assert_eq!(got.iter().filter(|v| v.as_slice() == b"v2").count(), 1);
-    let _ = &mut conn;
 }
 
 #[tokio::test]
@@ -654,7 +639,7 @@ async fn the_store_wakes_callers_of_other_handles_in_the_same_process() {
         }));
     }
     // Each read, found the lock held, and waits on the channel.
-    let mut conn = raw(&server).await;
+    let conn = raw(&server).await;
     assert!(
         eventually(Duration::from_secs(5), || {
             let (mut conn, c) = (conn.clone(), c.clone());
@@ -676,5 +661,4 @@ async fn the_store_wakes_callers_of_other_handles_in_the_same_process() {
             .unwrap();
         assert_eq!(got.as_deref(), Some(&b"html"[..]));
     }
-    let _ = &mut conn;
 }

@@ -49,7 +49,7 @@ async fn a_lock_is_granted_by_a_majority_and_released_everywhere() {
     assert!(c.lock("report").try_acquire().await.unwrap().is_none());
     guard.release().await.unwrap();
     for server in &s {
-        let mut conn = raw(server).await;
+        let conn = raw(server).await;
         assert!(
             eventually(Duration::from_secs(2), || {
                 let mut conn = conn.clone();
@@ -58,7 +58,6 @@ async fn a_lock_is_granted_by_a_majority_and_released_everywhere() {
             .await,
             "a node kept the lock after the release"
         );
-        let _ = &mut conn;
     }
     assert!(c.lock("report").try_acquire().await.unwrap().is_some());
 }
@@ -400,7 +399,7 @@ async fn a_release_is_heard_on_the_first_master_even_when_it_did_not_hold_the_lo
     let g = holder.lock("report").acquire().await.unwrap();
     let waiting = tokio::spawn(async move { waiter.lock("report").acquire().await });
     // The waiter has made its first attempt and waits on master 0's channel.
-    let mut conn = raw(&s[0]).await;
+    let conn = raw(&s[0]).await;
     assert!(
         eventually(Duration::from_secs(5), || {
             let mut conn = conn.clone();
@@ -423,7 +422,6 @@ async fn a_release_is_heard_on_the_first_master_even_when_it_did_not_hold_the_lo
         .unwrap()
         .unwrap();
     got.release().await.unwrap();
-    let _ = &mut conn;
 }
 
 #[tokio::test]
