@@ -117,3 +117,77 @@ async fn the_documented_acl_is_enough_and_each_permission_is_needed() {
         }
     }
 }
+
+/// What a semaphore client needs besides the lock's connection basics (`evalsha`,
+/// `script|load`, `ping`, `subscribe`, `unsubscribe`; README, "Least privilege").
+const SEMAPHORE_COMMANDS: [&str; 16] = [
+    "evalsha",
+    "script|load",
+    "ping",
+    "time",
+    "set",
+    "get",
+    "mget",
+    "del",
+    "publish",
+    "zadd",
+    "zrange",
+    "zrangebyscore",
+    "zremrangebyscore",
+    "zscore",
+    "zrem",
+    "pexpireat",
+];
+
+/// The semaphore's hash commands, listed apart to keep each list readable.
+const SEMAPHORE_HASH_COMMANDS: [&str; 4] = ["hset", "hdel", "hvals", "hget"];
+
+/// Everything a semaphore does: take permits, renew them, give them back, and read status.
+async fn exercise_semaphore(url: &str, name: &str) -> Result<(), Error> {
+    let c = Client::builder(url)
+        .timeout(Duration::from_millis(500))
+        .connect()
+        .await?;
+    let pool = c.semaphore(name, 2).with_ttl(Duration::from_millis(300));
+    let a = pool.acquire().await?;
+    let b = pool.acquire_many(1).await?;
+    // Renewal's script, called directly (the background renewal would only lose the lease).
+    a.extend(Duration::from_millis(300)).await?;
+    tokio::time::sleep(Duration::from_millis(500)).await; // renewed past its ttl
+    a.lease().check()?;
+    assert_eq!(pool.status().await?.held, 2);
+    a.release().await?;
+    b.release().await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_semaphores_acl_is_enough_and_each_permission_is_needed() {
+    let server = crate::support::server();
+    let all: Vec<&str> = SEMAPHORE_COMMANDS
+        .iter()
+        .chain(&SEMAPHORE_HASH_COMMANDS)
+        .chain(&["subscribe", "unsubscribe"])
+        .copied()
+        .collect();
+    let url = user(&server, "pool", &all).await;
+    exercise_semaphore(&url, "all").await.unwrap();
+    let needed: Vec<&str> = SEMAPHORE_COMMANDS
+        .iter()
+        .chain(&SEMAPHORE_HASH_COMMANDS)
+        .copied()
+        .collect();
+    for (i, missing) in needed.iter().enumerate() {
+        let fewer: Vec<&str> = all.iter().copied().filter(|c| c != missing).collect();
+        let url = user(&server, &format!("pool{i}"), &fewer).await;
+        let _: () = redis::cmd("SCRIPT")
+            .arg("FLUSH")
+            .query_async(&mut raw(&server).await)
+            .await
+            .unwrap();
+        match exercise_semaphore(&url, missing).await {
+            Err(Error::Permission { command, .. }) => assert_eq!(&command, missing),
+            other => panic!("without {missing}: {other:?}"),
+        }
+    }
+}
