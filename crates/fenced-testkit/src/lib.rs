@@ -350,6 +350,19 @@ fn openssl(dir: &Path, args: &[&str]) -> Result<(), TestkitError> {
     }
 }
 
+/// Makes a self-signed CA `<prefix>.crt`/`<prefix>.key` named `cn` in `dir`, valid two days.
+fn make_ca(dir: &Path, cn: &str, prefix: &str) -> Result<(), TestkitError> {
+    let subject = format!("/CN={cn}");
+    let (key, crt) = (format!("{prefix}.key"), format!("{prefix}.crt"));
+    openssl(
+        dir,
+        &[
+            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", &subject,
+            "-keyout", &key, "-out", &crt,
+        ],
+    )
+}
+
 /// Makes client identities in `dir` (next to `ca.crt`/`ca.key`): `client` signed by the CA,
 /// `expired` signed by it with a validity that ended in the past, and `foreign` signed by
 /// another CA.
@@ -359,21 +372,7 @@ fn make_client_certificates(dir: &Path) -> Result<(), TestkitError> {
         dir.join("client.ext"),
         "basicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=clientAuth\n",
     )?;
-    run(&[
-        "req",
-        "-x509",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-days",
-        "2",
-        "-subj",
-        "/CN=another CA",
-        "-keyout",
-        "other-ca.key",
-        "-out",
-        "other-ca.crt",
-    ])?;
+    make_ca(dir, "another CA", "other-ca")?;
     for (name, ca) in [("client", "ca"), ("expired", "ca"), ("foreign", "other-ca")] {
         run(&[
             "req",
@@ -419,21 +418,7 @@ fn make_certificates(dir: &Path) -> Result<(), TestkitError> {
         dir.join("server.ext"),
         "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\n",
     )?;
-    run(&[
-        "req",
-        "-x509",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-days",
-        "2",
-        "-subj",
-        "/CN=fenced test CA",
-        "-keyout",
-        "ca.key",
-        "-out",
-        "ca.crt",
-    ])?;
+    make_ca(dir, "fenced test CA", "ca")?;
     run(&[
         "req",
         "-newkey",

@@ -551,6 +551,14 @@ mod tests {
 
     use super::{Tracker, draw};
 
+    /// Takes and gives back the lock `name` `times` times: that many grants.
+    async fn grant(client: &fenced::Client, name: &str, times: usize) {
+        for _ in 0..times {
+            let guard = client.lock(name).acquire().await.unwrap();
+            guard.release().await.unwrap();
+        }
+    }
+
     #[test]
     fn sparklines_scale_to_the_largest_value() {
         let values = [0.0, 5.0, 10.0].into_iter().collect();
@@ -589,16 +597,7 @@ mod tests {
         let mut tracker = Tracker::new(client.clone(), "*");
         tracker.count_events(events.clone());
         tracker.refresh().await.unwrap();
-        for _ in 0..5 {
-            client
-                .lock("jobs:busy")
-                .acquire()
-                .await
-                .unwrap()
-                .release()
-                .await
-                .unwrap();
-        }
+        grant(&client, "jobs:busy", 5).await;
         let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
         while events.count("jobs:busy") < 5 {
             assert!(
@@ -665,16 +664,7 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         // Grants between two refreshes show as a rate.
-        for _ in 0..3 {
-            client
-                .lock("jobs:busy")
-                .acquire()
-                .await
-                .unwrap()
-                .release()
-                .await
-                .unwrap();
-        }
+        grant(&client, "jobs:busy", 3).await;
         let snapshot = tracker.refresh().await.unwrap();
         let mut terminal = Terminal::new(TestBackend::new(140, 12)).unwrap();
         terminal
