@@ -35,7 +35,7 @@ use crate::keys::validate_name;
 use crate::kind::unexpected;
 use crate::lock::Lock;
 use crate::options::{MAX_TTL, ttl_millis};
-use crate::scripts::{CACHE_INVALIDATE, CACHE_STORE, ScriptCall};
+use crate::scripts::{CACHE_INVALIDATE, CACHE_READ, CACHE_STORE, ScriptCall};
 use crate::token::FencingToken;
 use crate::util::{lock_unpoisoned, random_fraction};
 use crate::wait::WaitPolicy;
@@ -601,6 +601,12 @@ impl Cache {
                 tracing::debug!(entry = %entry.lock.name(), "fenced: cache store refused; a newer grant or an invalidation came first");
                 false
             }
+            // A missing permission is a configuration error: said loudly, not logged away.
+            Err(e @ Error::Permission { .. }) => {
+                metrics::cache_computed("failed");
+                release_quietly(guard).await;
+                return Err(e.into());
+            }
             Err(e) => {
                 metrics::cache_computed("failed");
                 tracing::warn!(entry = %entry.lock.name(), error = %e, "fenced: cache store failed; the value is returned but not cached");
@@ -620,25 +626,16 @@ impl Cache {
         gap >= remaining_us as f64
     }
 
-    /// One round trip: the entry's fields and its remaining life.
+    /// One round trip: the entry's fields and its remaining life, as one snapshot.
     async fn read(&self, entry: &Entry) -> Result<Found> {
-        let mut pipe = redis::pipe();
-        // One snapshot: the fields and the ttl of the same entry.
-        pipe.atomic()
-            .cmd("HMGET")
-            .arg(&entry.cached)
-            .arg("v")
-            .arg("d")
-            .arg("s")
-            .cmd("PTTL")
-            .arg(&entry.cached);
-        let (fields, pttl): (Vec<Option<Vec<u8>>>, i64) = self
-            .client
-            .core()
-            .node()?
-            .query_pipe("cache read", &pipe)
-            .await?;
-        parse_entry(fields, pttl, ttl_millis(self.stale_for))
+        let call = ScriptCall::new(&CACHE_READ).key(&entry.cached);
+        let (pttl, value, compute, stale): (i64, Field, Field, Field) =
+            self.client.core().node()?.run(&call).await?;
+        parse_entry(
+            vec![value, compute, stale],
+            pttl,
+            ttl_millis(self.stale_for),
+        )
     }
 
     async fn store(
@@ -683,6 +680,9 @@ impl Cache {
 
 /// Reads an `HMGET v d s` + `PTTL` reply. `serve_stale_ms`: how far past its ttl this reader
 /// takes an entry (its own `with_stale_for`, whatever grace the writer kept it for).
+/// One field of a cache entry as read (nil: absent).
+type Field = Option<Vec<u8>>;
+
 fn parse_entry(fields: Vec<Option<Vec<u8>>>, pttl: i64, serve_stale_ms: u64) -> Result<Found> {
     let number = |raw: &Option<Vec<u8>>| -> Result<u64> {
         match raw {

@@ -232,10 +232,11 @@ const CONTAINERS: [&str; 6] = ["pubsub", "script", "client", "config", "object",
 
 /// The command a `NOPERM` reply names: "... no permissions to run the 'evalsha' command".
 fn refused_command(err: &redis::RedisError) -> Option<String> {
-    if err.code() != Some("NOPERM") {
+    let text = err.to_string();
+    // Refused outright, or inside MULTI (then EXEC answers EXECABORT with the NOPERM text).
+    if err.code() != Some("NOPERM") && !text.contains("NOPERM") {
         return None;
     }
-    let text = err.to_string();
     let quoted = text.split("run the '").nth(1)?;
     Some(quoted.split('\'').next()?.to_ascii_lowercase())
 }

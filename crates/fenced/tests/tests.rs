@@ -11,6 +11,7 @@ mod support;
 mod tls;
 
 mod acl;
+mod acl_family;
 mod bad_input;
 mod cache;
 mod exclusion;

@@ -37,7 +37,7 @@ use crate::core::cleanup::{self, CleanUp, Job};
 use crate::core::lease::{ExpiryChange, ExpiryReply, LeaseState};
 use crate::core::metrics;
 use crate::core::notify::LocalWaiters;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::kind::LeaseKind;
 use crate::options::ttl_millis;
 use crate::scripts::ScriptCall;
@@ -438,6 +438,13 @@ fn apply(entries: &mut HashMap<u64, Entry>, (ids, result): RenewOutcome, stats: 
                 metrics::lease_lost(e.lease.kind.primitive());
                 failed += 1;
                 entries.remove(&id);
+            }
+            Some(Err(err @ Error::Permission { .. })) => {
+                // A configuration error: said every time, since it will end the lease.
+                tracing::warn!(name = %e.lease.kind.name(), error = %err,
+                    "fenced: renewal refused by the server's ACL; the lease will run out");
+                e.renew_at = now + (change.ttl / 10).max(Duration::from_millis(5));
+                failed += 1;
             }
             Some(Err(_)) | None => {
                 // Outcome unknown: the request stays unsettled (its deadline counts if it could

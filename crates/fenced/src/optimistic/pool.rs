@@ -54,13 +54,15 @@ impl TxPool {
                 let config = AsyncConnectionConfig::new()
                     .set_connection_timeout(Some(self.timeout))
                     .set_response_timeout(Some(self.timeout));
-                crate::backend::bounded(
+                let mut conn = crate::backend::bounded(
                     self.timeout,
                     "connect",
                     self.client
                         .get_multiplexed_async_connection_with_config(&config),
                 )
-                .await?
+                .await?;
+                probe(&mut conn, self.timeout).await?;
+                conn
             }
         };
         Ok(Pooled {
@@ -105,5 +107,25 @@ impl Drop for Pooled {
         }
         // Dropped dirty: the last clone of the connection goes away, the socket closes, and
         // the server discards its WATCH/MULTI state with it.
+    }
+}
+
+/// Checks that a new connection may run `MULTI` and `EXEC`, with an empty transaction,
+/// before it carries a real one. Without `MULTI`, the writes queued behind it would run at
+/// once, unprotected by `WATCH`; this way a missing permission fails the transaction before
+/// any write is sent, naming the command.
+async fn probe(conn: &mut MultiplexedConnection, timeout: Duration) -> Result<()> {
+    let mut pipe = redis::pipe();
+    pipe.ignore_errors().cmd("MULTI").cmd("EXEC");
+    let replies: Vec<redis::Value> =
+        crate::backend::bounded(timeout, "transaction probe", pipe.query_async(conn)).await?;
+    match replies
+        .into_iter()
+        .find(|v| matches!(v, redis::Value::ServerError(_)))
+    {
+        Some(redis::Value::ServerError(e)) => {
+            Err(Error::from_redis("transaction probe", timeout, e.into()))
+        }
+        _ => Ok(()),
     }
 }

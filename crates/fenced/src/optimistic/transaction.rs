@@ -391,16 +391,50 @@ async fn unwatch(pooled: &mut Pooled, timeout: Duration) {
 }
 
 /// `MULTI`, the writes, `EXEC`: true when committed, false when a watched key changed.
+///
+/// Sent as a plain pipeline whose every reply is read here, not as redis-rs's atomic
+/// pipeline: when the server refuses `MULTI` itself (an ACL without it), redis-rs 1.8's
+/// reply counting underflows in the connection's driver task (a panic in debug builds).
+/// Read here, the first refusal is returned as the error, naming what was refused.
 async fn exec(pooled: &mut Pooled, writes: &[Cmd], timeout: Duration) -> Result<bool> {
     let mut pipe = redis::pipe();
-    pipe.atomic();
+    pipe.ignore_errors().cmd("MULTI");
     for cmd in writes {
         pipe.add_command(cmd.clone());
     }
+    pipe.cmd("EXEC");
     let mut conn = pooled.conn();
-    let reply: Option<Value> =
+    let replies: Vec<Value> =
         bounded(timeout, "transaction exec", pipe.query_async(&mut conn)).await?;
-    // EXEC answered (committed or refused): the server holds no state for this connection.
-    pooled.cleaned();
-    Ok(reply.is_some())
+    // EXEC answered (committed, or aborted): no transaction is left open. A refused EXEC
+    // leaves it open, and the connection is closed instead of going back to the pool.
+    if !matches!(replies.last(), Some(Value::ServerError(_))) {
+        pooled.cleaned();
+    }
+    exec_outcome(replies, writes.len())
+}
+
+/// Reads the replies of `MULTI`, `n` queued writes and `EXEC`.
+fn exec_outcome(replies: Vec<Value>, n: usize) -> Result<bool> {
+    let unexpected = |replies: &[Value]| Error::UnexpectedReply {
+        script: "transaction exec",
+        detail: format!("{replies:?}"),
+    };
+    if replies.len() != n + 2 {
+        return Err(unexpected(&replies));
+    }
+    // A refused MULTI or queued write explains the abort better than EXEC's EXECABORT.
+    if let Some(Value::ServerError(e)) = replies.iter().find(|v| matches!(v, Value::ServerError(_)))
+    {
+        return Err(Error::from_redis(
+            "transaction exec",
+            Duration::ZERO,
+            e.clone().into(),
+        ));
+    }
+    match replies.last() {
+        Some(Value::Array(_)) => Ok(true),
+        Some(Value::Nil) => Ok(false),
+        _ => Err(unexpected(&replies)),
+    }
 }

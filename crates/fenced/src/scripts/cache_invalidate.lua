@@ -11,5 +11,6 @@
 -- `next_token` comes from fence.lua, prepended when the script is built (scripts/mod.rs): the
 -- raised fence is a token like any grant's, so later grants stay above it.
 local last = redis.call('MGET', KEYS[2])[1]
-redis.call('SET', KEYS[2], next_token(last, redis.call('TIME')), 'PX', ARGV[1])
+local token = next_token(last, redis.call('TIME'))
+redis.call('SET', KEYS[2], token, 'PX', ARGV[1])
 return redis.call('DEL', KEYS[1])

@@ -19,7 +19,11 @@
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return {0, 0}
 end
-if redis.call('PUBSUB', 'NUMSUB', ARGV[5])[2] > 1 or redis.call('LLEN', KEYS[4]) > 0 then
+local waiting = redis.call('PUBSUB', 'NUMSUB', ARGV[5])[2] > 1
+if not waiting then
+  waiting = redis.call('LLEN', KEYS[4]) > 0
+end
+if waiting then
   return {0, 1}
 end
 local seen = redis.call('MGET', KEYS[2], KEYS[3])

@@ -111,6 +111,8 @@ lua!(/// Arm a countdown latch.
     LATCH_ARM, "latch arm", "latch_arm.lua");
 lua!(/// Count a latch down; opening it wakes every waiter.
     LATCH_COUNT_DOWN, "latch count down", "latch_count_down.lua");
+lua!(/// Read a cache entry and its remaining life, atomically.
+    CACHE_READ, "cache read", "cache_read.lua");
 lua!(/// Store a computed cache entry unless a newer grant or invalidation came first.
     CACHE_STORE, "cache store", "cache_store.lua");
 lua!(/// Drop a cached entry and raise its fence past every running compute.

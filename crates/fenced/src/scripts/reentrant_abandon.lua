@@ -12,7 +12,11 @@
 --
 -- Returns 1 the attempt had taken a hold, now given back (the lock freed if it was the last),
 --         0 it had not: a tombstone now voids it.
-if redis.call('GET', KEYS[1]) == ARGV[1] and redis.call('HDEL', KEYS[2], 'h:' .. ARGV[2]) == 1 then
+local ours = redis.call('GET', KEYS[1]) == ARGV[1]
+if ours then
+  ours = redis.call('HDEL', KEYS[2], 'h:' .. ARGV[2]) == 1
+end
+if ours then
   if redis.call('HLEN', KEYS[2]) <= 1 then
     redis.call('DEL', KEYS[1], KEYS[2])
     redis.call('PUBLISH', ARGV[3], ARGV[4])

@@ -47,7 +47,8 @@ if holder then
   return {0, redis.call('PTTL', KEYS[1])}
 end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ttl)
-local token = next_token(redis.call('MGET', KEYS[3])[1], redis.call('TIME'))
+local last = redis.call('MGET', KEYS[3])[1]
+local token = next_token(last, redis.call('TIME'))
 redis.call('SET', KEYS[3], token, 'PX', ARGV[3])
 redis.call('DEL', KEYS[2])
 redis.call('HSET', KEYS[2], 'token', token, 'h:' .. ARGV[4], 1)

@@ -9,7 +9,11 @@
 --
 -- Returns 1 the lease lasts at least ARGV[2] ms from now,
 --         0 not held by this owner, or this hold was given back (nothing changed).
-if redis.call('GET', KEYS[1]) ~= ARGV[1] or redis.call('HEXISTS', KEYS[2], 'h:' .. ARGV[3]) == 0 then
+local gone = redis.call('GET', KEYS[1]) ~= ARGV[1]
+if not gone then
+  gone = redis.call('HEXISTS', KEYS[2], 'h:' .. ARGV[3]) == 0
+end
+if gone then
   return 0
 end
 local ttl = tonumber(ARGV[2])

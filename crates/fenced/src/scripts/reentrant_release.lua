@@ -15,7 +15,11 @@
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return 0
 end
-if redis.call('HDEL', KEYS[2], 'h:' .. ARGV[2]) == 1 and redis.call('HLEN', KEYS[2]) <= 1 then
+local last_hold = redis.call('HDEL', KEYS[2], 'h:' .. ARGV[2]) == 1
+if last_hold then
+  last_hold = redis.call('HLEN', KEYS[2]) <= 1
+end
+if last_hold then
   redis.call('DEL', KEYS[1], KEYS[2])
   redis.call('PUBLISH', ARGV[3], ARGV[4])
   return 1
