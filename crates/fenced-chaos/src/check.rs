@@ -1,0 +1,341 @@
+//! The checkers: what the history says about exclusion, the resource, tokens and bounds.
+//!
+//! 1. **Client view.** A holder believes it holds from its grant (`ok`) to its release call
+//!    (`rel_inv`): two such intervals on one key that intersect are a *certain* overlap (both
+//!    believed at once). From the acquire call (`inv`) to the release's return (`rel_end`) they
+//!    are a *possible* one. Overlaps are counted, never hidden: pauses make them happen, and
+//!    the resource view says whether they did harm.
+//! 2. **Resource view.** Every applied increment wrote `read + 1`. Two acknowledged writes of
+//!    the same value are a lost update; a counter above acknowledged plus indeterminate writes
+//!    is a duplicated effect; acknowledged writes ordered by value must carry strictly rising
+//!    tokens, or a stale write was accepted.
+//! 3. **Tokens.** If grant A arrived before grant B was asked for, A's token is lower.
+//! 4. **Bounds.** Every section returns within the call bound, time frozen on purpose aside;
+//!    no worker goes silent; no worker panics or fails.
+
+use std::collections::HashMap;
+
+use serde::Serialize;
+
+use crate::history::{Event, Write};
+use crate::lab::Record;
+use crate::worker::Workload;
+
+/// One section, from the history.
+#[derive(Clone, Copy, Debug)]
+struct Sec {
+    w: u32,
+    key: u32,
+    t: u64,
+    inv: u64,
+    ok: u64,
+    write: Write,
+    value: Option<i64>,
+    rel_inv: u64,
+    rel_end: u64,
+    stalled: u64,
+}
+
+/// What the checkers found.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Verdict {
+    /// Critical sections (or transactions) attempted.
+    pub attempted: u64,
+    /// Completed with their write acknowledged (for the semaphore: held and given back).
+    pub ok: u64,
+    /// Ended without effect: no grant, a refused write, or a write skipped on the lost signal.
+    pub failed: u64,
+    /// A write whose fate is unknown (a lost reply, a killed holder).
+    pub indeterminate: u64,
+    /// Writes refused by the fence (included in `failed`).
+    pub refused: u64,
+    /// Writes skipped because the lost-lease signal had fired (included in `failed`).
+    pub skipped: u64,
+    /// Acquire latency of granted sections, ms: p50.
+    pub acquire_p50_ms: f64,
+    /// p99.
+    pub acquire_p99_ms: f64,
+    /// Certain overlaps (client view): sections that began while `holders` others believed
+    /// they held.
+    pub overlaps_certain: u64,
+    /// Possible overlaps.
+    pub overlaps_possible: u64,
+    /// Most holders believing at once.
+    pub max_holders: u64,
+    /// Stale writes accepted by the resource.
+    pub stale_accepted: u64,
+    /// Lost updates (two acknowledged writes of one value, or a write the counter forgot).
+    pub lost: u64,
+    /// Effects beyond what acknowledged and indeterminate writes explain.
+    pub duplicated: u64,
+    /// Grants out of real-time order, or one token granted twice.
+    pub token_violations: u64,
+    /// Sections over the call bound, plus workers gone silent or not stopping.
+    pub hangs: u64,
+    /// Worker panics.
+    pub panics: u64,
+}
+
+impl Verdict {
+    /// The failures that break a guarantee, by name. Overlaps without fencing, and lost
+    /// updates in the unfenced workload, are what the docs show, not failures.
+    pub fn failures(&self, workload: Workload) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut fail = |cond: bool, what: String| {
+            if cond {
+                out.push(what);
+            }
+        };
+        fail(
+            self.stale_accepted > 0 && workload != Workload::Unfenced,
+            format!("{} stale writes accepted", self.stale_accepted),
+        );
+        fail(
+            self.lost > 0 && workload != Workload::Unfenced,
+            format!("{} lost updates", self.lost),
+        );
+        fail(
+            self.duplicated > 0,
+            format!("{} duplicated effects", self.duplicated),
+        );
+        fail(
+            self.token_violations > 0,
+            format!("{} token order violations", self.token_violations),
+        );
+        fail(self.hangs > 0, format!("{} hangs", self.hangs));
+        fail(
+            self.panics > 0,
+            format!("{} panics or crashes", self.panics),
+        );
+        fail(self.ok == 0, "no section completed".to_owned());
+        out
+    }
+}
+
+/// Runs every checker over one run's record.
+pub fn check(workload: Workload, record: &Record, bound_ns: u64) -> Verdict {
+    let mut v = Verdict::default();
+    let mut secs = Vec::new();
+    let mut acquire = hdrhistogram::Histogram::<u64>::new(3).ok();
+    for event in &record.events {
+        match *event {
+            Event::AcquireFailed { w, inv, end, .. } => {
+                v.attempted += 1;
+                v.failed += 1;
+                if end.saturating_sub(inv) > bound_ns && !frozen(record, w, inv, end) {
+                    v.hangs += 1;
+                }
+            }
+            Event::Section {
+                w,
+                key,
+                t,
+                inv,
+                ok,
+                write,
+                value,
+                rel_inv,
+                rel_end,
+                stalled,
+                ..
+            } => {
+                v.attempted += 1;
+                match write {
+                    Write::Applied | Write::None => v.ok += 1,
+                    Write::Refused => {
+                        v.failed += 1;
+                        v.refused += 1;
+                    }
+                    Write::Skipped => {
+                        v.failed += 1;
+                        v.skipped += 1;
+                    }
+                    Write::Indeterminate => v.indeterminate += 1,
+                }
+                if let Some(h) = acquire.as_mut() {
+                    let _ = h.record(ok.saturating_sub(inv) / 1000);
+                }
+                secs.push(Sec {
+                    w,
+                    key,
+                    t,
+                    inv,
+                    ok,
+                    write,
+                    value,
+                    rel_inv,
+                    rel_end,
+                    stalled,
+                });
+            }
+            _ => {}
+        }
+    }
+    if let Some(h) = &acquire {
+        v.acquire_p50_ms = h.value_at_quantile(0.5) as f64 / 1000.0;
+        v.acquire_p99_ms = h.value_at_quantile(0.99) as f64 / 1000.0;
+    }
+    for s in &secs {
+        let took = s.rel_end.saturating_sub(s.inv).saturating_sub(s.stalled);
+        if took > bound_ns && !frozen(record, s.w, s.inv, s.rel_end) {
+            v.hangs += 1;
+        }
+    }
+    v.hangs += u64::from(record.silent);
+    v.panics = u64::from(record.panics + record.crashes);
+
+    let mut by_key: HashMap<u32, Vec<Sec>> = HashMap::new();
+    for s in secs {
+        by_key.entry(s.key).or_default().push(s);
+    }
+    for (key, list) in &by_key {
+        if workload.leased() {
+            let certain = overlaps(list, workload.holders(), |s| (s.ok, s.rel_inv));
+            let possible = overlaps(list, workload.holders(), |s| (s.inv, s.rel_end));
+            v.overlaps_certain += certain.0;
+            v.max_holders = v.max_holders.max(certain.1);
+            v.overlaps_possible += possible.0;
+            v.token_violations += token_order(list);
+        }
+        if workload.counts() {
+            let final_value = record.counters.get(key).copied().unwrap_or(0);
+            let (stale, lost, duplicated) = resource(list, final_value, workload.fenced());
+            v.stale_accepted += stale;
+            v.lost += lost;
+            v.duplicated += duplicated;
+        }
+    }
+    v
+}
+
+fn frozen(record: &Record, w: u32, from: u64, to: u64) -> bool {
+    record
+        .frozen
+        .iter()
+        .any(|&(x, start, end)| x == w && start < to && end > from)
+}
+
+/// Sections that began while `holders` or more earlier ones were still believed held, and
+/// the most held at once.
+fn overlaps(list: &[Sec], holders: usize, span: impl Fn(&Sec) -> (u64, u64)) -> (u64, u64) {
+    let mut spans: Vec<(u64, u64)> = list.iter().map(span).collect();
+    spans.sort_unstable();
+    let mut active: Vec<u64> = Vec::new();
+    let (mut count, mut most) = (0u64, 0u64);
+    for (start, end) in spans {
+        active.retain(|&e| e > start);
+        if active.len() >= holders {
+            count += 1;
+        }
+        active.push(end);
+        most = most.max(active.len() as u64);
+    }
+    (count, most)
+}
+
+/// Grants whose token is not above every grant that arrived before they were asked for,
+/// plus tokens granted twice.
+fn token_order(list: &[Sec]) -> u64 {
+    let mut by_inv: Vec<&Sec> = list.iter().filter(|s| s.t > 0).collect();
+    let mut by_ok = by_inv.clone();
+    by_inv.sort_unstable_by_key(|s| s.inv);
+    by_ok.sort_unstable_by_key(|s| s.ok);
+    let (mut i, mut highest, mut bad) = (0usize, 0u64, 0u64);
+    for s in by_inv {
+        while i < by_ok.len() && by_ok[i].ok < s.inv {
+            highest = highest.max(by_ok[i].t);
+            i += 1;
+        }
+        if s.t <= highest {
+            bad += 1;
+        }
+    }
+    let mut tokens: Vec<u64> = list.iter().filter(|s| s.t > 0).map(|s| s.t).collect();
+    tokens.sort_unstable();
+    tokens.dedup();
+    bad + (list.iter().filter(|s| s.t > 0).count() - tokens.len()) as u64
+}
+
+/// (stale writes accepted, lost updates, duplicated effects) for one counter.
+fn resource(list: &[Sec], final_value: i64, fenced: bool) -> (u64, u64, u64) {
+    let mut acked: Vec<(i64, u64)> = list
+        .iter()
+        .filter(|s| s.write == Write::Applied)
+        .filter_map(|s| s.value.map(|v| (v, s.t)))
+        .collect();
+    acked.sort_unstable();
+    let indeterminate = list
+        .iter()
+        .filter(|s| s.write == Write::Indeterminate)
+        .count() as i64;
+    let mut lost = acked.windows(2).filter(|p| p[0].0 == p[1].0).count() as u64;
+    lost += acked.iter().filter(|(v, _)| *v > final_value).count() as u64;
+    let mut distinct: Vec<i64> = acked.iter().map(|(v, _)| *v).collect();
+    distinct.dedup();
+    let explained = distinct.len() as i64 + indeterminate;
+    let duplicated = u64::try_from(final_value - explained).unwrap_or(0);
+    let stale = if fenced {
+        acked.windows(2).filter(|p| p[1].1 <= p[0].1).count() as u64
+    } else {
+        // Without tokens, a stale write shows as a lost update; count those.
+        lost
+    };
+    (stale, lost, duplicated)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sec(key: u32, t: u64, span: (u64, u64), value: Option<i64>) -> Sec {
+        Sec {
+            w: 0,
+            key,
+            t,
+            inv: span.0,
+            ok: span.0 + 1,
+            write: if value.is_some() {
+                Write::Applied
+            } else {
+                Write::None
+            },
+            value,
+            rel_inv: span.1,
+            rel_end: span.1 + 1,
+            stalled: 0,
+        }
+    }
+
+    #[test]
+    fn overlapping_beliefs_are_counted_and_disjoint_ones_are_not() {
+        let disjoint = [sec(0, 1, (0, 10), None), sec(0, 2, (20, 30), None)];
+        assert_eq!(overlaps(&disjoint, 1, |s| (s.ok, s.rel_inv)), (0, 1));
+        let paused = [sec(0, 1, (0, 100), None), sec(0, 2, (20, 30), None)];
+        assert_eq!(overlaps(&paused, 1, |s| (s.ok, s.rel_inv)), (1, 2));
+        assert_eq!(overlaps(&paused, 2, |s| (s.ok, s.rel_inv)), (0, 2));
+    }
+
+    #[test]
+    fn a_token_below_an_earlier_grant_is_a_violation() {
+        let fine = [sec(0, 5, (0, 10), None), sec(0, 9, (20, 30), None)];
+        assert_eq!(token_order(&fine), 0);
+        let backwards = [sec(0, 9, (0, 10), None), sec(0, 5, (20, 30), None)];
+        assert_eq!(token_order(&backwards), 1);
+        // Concurrent requests may be granted in either order.
+        let concurrent = [sec(0, 9, (0, 10), None), sec(0, 5, (0, 30), None)];
+        assert_eq!(token_order(&concurrent), 0);
+        let twice = [sec(0, 9, (0, 10), None), sec(0, 9, (0, 30), None)];
+        assert_eq!(token_order(&twice), 1);
+    }
+
+    #[test]
+    fn the_resource_checker_finds_stale_lost_and_duplicated_writes() {
+        let chain = [sec(0, 1, (0, 1), Some(1)), sec(0, 2, (2, 3), Some(2))];
+        assert_eq!(resource(&chain, 2, true), (0, 0, 0));
+        let stale = [sec(0, 2, (0, 1), Some(1)), sec(0, 1, (2, 3), Some(2))];
+        assert_eq!(resource(&stale, 2, true).0, 1);
+        let lost = [sec(0, 1, (0, 1), Some(1)), sec(0, 2, (2, 3), Some(1))];
+        assert_eq!(resource(&lost, 1, true).1, 1);
+        assert_eq!(resource(&chain, 3, true).2, 1, "one effect nobody made");
+    }
+}

@@ -1,0 +1,95 @@
+//! The faults, and how each is injected and healed.
+
+use serde::Serialize;
+
+use crate::worker::Workload;
+
+/// One kind of fault.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum Nemesis {
+    /// SIGSTOP the worker holding a lease for 2.5 ttl: it and its renewal freeze (a GC pause).
+    PauseHolder,
+    /// Block the holder's only runtime thread for 2.5 ttl inside its section: renewal starves
+    /// while the holder's own code runs on afterwards.
+    StarveRenewal,
+    /// SIGKILL the holder (a crash); a new worker takes its place.
+    KillHolder,
+    /// SIGSTOP redis-server (on Redlock: a majority of the masters) for 1.5 ttl.
+    PauseRedis,
+    /// Kill redis-server and start it again at once, without persistence: every key is gone.
+    RestartRedis,
+    /// The same, with the server down for 1.5 ttl before it comes back.
+    RestartRedisDelayed,
+    /// Cut the holder off from Redis (every byte dropped, connections open) for 2.5 ttl.
+    Partition,
+    /// Delay every reply to every worker by ttl / 8 for 3 ttl.
+    Latency,
+    /// Five times, 100 ms apart: every connection loses its next reply and is closed after
+    /// the command ran.
+    Reset,
+    /// A clock step on the server, simulated: every lease key expires now (`PEXPIRE 1`, and
+    /// a semaphore's lease scores set to 0), as if the clock jumped past the ttl.
+    ClockStep,
+}
+
+impl Nemesis {
+    /// Every kind, in the order a round-robin schedule takes them.
+    pub const ALL: [Nemesis; 10] = [
+        Nemesis::PauseHolder,
+        Nemesis::StarveRenewal,
+        Nemesis::KillHolder,
+        Nemesis::PauseRedis,
+        Nemesis::RestartRedis,
+        Nemesis::RestartRedisDelayed,
+        Nemesis::Partition,
+        Nemesis::Latency,
+        Nemesis::Reset,
+        Nemesis::ClockStep,
+    ];
+
+    /// The name used in reports and on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Nemesis::PauseHolder => "pause-holder",
+            Nemesis::StarveRenewal => "starve-renewal",
+            Nemesis::KillHolder => "kill-holder",
+            Nemesis::PauseRedis => "pause-redis",
+            Nemesis::RestartRedis => "restart-redis",
+            Nemesis::RestartRedisDelayed => "restart-redis-delayed",
+            Nemesis::Partition => "partition",
+            Nemesis::Latency => "latency",
+            Nemesis::Reset => "reset",
+            Nemesis::ClockStep => "clock-step",
+        }
+    }
+
+    /// Whether the fault means anything for `workload`. Optimistic transactions hold no
+    /// lease (no renewal to starve, no lease to expire), and their counter lives on the
+    /// faulted server, so a restart without persistence would erase the data under test.
+    pub fn applies_to(self, workload: Workload) -> bool {
+        workload.leased()
+            || !matches!(
+                self,
+                Nemesis::StarveRenewal
+                    | Nemesis::RestartRedis
+                    | Nemesis::RestartRedisDelayed
+                    | Nemesis::ClockStep
+            )
+    }
+}
+
+/// One injected fault, for the report.
+#[derive(Clone, Debug, Serialize)]
+pub struct Fault {
+    /// Its kind.
+    pub kind: Nemesis,
+    /// What it struck ("worker 3", "servers 0,1").
+    pub target: String,
+    /// When it began (monotonic ns).
+    pub start: u64,
+    /// When it was healed.
+    pub end: u64,
+    /// For a fault that struck one holder: that worker and the key it held.
+    pub holder: Option<(u32, u32)>,
+}

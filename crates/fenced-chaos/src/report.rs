@@ -1,0 +1,213 @@
+//! The figures: one row per workload, faults with their recovery times, errors by kind.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use crate::check::Verdict;
+use crate::history::{Event, Write};
+use crate::lab::Record;
+use crate::worker::Workload;
+
+/// How one kind of fault went.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct FaultFigures {
+    /// How many were injected.
+    pub count: u64,
+    /// Time from the heal to the next completed section, ms: median.
+    pub recovery_p50_ms: f64,
+    /// The slowest recovery, ms.
+    pub recovery_max_ms: f64,
+}
+
+/// One workload's figures.
+#[derive(Clone, Debug, Serialize)]
+pub struct Row {
+    /// The workload.
+    pub workload: &'static str,
+    /// Seconds it ran.
+    pub seconds: u64,
+    /// What the checkers found.
+    pub verdict: Verdict,
+    /// Faults by kind.
+    pub faults: BTreeMap<&'static str, FaultFigures>,
+    /// Failed acquires and releases by error kind.
+    pub errors: BTreeMap<String, u64>,
+    /// The guarantees it broke (empty: passed).
+    pub failures: Vec<String>,
+}
+
+impl Row {
+    /// Summarises one run.
+    pub fn new(
+        workload: Workload,
+        seconds: u64,
+        record: &Record,
+        verdict: Verdict,
+        failures: Vec<String>,
+    ) -> Row {
+        // Grants of sections with effect, sorted. A fault's recovery: for a fault that struck
+        // one holder, from its start to the next grant of that key to another worker (how
+        // long the key stayed unusable); for the others, from the heal to the next grant.
+        let mut done: Vec<(u64, u32, u32)> = record
+            .events
+            .iter()
+            .filter_map(|e| match *e {
+                Event::Section {
+                    ok,
+                    write: Write::Applied | Write::None,
+                    w,
+                    key,
+                    ..
+                } => Some((ok, w, key)),
+                _ => None,
+            })
+            .collect();
+        done.sort_unstable();
+        let mut recoveries: BTreeMap<&'static str, Vec<f64>> = BTreeMap::new();
+        let mut faults: BTreeMap<&'static str, FaultFigures> = BTreeMap::new();
+        for fault in &record.faults {
+            faults.entry(fault.kind.name()).or_default().count += 1;
+            let from = if fault.holder.is_some() {
+                fault.start
+            } else {
+                fault.end
+            };
+            let i = done.partition_point(|&(t, _, _)| t <= from);
+            let next = done[i..].iter().find(|&&(_, w, key)| match fault.holder {
+                Some((fw, fkey)) => key == fkey && w != fw,
+                None => true,
+            });
+            if let Some(&(t, _, _)) = next {
+                recoveries
+                    .entry(fault.kind.name())
+                    .or_default()
+                    .push((t - from) as f64 / 1e6);
+            }
+        }
+        for (kind, mut times) in recoveries {
+            times.sort_by(f64::total_cmp);
+            if let Some(f) = faults.get_mut(kind) {
+                f.recovery_p50_ms = times[times.len() / 2];
+                f.recovery_max_ms = times[times.len() - 1];
+            }
+        }
+        let mut errors = BTreeMap::new();
+        for event in &record.events {
+            let kind = match event {
+                Event::AcquireFailed { err, .. } => format!("acquire: {err}"),
+                Event::Section { release, .. }
+                    if !matches!(release.as_str(), "released" | "committed") =>
+                {
+                    format!("release: {release}")
+                }
+                _ => continue,
+            };
+            *errors.entry(kind).or_insert(0) += 1;
+        }
+        Row {
+            workload: workload.name(),
+            seconds,
+            verdict,
+            faults,
+            errors,
+            failures,
+        }
+    }
+}
+
+/// Prints the tables (markdown, readable as text too).
+pub fn print(rows: &[Row], detail: bool) {
+    println!(
+        "| workload | s | sections | ok | failed | indeterminate | refused by fence | acquire p50 / p99 ms | overlaps certain / possible | max holders | stale accepted | lost | duplicated | token order | hangs | panics | verdict |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    let mut total = 0;
+    for r in rows {
+        let v = &r.verdict;
+        total += v.attempted;
+        println!(
+            "| {} | {} | {} | {} | {} | {} | {} | {:.2} / {:.1} | {} / {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            r.workload,
+            r.seconds,
+            v.attempted,
+            v.ok,
+            v.failed,
+            v.indeterminate,
+            v.refused,
+            v.acquire_p50_ms,
+            v.acquire_p99_ms,
+            v.overlaps_certain,
+            v.overlaps_possible,
+            v.max_holders,
+            v.stale_accepted,
+            v.lost,
+            v.duplicated,
+            v.token_violations,
+            v.hangs,
+            v.panics,
+            if r.failures.is_empty() {
+                "pass"
+            } else {
+                "FAIL"
+            },
+        );
+    }
+    println!("\n{total} critical sections in all.\n");
+    println!("| workload | fault | injected | recovery p50 ms | recovery max ms |");
+    println!("|---|---|---|---|---|");
+    for r in rows {
+        for (kind, f) in &r.faults {
+            println!(
+                "| {} | {kind} | {} | {:.0} | {:.0} |",
+                r.workload, f.count, f.recovery_p50_ms, f.recovery_max_ms
+            );
+        }
+    }
+    if detail {
+        println!("\n| workload | error | count |\n|---|---|---|");
+        for r in rows {
+            for (kind, n) in &r.errors {
+                println!("| {} | {kind} | {n} |", r.workload);
+            }
+        }
+    }
+}
+
+/// Writes the rows as JSON.
+pub fn write_json(path: &std::path::Path, rows: &[Row]) -> std::io::Result<()> {
+    let text = serde_json::to_string_pretty(rows).map_err(std::io::Error::other)?;
+    std::fs::write(path, text)
+}
+
+/// Appends one run's history to `path`: a line per fault, then a line per event.
+pub fn append_history(
+    path: &std::path::Path,
+    workload: Workload,
+    record: &Record,
+) -> std::io::Result<()> {
+    use std::io::Write as _;
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)?;
+    let mut out = std::io::BufWriter::new(file);
+    let line = |v: serde_json::Result<String>| v.map_err(std::io::Error::other);
+    for fault in &record.faults {
+        let json = line(serde_json::to_string(fault))?;
+        writeln!(
+            out,
+            "{{\"workload\":\"{}\",\"fault\":{json}}}",
+            workload.name()
+        )?;
+    }
+    for event in &record.events {
+        let json = line(serde_json::to_string(event))?;
+        writeln!(
+            out,
+            "{{\"workload\":\"{}\",\"event\":{json}}}",
+            workload.name()
+        )?;
+    }
+    out.flush()
+}

@@ -1,0 +1,549 @@
+//! A worker: one process, one `fenced` client, critical sections in a loop, each printed as a
+//! JSON line on stdout.
+//!
+//! Workers are processes, not tasks, so that the nemeses are real: SIGSTOP freezes the holder
+//! and its renewal task together (a GC pause), SIGKILL leaves its lease behind (a crash), and a
+//! proxy per worker partitions one holder from Redis while the others go on.
+//!
+//! The runtime has one thread on purpose: the "starve" command blocks it, which starves the
+//! renewal task exactly as a busy executor would.
+
+use std::io::Write as _;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use fenced::redis::{self, aio::MultiplexedConnection};
+use fenced::{Client, Error, FencedRead, FencedWrite, WaitPolicy};
+use serde::{Deserialize, Serialize};
+use tokio::io::AsyncBufReadExt;
+
+use crate::history::{Event, Rng, Write, now_ns};
+
+/// What the workers do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum Workload {
+    /// The lock protecting a counter: fenced read-modify-write with the grant's token.
+    Lock,
+    /// The same over Redlock on three masters.
+    Redlock,
+    /// The same without fencing (plain GET and SET): shows what fencing prevents.
+    Unfenced,
+    /// A semaphore of 2 permits; the checker counts holders.
+    Semaphore,
+    /// The reentrant lock, entered twice per section, protecting the fenced counter.
+    Reentrant,
+    /// Optimistic transactions (WATCH/MULTI/EXEC) incrementing a counter; no lease.
+    Optimistic,
+}
+
+impl Workload {
+    /// The name used in reports and on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Workload::Lock => "lock",
+            Workload::Redlock => "redlock",
+            Workload::Unfenced => "unfenced",
+            Workload::Semaphore => "semaphore",
+            Workload::Reentrant => "reentrant",
+            Workload::Optimistic => "optimistic",
+        }
+    }
+
+    /// Whether it writes a counter whose history the resource checker reads.
+    pub fn counts(self) -> bool {
+        !matches!(self, Workload::Semaphore)
+    }
+
+    /// Whether its writes carry fencing tokens (so that stale writes must be refused).
+    pub fn fenced(self) -> bool {
+        matches!(
+            self,
+            Workload::Lock | Workload::Redlock | Workload::Reentrant
+        )
+    }
+
+    /// Whether it takes leases (so that lease faults apply).
+    pub fn leased(self) -> bool {
+        !matches!(self, Workload::Optimistic)
+    }
+
+    /// How many holders may overlap.
+    pub fn holders(self) -> usize {
+        if self == Workload::Semaphore { 2 } else { 1 }
+    }
+
+    /// The lock servers it needs.
+    pub fn servers(self) -> usize {
+        if self == Workload::Redlock { 3 } else { 1 }
+    }
+
+    /// The counter's key for `key`, where the counter lives (the store for leased workloads,
+    /// the lock server for optimistic transactions).
+    pub fn counter(self, key: u32) -> String {
+        match self {
+            Workload::Optimistic => format!("chaos:opt:{key}"),
+            Workload::Unfenced => format!("chaos:plain:{key}"),
+            _ => format!("chaos:res:{key}"),
+        }
+    }
+}
+
+/// A worker's settings, passed as one JSON argument.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Config {
+    /// This worker's id.
+    pub id: u32,
+    /// What to do.
+    pub workload: Workload,
+    /// The lock servers, each through this worker's own proxy.
+    pub lock_urls: Vec<String>,
+    /// The store holding the protected counters (never faulted: the "database").
+    pub store_url: String,
+    /// How many independent keys the workers spread over.
+    pub keys: u32,
+    /// Lease ttl, ms.
+    pub ttl_ms: u64,
+    /// Per-call timeout, ms.
+    pub timeout_ms: u64,
+    /// How long an acquire may wait, ms.
+    pub wait_ms: u64,
+    /// Work inside each section, µs (a sleep).
+    pub work_us: u64,
+}
+
+/// Runs a worker until its stdin closes or says "stop". Returns the process exit code.
+pub fn run(config: &str) -> i32 {
+    let config: Config = match serde_json::from_str(config) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("fenced-chaos worker: bad config: {e}");
+            return 64;
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("fenced-chaos worker: {e}");
+            return 70;
+        }
+    };
+    runtime.block_on(work(config))
+}
+
+struct Commands {
+    stop: AtomicBool,
+    starve_ms: AtomicU64,
+    /// Pause this long, once, at the next section's linger point, announcing it.
+    linger_ms: AtomicU64,
+    /// Linger after the lost-signal check (the fence must stop the write) instead of before.
+    linger_after_check: AtomicBool,
+}
+
+async fn work(config: Config) -> i32 {
+    let commands = Arc::new(Commands {
+        stop: AtomicBool::new(false),
+        starve_ms: AtomicU64::new(0),
+        linger_ms: AtomicU64::new(0),
+        linger_after_check: AtomicBool::new(false),
+    });
+    tokio::spawn(read_commands(commands.clone()));
+    let Some((client, store)) = connect(&config, &commands).await else {
+        return 0;
+    };
+    emit(&Event::Ready { w: config.id });
+    let mut rng = Rng::new(None);
+    while !commands.stop.load(Ordering::Relaxed) {
+        let key = u32::try_from(rng.below(u64::from(config.keys))).unwrap_or(0);
+        let event = match config.workload {
+            Workload::Optimistic => transaction(&config, &client, key).await,
+            _ => section(&config, &client, &store, key, &commands).await,
+        };
+        emit(&event);
+    }
+    0
+}
+
+/// Where the protected counters live.
+enum Store {
+    /// A fenced client: counters are [`fenced::FencedResource`]s.
+    Fenced(Client),
+    /// A plain connection, for the unfenced workload.
+    Plain(MultiplexedConnection),
+}
+
+/// Connects to the lock servers and the store, retrying while a nemesis keeps them away.
+async fn connect(config: &Config, commands: &Commands) -> Option<(Client, Store)> {
+    let timeout = Duration::from_millis(config.timeout_ms);
+    let ttl = Duration::from_millis(config.ttl_ms);
+    loop {
+        if commands.stop.load(Ordering::Relaxed) {
+            return None;
+        }
+        let lock = if config.lock_urls.len() > 1 {
+            Client::redlock_builder(&config.lock_urls)
+        } else {
+            Client::builder(config.lock_urls.first().map_or("", String::as_str))
+        };
+        let lock = lock.timeout(timeout).default_ttl(ttl).connect().await;
+        let store = connect_store(config).await;
+        match (lock, store) {
+            (Ok(l), Some(s)) => return Some((l, s)),
+            (Err(e @ Error::InvalidArgument(_)), _) => {
+                eprintln!("fenced-chaos worker: {e}");
+                return None;
+            }
+            _ => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
+    }
+}
+
+async fn connect_store(config: &Config) -> Option<Store> {
+    if config.workload == Workload::Unfenced {
+        let client = redis::Client::open(config.store_url.as_str()).ok()?;
+        let conn = tokio::time::timeout(
+            Duration::from_secs(2),
+            client.get_multiplexed_async_connection(),
+        )
+        .await
+        .ok()?
+        .ok()?;
+        return Some(Store::Plain(conn));
+    }
+    Client::builder(&config.store_url)
+        .timeout(Duration::from_secs(2))
+        .connect()
+        .await
+        .ok()
+        .map(Store::Fenced)
+}
+
+async fn read_commands(commands: Arc<Commands>) {
+    let mut lines = tokio::io::BufReader::new(tokio::io::stdin()).lines();
+    while let Ok(Some(line)) = lines.next_line().await {
+        let mut words = line.split_whitespace();
+        match (words.next(), words.next().and_then(|n| n.parse().ok())) {
+            (Some("starve"), Some(ms)) => commands.starve_ms.store(ms, Ordering::Relaxed),
+            (Some(how @ ("linger-before-check" | "linger-after-check")), Some(ms)) => {
+                let after = how == "linger-after-check";
+                commands.linger_after_check.store(after, Ordering::Relaxed);
+                commands.linger_ms.store(ms, Ordering::Relaxed);
+            }
+            (Some("stop"), _) => break,
+            _ => {}
+        }
+    }
+    commands.stop.store(true, Ordering::Relaxed);
+}
+
+/// One critical section of a leased workload.
+async fn section(
+    config: &Config,
+    client: &Client,
+    store: &Store,
+    key: u32,
+    commands: &Commands,
+) -> Event {
+    let ttl = Duration::from_millis(config.ttl_ms);
+    let wait = WaitPolicy::up_to(Duration::from_millis(config.wait_ms));
+    let name = format!("chaos:{key}");
+    let inv = now_ns();
+    let failed = |e: Error| Event::AcquireFailed {
+        w: config.id,
+        key,
+        inv,
+        end: now_ns(),
+        err: kind(&e).to_owned(),
+    };
+    // Each arm takes its lease, emits `Acquired`, does the work, and releases.
+    match config.workload {
+        Workload::Semaphore => {
+            let sem = client.semaphore(name, 2).with_ttl(ttl).with_wait(wait);
+            let permit = match sem.acquire().await {
+                Ok(p) => p,
+                Err(e) => return failed(e),
+            };
+            let (ok, t) = acquired(config.id, key, inv, permit.fencing_token().get());
+            let stalled = stall(commands, config.id).await;
+            linger(commands, config.id, false).await;
+            linger(commands, config.id, true).await;
+            pause(config.work_us).await;
+            let rel_inv = now_ns();
+            let release = outcome(permit.release().await);
+            finished(
+                config.id,
+                key,
+                (t, inv, ok),
+                (Write::None, None),
+                rel_inv,
+                release,
+                stalled,
+            )
+        }
+        Workload::Reentrant => {
+            let lock = client.reentrant_lock(name).with_ttl(ttl).with_wait(wait);
+            let outer = match lock.acquire().await {
+                Ok(g) => g,
+                Err(e) => return failed(e),
+            };
+            let (ok, t) = acquired(config.id, key, inv, outer.fencing_token().get());
+            let stalled = stall(commands, config.id).await;
+            // Enter again, as a nested call would; the inner hold shares the grant.
+            let written = match outer.reenter().await {
+                Ok(inner) => {
+                    linger(commands, config.id, false).await;
+                    let w = if inner.is_lost() {
+                        (Write::Skipped, None)
+                    } else {
+                        increment(config, store, key, t, commands).await
+                    };
+                    let _ = inner.release().await;
+                    w
+                }
+                Err(_) => (Write::Skipped, None),
+            };
+            let rel_inv = now_ns();
+            let release = outcome(outer.release().await);
+            finished(
+                config.id,
+                key,
+                (t, inv, ok),
+                written,
+                rel_inv,
+                release,
+                stalled,
+            )
+        }
+        _ => {
+            let lock = client.lock(name).with_ttl(ttl).with_wait(wait);
+            let guard = match lock.acquire().await {
+                Ok(g) => g,
+                Err(e) => return failed(e),
+            };
+            let (ok, t) = acquired(config.id, key, inv, guard.fencing_token().get());
+            let stalled = stall(commands, config.id).await;
+            // A careful holder checks its signal before writing; a paused one cannot, and the
+            // fence must stop it.
+            linger(commands, config.id, false).await;
+            let written = if guard.is_lost() {
+                (Write::Skipped, None)
+            } else {
+                increment(config, store, key, t, commands).await
+            };
+            let rel_inv = now_ns();
+            let release = outcome(guard.release().await);
+            finished(
+                config.id,
+                key,
+                (t, inv, ok),
+                written,
+                rel_inv,
+                release,
+                stalled,
+            )
+        }
+    }
+}
+
+fn acquired(w: u32, key: u32, inv: u64, t: u64) -> (u64, u64) {
+    let ok = now_ns();
+    emit(&Event::Acquired { w, key, t, inv, ok });
+    (ok, t)
+}
+
+fn finished(
+    w: u32,
+    key: u32,
+    (t, inv, ok): (u64, u64, u64),
+    (write, value): (Write, Option<i64>),
+    rel_inv: u64,
+    release: String,
+    stalled: u64,
+) -> Event {
+    Event::Section {
+        w,
+        key,
+        t,
+        inv,
+        ok,
+        write,
+        value,
+        rel_inv,
+        rel_end: now_ns(),
+        release,
+        stalled,
+    }
+}
+
+/// The starved-renewal nemesis: block the only runtime thread, so that nothing renews.
+async fn stall(commands: &Commands, w: u32) -> u64 {
+    let ms = commands.starve_ms.swap(0, Ordering::Relaxed);
+    if ms == 0 {
+        return 0;
+    }
+    emit(&Event::Lingering { w });
+    let start = now_ns();
+    std::thread::sleep(Duration::from_millis(ms));
+    now_ns().saturating_sub(start)
+}
+
+/// The controller's hook for faults that must strike a holder mid-section: announce, then
+/// wait (asynchronously: renewal goes on) for the fault to arrive.
+async fn linger(commands: &Commands, w: u32, after_check: bool) {
+    if commands.linger_after_check.load(Ordering::Relaxed) != after_check {
+        return;
+    }
+    let ms = commands.linger_ms.swap(0, Ordering::Relaxed);
+    if ms > 0 {
+        emit(&Event::Lingering { w });
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+    }
+}
+
+async fn pause(us: u64) {
+    if us > 0 {
+        tokio::time::sleep(Duration::from_micros(us)).await;
+    }
+}
+
+/// Read-modify-write of the key's counter: fenced read and write for fenced workloads, plain
+/// GET and SET for the unfenced one. The "after check" linger point sits between the read and
+/// the write, where a pause does the most harm.
+async fn increment(
+    config: &Config,
+    store: &Store,
+    key: u32,
+    token: u64,
+    commands: &Commands,
+) -> (Write, Option<i64>) {
+    pause(config.work_us).await;
+    let counter = config.workload.counter(key);
+    let store = match store {
+        Store::Plain(conn) => {
+            return plain_increment(conn.clone(), &counter, config.id, commands).await;
+        }
+        Store::Fenced(client) => client,
+    };
+    let token = fenced::FencingToken::new(token);
+    let resource = store.resource(counter);
+    let next = match resource.read(token, "n").await {
+        Ok(FencedRead::Current(v)) => parse(v.as_deref()) + 1,
+        Ok(FencedRead::Stale { .. }) => return (Write::Refused, None),
+        // Nothing was written: the read failed.
+        Err(_) => return (Write::Skipped, None),
+    };
+    linger(commands, config.id, true).await;
+    match resource.set(token, "n", next.to_string()).await {
+        Ok(FencedWrite::Applied) => (Write::Applied, Some(next)),
+        Ok(FencedWrite::Stale { .. }) => (Write::Refused, Some(next)),
+        Err(_) => (Write::Indeterminate, Some(next)),
+    }
+}
+
+fn parse(raw: Option<&[u8]>) -> i64 {
+    raw.and_then(|b| std::str::from_utf8(b).ok())
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0)
+}
+
+async fn plain_increment(
+    mut conn: MultiplexedConnection,
+    counter: &str,
+    w: u32,
+    commands: &Commands,
+) -> (Write, Option<i64>) {
+    // Read, then write blindly: exactly the unfenced holder's code.
+    let bound = Duration::from_secs(2);
+    let mut get = redis::cmd("GET");
+    get.arg(counter);
+    let next =
+        match tokio::time::timeout(bound, get.query_async::<Option<Vec<u8>>>(&mut conn)).await {
+            Ok(Ok(n)) => parse(n.as_deref()) + 1,
+            _ => return (Write::Skipped, None),
+        };
+    linger(commands, w, true).await;
+    let mut set = redis::cmd("SET");
+    set.arg(counter).arg(next);
+    match tokio::time::timeout(bound, set.query_async::<()>(&mut conn)).await {
+        Ok(Ok(())) => (Write::Applied, Some(next)),
+        _ => (Write::Indeterminate, Some(next)),
+    }
+}
+
+/// One optimistic transaction incrementing the key's counter on the lock server.
+async fn transaction(config: &Config, client: &Client, key: u32) -> Event {
+    let counter = config.workload.counter(key);
+    let inv = now_ns();
+    let result = client
+        .transaction(&[counter.as_str()], |tx| {
+            let counter = counter.clone();
+            async move {
+                let n: i64 = tx.get(&counter).await?.unwrap_or(0);
+                tx.set(&counter, n + 1);
+                Ok::<_, Error>(n + 1)
+            }
+        })
+        .await;
+    let end = now_ns();
+    let (write, value, release) = match result {
+        Ok(n) => (Write::Applied, Some(n), "committed".to_owned()),
+        // A conflict after every retry, or a refusal before EXEC: definitely not applied.
+        Err(e @ (Error::Conflict { .. } | Error::InvalidArgument(_))) => {
+            (Write::Refused, None, kind(&e).to_owned())
+        }
+        Err(e) => (Write::Indeterminate, None, kind(&e).to_owned()),
+    };
+    Event::Section {
+        w: config.id,
+        key,
+        t: 0,
+        inv,
+        ok: end,
+        write,
+        value,
+        rel_inv: end,
+        rel_end: end,
+        release,
+        stalled: 0,
+    }
+}
+
+fn outcome(result: fenced::Result<()>) -> String {
+    match result {
+        Ok(()) => "released".to_owned(),
+        Err(e) => kind(&e).to_owned(),
+    }
+}
+
+/// A short name for an error's kind, for the figures.
+pub fn kind(e: &Error) -> &'static str {
+    match e {
+        Error::NotAcquired { .. } => "not-acquired",
+        Error::NotHeld { .. } => "not-held",
+        Error::LeaseLost { .. } => "lease-lost",
+        Error::LeaseEnded { .. } => "lease-ended",
+        Error::Conflict { .. } => "conflict",
+        Error::Unavailable { .. } => "unavailable",
+        Error::Timeout { .. } => "timeout",
+        Error::NoQuorum { .. } => "no-quorum",
+        Error::Permission { .. } => "permission",
+        Error::InvalidArgument(_) => "invalid-argument",
+        Error::Redis(_) => "redis",
+        _ => "other",
+    }
+}
+
+/// Prints one event as a JSON line. A closed stdout means the controller is gone: exit.
+fn emit(event: &Event) {
+    let Ok(line) = serde_json::to_string(event) else {
+        return;
+    };
+    let mut out = std::io::stdout().lock();
+    if writeln!(out, "{line}").and_then(|()| out.flush()).is_err() {
+        std::process::exit(0);
+    }
+}

@@ -1,0 +1,60 @@
+//! The fault suite's quick tier, in CI: every workload under every fault kind that applies,
+//! checked. It fails when a checker does (a stale write accepted, a lost or duplicated effect,
+//! tokens out of order, a hang, a panic), or when the lab cannot start: no redis-server is a
+//! failure, never a skip.
+
+use std::process::Command;
+
+const CHAOS: &str = env!("CARGO_BIN_EXE_fenced-chaos");
+
+#[test]
+fn the_quick_tier_passes_every_checker() {
+    let out = Command::new(CHAOS)
+        .arg("--quick")
+        .arg("--markdown")
+        .output()
+        .expect("fenced-chaos runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    println!("{stdout}");
+    assert!(out.status.success(), "{stderr}");
+    for workload in [
+        "lock",
+        "redlock",
+        "reentrant",
+        "semaphore",
+        "optimistic",
+        "unfenced",
+    ] {
+        assert!(
+            stdout.contains(&format!("| {workload} |")),
+            "{workload} missing:\n{stdout}"
+        );
+    }
+    // Without fencing, the pauses must show: the checker finds the lost updates.
+    let unfenced = stdout
+        .lines()
+        .find(|l| l.starts_with("| unfenced | "))
+        .unwrap_or_default();
+    let lost: u64 = unfenced
+        .split('|')
+        .nth(12)
+        .and_then(|c| c.trim().parse().ok())
+        .unwrap_or(0);
+    assert!(lost > 0, "the unfenced run lost no update: {unfenced}");
+}
+
+#[test]
+fn bad_arguments_exit_64_with_one_line() {
+    let out = Command::new(CHAOS)
+        .args(["--workers", "0"])
+        .output()
+        .expect("fenced-chaos runs");
+    assert_eq!(out.status.code(), Some(64));
+    let out = Command::new(CHAOS)
+        .args(["worker", "{not json"])
+        .output()
+        .expect("fenced-chaos runs");
+    assert_eq!(out.status.code(), Some(64));
+    assert_eq!(String::from_utf8_lossy(&out.stderr).lines().count(), 1);
+}
