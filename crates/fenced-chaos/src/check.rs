@@ -34,6 +34,7 @@ struct Sec {
     rel_inv: u64,
     rel_end: u64,
     stalled: u64,
+    writer: bool,
 }
 
 /// What the checkers found.
@@ -74,6 +75,9 @@ pub struct Verdict {
     pub hangs: u64,
     /// Worker panics.
     pub panics: u64,
+    /// For `fenced run`: lines a CMD wrote after a CMD of a newer grant had begun (a CMD that
+    /// outlived its lease).
+    pub outlived: u64,
 }
 
 impl Verdict {
@@ -103,6 +107,13 @@ impl Verdict {
             format!("{} token order violations", self.token_violations),
         );
         fail(self.hangs > 0, format!("{} hangs", self.hangs));
+        fail(
+            self.outlived > 0,
+            format!(
+                "{} lines written by a command after its lease",
+                self.outlived
+            ),
+        );
         fail(
             self.panics > 0,
             format!("{} panics or crashes", self.panics),
@@ -137,6 +148,7 @@ pub fn check(workload: Workload, record: &Record, bound_ns: u64) -> Verdict {
                 rel_inv,
                 rel_end,
                 stalled,
+                writer,
                 ..
             } => {
                 v.attempted += 1;
@@ -166,6 +178,7 @@ pub fn check(workload: Workload, record: &Record, bound_ns: u64) -> Verdict {
                     rel_inv,
                     rel_end,
                     stalled,
+                    writer,
                 });
             }
             _ => {}
@@ -190,12 +203,17 @@ pub fn check(workload: Workload, record: &Record, bound_ns: u64) -> Verdict {
     }
     for (key, list) in &by_key {
         if workload.leased() {
-            let certain = overlaps(list, workload.holders(), |s| (s.ok, s.rel_inv));
-            let possible = overlaps(list, workload.holders(), |s| (s.inv, s.rel_end));
+            let certain = overlaps(list, workload, |s| (s.ok, s.rel_inv));
+            let possible = overlaps(list, workload, |s| (s.inv, s.rel_end));
             v.overlaps_certain += certain.0;
             v.max_holders = v.max_holders.max(certain.1);
             v.overlaps_possible += possible.0;
             v.token_violations += token_order(list);
+        }
+        if let Some(text) = record.run_files.get(key) {
+            let (outlived, backwards) = run_file(text);
+            v.outlived += outlived;
+            v.token_violations += backwards;
         }
         if workload.counts() {
             let final_value = record.counters.get(key).copied().unwrap_or(0);
@@ -215,19 +233,31 @@ fn frozen(record: &Record, w: u32, from: u64, to: u64) -> bool {
         .any(|&(x, start, end)| x == w && start < to && end > from)
 }
 
-/// Sections that began while `holders` or more earlier ones were still believed held, and
-/// the most held at once.
-fn overlaps(list: &[Sec], holders: usize, span: impl Fn(&Sec) -> (u64, u64)) -> (u64, u64) {
-    let mut spans: Vec<(u64, u64)> = list.iter().map(span).collect();
+/// Sections that began while the workload's rule was broken by those still believed held
+/// (`holders` or more of them; for the read-write lock, any one if this is a writer, a
+/// writer if this is a reader), and the most held at once.
+fn overlaps(list: &[Sec], workload: Workload, span: impl Fn(&Sec) -> (u64, u64)) -> (u64, u64) {
+    let mut spans: Vec<(u64, u64, bool)> = list
+        .iter()
+        .map(|s| {
+            let (start, end) = span(s);
+            (start, end, s.writer)
+        })
+        .collect();
     spans.sort_unstable();
-    let mut active: Vec<u64> = Vec::new();
+    let mut active: Vec<(u64, bool)> = Vec::new();
     let (mut count, mut most) = (0u64, 0u64);
-    for (start, end) in spans {
-        active.retain(|&e| e > start);
-        if active.len() >= holders {
+    for (start, end, writer) in spans {
+        active.retain(|&(e, _)| e > start);
+        let broken = match workload {
+            Workload::Rw if writer => !active.is_empty(),
+            Workload::Rw => active.iter().any(|&(_, w)| w),
+            _ => active.len() >= workload.holders(),
+        };
+        if broken {
             count += 1;
         }
-        active.push(end);
+        active.push((end, writer));
         most = most.max(active.len() as u64);
     }
     (count, most)
@@ -254,6 +284,32 @@ fn token_order(list: &[Sec]) -> u64 {
     tokens.sort_unstable();
     tokens.dedup();
     bad + (list.iter().filter(|s| s.t > 0).count() - tokens.len()) as u64
+}
+
+/// Reads a `run` file (lines `token i`, appended in real-time order by each CMD): lines of a
+/// CMD after a CMD of a newer token began (it outlived its lease), and new tokens lower than
+/// the one before (grants out of order).
+fn run_file(text: &str) -> (u64, u64) {
+    let mut seen = std::collections::HashSet::new();
+    let (mut current, mut outlived, mut backwards) = (None::<u64>, 0u64, 0u64);
+    for line in text.lines() {
+        let Some(token) = line.split_whitespace().next().and_then(|t| t.parse().ok()) else {
+            continue;
+        };
+        if Some(token) == current {
+            continue;
+        }
+        if seen.contains(&token) {
+            outlived += 1;
+            continue;
+        }
+        if current.is_some_and(|c| token < c) {
+            backwards += 1;
+        }
+        seen.insert(token);
+        current = Some(token);
+    }
+    (outlived, backwards)
 }
 
 /// (stale writes accepted, lost updates, duplicated effects) for one counter.
@@ -303,16 +359,33 @@ mod tests {
             rel_inv: span.1,
             rel_end: span.1 + 1,
             stalled: 0,
+            writer: false,
         }
     }
 
     #[test]
     fn overlapping_beliefs_are_counted_and_disjoint_ones_are_not() {
+        let belief = |s: &Sec| (s.ok, s.rel_inv);
         let disjoint = [sec(0, 1, (0, 10), None), sec(0, 2, (20, 30), None)];
-        assert_eq!(overlaps(&disjoint, 1, |s| (s.ok, s.rel_inv)), (0, 1));
+        assert_eq!(overlaps(&disjoint, Workload::Lock, belief), (0, 1));
         let paused = [sec(0, 1, (0, 100), None), sec(0, 2, (20, 30), None)];
-        assert_eq!(overlaps(&paused, 1, |s| (s.ok, s.rel_inv)), (1, 2));
-        assert_eq!(overlaps(&paused, 2, |s| (s.ok, s.rel_inv)), (0, 2));
+        assert_eq!(overlaps(&paused, Workload::Lock, belief), (1, 2));
+        assert_eq!(overlaps(&paused, Workload::Semaphore, belief), (0, 2));
+        // Readers share; a writer shares with nobody.
+        assert_eq!(overlaps(&paused, Workload::Rw, belief), (0, 2));
+        let mut writer = paused;
+        writer[1].writer = true;
+        assert_eq!(overlaps(&writer, Workload::Rw, belief), (1, 2));
+        let mut reader_late = paused;
+        reader_late[0].writer = true;
+        assert_eq!(overlaps(&reader_late, Workload::Rw, belief), (1, 2));
+    }
+
+    #[test]
+    fn a_command_writing_after_a_newer_one_began_outlived_its_lease() {
+        assert_eq!(run_file("5 1\n5 2\n9 1\n9 2\n"), (0, 0));
+        assert_eq!(run_file("5 1\n9 1\n5 2\n9 2\n"), (1, 0));
+        assert_eq!(run_file("9 1\n5 1\n"), (0, 1));
     }
 
     #[test]

@@ -53,12 +53,19 @@ pub enum Event {
         inv: u64,
         /// When its grant arrived.
         ok: u64,
+        /// A write lock of the read-write lock.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        writer: bool,
     },
     /// The holder stopped at the point the controller asked for ("linger"), holding its
     /// lease, so that a fault strikes a holder mid-section.
     Lingering {
         /// Worker id.
         w: u32,
+        /// The process that holds the lease, when it is not the worker itself (the `fenced`
+        /// command of the `run` workload).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pid: Option<u32>,
     },
     /// An acquire that ended without a grant.
     AcquireFailed {
@@ -98,6 +105,10 @@ pub enum Event {
         /// Nanoseconds the worker stalled on purpose (the starved-renewal nemesis), not
         /// counted against the call bounds.
         stalled: u64,
+        /// For the read-write lock: whether this section held the write lock (readers may
+        /// overlap each other, nobody may overlap a writer).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        writer: bool,
     },
 }
 

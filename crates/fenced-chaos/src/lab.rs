@@ -45,6 +45,8 @@ pub struct Plan {
     pub wait: Duration,
     /// Work inside each section, µs.
     pub work_us: u64,
+    /// The `fenced` command, for the `run` workload.
+    pub fenced_bin: Option<std::path::PathBuf>,
 }
 
 /// Everything a run recorded.
@@ -66,6 +68,8 @@ pub struct Record {
     pub stderr: Vec<String>,
     /// Each counter's final value, by key.
     pub counters: HashMap<u32, i64>,
+    /// The `run` workload's files (what each CMD wrote), by key.
+    pub run_files: HashMap<u32, String>,
 }
 
 #[derive(Default)]
@@ -74,8 +78,9 @@ struct Shared {
     /// Worker -> (key, acquisition event) while it holds.
     holding: HashMap<u32, (u32, Event)>,
     last_heard: HashMap<u32, u64>,
-    /// Workers stopped at their linger point, waiting for a fault.
-    lingering: std::collections::HashSet<u32>,
+    /// Workers stopped at their linger point, waiting for a fault, with the pid of the
+    /// process holding the lease when it is not the worker.
+    lingering: HashMap<u32, Option<u32>>,
 }
 
 struct WorkerProc {
@@ -95,6 +100,8 @@ pub struct Lab {
     rng: Rng,
     /// Faults that made a holder linger so far (the linger point alternates).
     lingers: u64,
+    /// The `run` workload's files.
+    run_dir: tempfile::TempDir,
 }
 
 /// Why a lab could not run.
@@ -135,6 +142,7 @@ impl Lab {
             shared: Arc::default(),
             rng: Rng::new(None),
             lingers: 0,
+            run_dir: tempfile::tempdir()?,
         };
         for w in 0..lab.plan.workers {
             let proc = lab.spawn(w)?;
@@ -155,6 +163,12 @@ impl Lab {
             timeout_ms: millis(self.plan.timeout),
             wait_ms: millis(self.plan.wait),
             work_us: self.plan.work_us,
+            fenced_bin: self
+                .plan
+                .fenced_bin
+                .as_ref()
+                .map(|p| p.display().to_string()),
+            run_dir: Some(self.run_dir.path().display().to_string()),
         }
     }
 
@@ -192,8 +206,8 @@ impl Lab {
                         s.holding.remove(&w);
                         s.lingering.remove(&w);
                     }
-                    Event::Lingering { .. } => {
-                        s.lingering.insert(w);
+                    Event::Lingering { pid, .. } => {
+                        s.lingering.insert(w, *pid);
                     }
                     Event::Ready { .. } => {}
                 }
@@ -300,7 +314,7 @@ impl Lab {
     /// A worker stopped mid-section, holding its lease: a random worker is asked to linger
     /// at its next section (after its lost-signal check, or before it, in turn), and this
     /// waits until it does. Falls back to any worker if none arrives in time.
-    async fn holder(&mut self) -> u32 {
+    async fn holder(&mut self) -> (u32, Option<Pid>) {
         let w = self.rng.below(u64::from(self.plan.workers)) as u32;
         // In turn, starting with the worst case: after the check, between read and write.
         self.lingers += 1;
@@ -311,19 +325,21 @@ impl Lab {
         };
         let linger = millis(self.plan.ttl.mul_f64(0.75));
         self.tell(w, &format!("{point} {linger}")).await;
-        self.await_lingering(w).await;
-        w
+        let holder = self.await_lingering(w).await;
+        (w, holder.or_else(|| self.pid(w)))
     }
 
-    /// Waits until worker `w` says it stopped mid-section (or a few acquire waits passed).
-    async fn await_lingering(&self, w: u32) {
+    /// Waits until worker `w` says it stopped mid-section (or a few acquire waits passed);
+    /// the process holding the lease, when it is not the worker.
+    async fn await_lingering(&self, w: u32) -> Option<Pid> {
         let deadline = now_ns() + nanos(self.plan.wait) * 3;
         while now_ns() < deadline {
-            if lock(&self.shared).lingering.remove(&w) {
-                return;
+            if let Some(pid) = lock(&self.shared).lingering.remove(&w) {
+                return pid.and_then(|p| i32::try_from(p).ok()).map(Pid::from_raw);
             }
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
+        None
     }
 
     /// The lock servers a server fault strikes: the one, or a majority of Redlock's masters.
@@ -340,10 +356,9 @@ impl Lab {
         let mut struck = None;
         let target = match kind {
             Nemesis::PauseHolder => {
-                let w = self.holder().await;
+                let (w, pid) = self.holder().await;
                 struck = self.held_by(w);
                 start = now_ns();
-                let pid = self.pid(w);
                 if let Some(pid) = pid {
                     let _ = kill(pid, Signal::SIGSTOP);
                     tokio::time::sleep(long).await;
@@ -363,10 +378,17 @@ impl Lab {
                 format!("worker {w}")
             }
             Nemesis::KillHolder => {
-                let w = self.holder().await;
+                let (w, pid) = self.holder().await;
                 struck = self.held_by(w);
                 start = now_ns();
-                self.kill_and_replace(w).await?;
+                if self.plan.workload == Workload::Run {
+                    // The holder is the worker's `fenced run`: kill it, and only it.
+                    if let Some(pid) = pid {
+                        let _ = kill(pid, Signal::SIGKILL);
+                    }
+                } else {
+                    self.kill_and_replace(w).await?;
+                }
                 format!("worker {w}")
             }
             Nemesis::PauseRedis => {
@@ -394,7 +416,7 @@ impl Lab {
                 servers_label(&targets)
             }
             Nemesis::Partition => {
-                let w = self.holder().await;
+                let (w, _) = self.holder().await;
                 struck = self.held_by(w);
                 start = now_ns();
                 self.set_proxies(Some(w), ProxyFault::Blackhole);
@@ -474,7 +496,13 @@ impl Lab {
         }
         {
             let mut s = lock(&self.shared);
-            if let Some((key, Event::Acquired { t, inv, ok, .. })) = s.holding.remove(&w) {
+            if let Some((
+                key,
+                Event::Acquired {
+                    t, inv, ok, writer, ..
+                },
+            )) = s.holding.remove(&w)
+            {
                 let write = if self.plan.workload.counts() {
                     Write::Indeterminate
                 } else {
@@ -492,6 +520,7 @@ impl Lab {
                     rel_end: died,
                     release: "killed".to_owned(),
                     stalled: 0,
+                    writer,
                 });
             }
             s.last_heard.remove(&w);
@@ -521,9 +550,16 @@ impl Lab {
             }
         }
         let counters = self.read_counters().await?;
+        let mut run_files = HashMap::new();
+        for key in 0..self.plan.keys {
+            if let Ok(text) = std::fs::read_to_string(self.run_dir.path().join(key.to_string())) {
+                run_files.insert(key, text);
+            }
+        }
         let mut s = lock(&self.shared);
         s.record.crashes += crashes;
         s.record.counters = counters;
+        s.record.run_files = run_files;
         Ok(std::mem::take(&mut s.record))
     }
 

@@ -49,6 +49,9 @@ struct Args {
     /// Worker processes.
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(2..=64))]
     workers: u32,
+    /// The `fenced` command for the `run` workload (default: next to this program).
+    #[arg(long, value_name = "PATH")]
+    fenced_bin: Option<std::path::PathBuf>,
     /// Write the figures as JSON to this file too.
     #[arg(long)]
     json: Option<std::path::PathBuf>,
@@ -97,11 +100,12 @@ fn tier_seconds(workload: Workload, long: bool) -> u64 {
     match (workload, long) {
         (Workload::Lock, false) => 20,
         (Workload::Redlock, false) => 12,
+        (Workload::Run, false) => 10,
         (_, false) => 6,
-        (Workload::Lock, true) => 240,
-        (Workload::Redlock, true) => 150,
+        (Workload::Lock, true) => 180,
+        (Workload::Redlock, true) => 120,
         (Workload::Unfenced, true) => 45,
-        (_, true) => 90,
+        (_, true) => 60,
     }
 }
 
@@ -112,12 +116,24 @@ async fn run(args: Args) -> ExitCode {
             Workload::Redlock,
             Workload::Reentrant,
             Workload::Semaphore,
+            Workload::Rw,
+            Workload::Run,
             Workload::Optimistic,
             Workload::Unfenced,
         ]
     } else {
         args.workloads.clone()
     };
+    let fenced_bin = args.fenced_bin.clone().or_else(|| {
+        let sibling = std::env::current_exe().ok()?.with_file_name("fenced");
+        sibling.exists().then_some(sibling)
+    });
+    if workloads.contains(&Workload::Run) && fenced_bin.is_none() {
+        eprintln!(
+            "fenced-chaos: the run workload needs the fenced command: build it (cargo build -p fenced-cli) or pass --fenced-bin"
+        );
+        return ExitCode::from(70);
+    }
     let mut rows = Vec::new();
     let mut failed = false;
     for workload in workloads {
@@ -147,6 +163,7 @@ async fn run(args: Args) -> ExitCode {
             timeout: Duration::from_millis(150),
             wait: Duration::from_secs(2),
             work_us: 200,
+            fenced_bin: fenced_bin.clone(),
         };
         eprintln!(
             "fenced-chaos: {} for {seconds}s, {} workers, faults: {}",

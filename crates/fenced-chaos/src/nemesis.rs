@@ -68,6 +68,20 @@ impl Nemesis {
     /// lease (no renewal to starve, no lease to expire), and their counter lives on the
     /// faulted server, so a restart without persistence would erase the data under test.
     pub fn applies_to(self, workload: Workload) -> bool {
+        if workload == Workload::Run {
+            // The faults under which `fenced run` promises that CMD never outlives the lease:
+            // the command killed, cut off, or slowed; Redis paused. (A paused `fenced`, a
+            // restart or a clock step can end the lease while CMD runs on: only a fenced
+            // resource protects against those.)
+            return matches!(
+                self,
+                Nemesis::KillHolder
+                    | Nemesis::Partition
+                    | Nemesis::PauseRedis
+                    | Nemesis::Latency
+                    | Nemesis::Reset
+            );
+        }
         workload.leased()
             || !matches!(
                 self,

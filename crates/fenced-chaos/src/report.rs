@@ -119,15 +119,15 @@ impl Row {
 /// Prints the tables (markdown, readable as text too).
 pub fn print(rows: &[Row], detail: bool) {
     println!(
-        "| workload | s | sections | ok | failed | indeterminate | refused by fence | acquire p50 / p99 ms | overlaps certain / possible | max holders | stale accepted | lost | duplicated | token order | hangs | panics | verdict |"
+        "| workload | s | sections | ok | failed | indeterminate | refused by fence | acquire p50 / p99 ms | overlaps certain / possible | max holders | stale accepted | lost | duplicated | token order | CMD after its lease | hangs | panics | verdict |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     let mut total = 0;
     for r in rows {
         let v = &r.verdict;
         total += v.attempted;
         println!(
-            "| {} | {} | {} | {} | {} | {} | {} | {:.2} / {:.1} | {} / {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {:.2} / {:.1} | {} / {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             r.workload,
             r.seconds,
             v.attempted,
@@ -144,6 +144,7 @@ pub fn print(rows: &[Row], detail: bool) {
             v.lost,
             v.duplicated,
             v.token_violations,
+            v.outlived,
             v.hangs,
             v.panics,
             if r.failures.is_empty() {

@@ -36,6 +36,12 @@ pub enum Workload {
     Reentrant,
     /// Optimistic transactions (WATCH/MULTI/EXEC) incrementing a counter; no lease.
     Optimistic,
+    /// The read-write lock: one section in four writes (fenced increment under the write
+    /// lock), the others read the counter (fenced read under a read lock).
+    Rw,
+    /// `fenced run KEY -- CMD`, the command: CMD appends numbered lines to the key's file for
+    /// longer than the ttl; the file shows whether a CMD ever wrote after a newer one began.
+    Run,
 }
 
 impl Workload {
@@ -48,19 +54,21 @@ impl Workload {
             Workload::Semaphore => "semaphore",
             Workload::Reentrant => "reentrant",
             Workload::Optimistic => "optimistic",
+            Workload::Rw => "rw",
+            Workload::Run => "run",
         }
     }
 
     /// Whether it writes a counter whose history the resource checker reads.
     pub fn counts(self) -> bool {
-        !matches!(self, Workload::Semaphore)
+        !matches!(self, Workload::Semaphore | Workload::Run)
     }
 
     /// Whether its writes carry fencing tokens (so that stale writes must be refused).
     pub fn fenced(self) -> bool {
         matches!(
             self,
-            Workload::Lock | Workload::Redlock | Workload::Reentrant
+            Workload::Lock | Workload::Redlock | Workload::Reentrant | Workload::Rw
         )
     }
 
@@ -111,6 +119,12 @@ pub struct Config {
     pub wait_ms: u64,
     /// Work inside each section, µs (a sleep).
     pub work_us: u64,
+    /// The `fenced` command, for the `run` workload.
+    #[serde(default)]
+    pub fenced_bin: Option<String>,
+    /// The directory of the `run` workload's files, one per key.
+    #[serde(default)]
+    pub run_dir: Option<String>,
 }
 
 /// Runs a worker until its stdin closes or says "stop". Returns the process exit code.
@@ -161,6 +175,7 @@ async fn work(config: Config) -> i32 {
         let key = u32::try_from(rng.below(u64::from(config.keys))).unwrap_or(0);
         let event = match config.workload {
             Workload::Optimistic => transaction(&config, &client, key).await,
+            Workload::Run => run_command(&config, key, &commands).await,
             _ => section(&config, &client, &store, key, &commands).await,
         };
         emit(&event);
@@ -318,6 +333,59 @@ async fn section(
                 stalled,
             )
         }
+        Workload::Rw if rng_below(4) != 0 => {
+            let lock = client.rw_lock(name).with_ttl(ttl).with_wait(wait);
+            let guard = match lock.read().await {
+                Ok(g) => g,
+                Err(e) => return failed(e),
+            };
+            let (ok, t) = acquired(config.id, key, inv, guard.fencing_token().get());
+            let stalled = stall(commands, config.id).await;
+            linger(commands, config.id, false).await;
+            linger(commands, config.id, true).await;
+            let read = read_counter(config, store, key).await;
+            let rel_inv = now_ns();
+            let release = outcome(guard.release().await);
+            finished(
+                config.id,
+                key,
+                (t, inv, ok),
+                (read, None),
+                rel_inv,
+                release,
+                stalled,
+            )
+        }
+        Workload::Rw => {
+            let lock = client.rw_lock(name).with_ttl(ttl).with_wait(wait);
+            let guard = match lock.write().await {
+                Ok(g) => g,
+                Err(e) => return failed(e),
+            };
+            let (ok, t) = acquired_as(config.id, key, inv, guard.fencing_token().get(), true);
+            let stalled = stall(commands, config.id).await;
+            linger(commands, config.id, false).await;
+            let written = if guard.is_lost() {
+                (Write::Skipped, None)
+            } else {
+                increment(config, store, key, t, commands).await
+            };
+            let rel_inv = now_ns();
+            let release = outcome(guard.release().await);
+            let mut event = finished(
+                config.id,
+                key,
+                (t, inv, ok),
+                written,
+                rel_inv,
+                release,
+                stalled,
+            );
+            if let Event::Section { writer, .. } = &mut event {
+                *writer = true;
+            }
+            event
+        }
         _ => {
             let lock = client.lock(name).with_ttl(ttl).with_wait(wait);
             let guard = match lock.acquire().await {
@@ -350,8 +418,19 @@ async fn section(
 }
 
 fn acquired(w: u32, key: u32, inv: u64, t: u64) -> (u64, u64) {
+    acquired_as(w, key, inv, t, false)
+}
+
+fn acquired_as(w: u32, key: u32, inv: u64, t: u64, writer: bool) -> (u64, u64) {
     let ok = now_ns();
-    emit(&Event::Acquired { w, key, t, inv, ok });
+    emit(&Event::Acquired {
+        w,
+        key,
+        t,
+        inv,
+        ok,
+        writer,
+    });
     (ok, t)
 }
 
@@ -376,6 +455,28 @@ fn finished(
         rel_end: now_ns(),
         release,
         stalled,
+        writer: false,
+    }
+}
+
+/// A random number in `0..n`, from a thread-local generator.
+fn rng_below(n: u64) -> u64 {
+    thread_local! {
+        static RNG: std::cell::RefCell<Rng> = std::cell::RefCell::new(Rng::new(None));
+    }
+    RNG.with(|r| r.borrow_mut().below(n))
+}
+
+/// A reader's read of the counter: `None` when it went through (a reader writes nothing),
+/// `Skipped` when it failed. Readers read with `get`, not the fenced read: concurrent readers
+/// hold distinct tokens, and a fenced read by one would fence off the others.
+async fn read_counter(config: &Config, store: &Store, key: u32) -> Write {
+    let Store::Fenced(store) = store else {
+        return Write::Skipped;
+    };
+    match store.resource(config.workload.counter(key)).get("n").await {
+        Ok(_) => Write::None,
+        Err(_) => Write::Skipped,
     }
 }
 
@@ -385,7 +486,7 @@ async fn stall(commands: &Commands, w: u32) -> u64 {
     if ms == 0 {
         return 0;
     }
-    emit(&Event::Lingering { w });
+    emit(&Event::Lingering { w, pid: None });
     let start = now_ns();
     std::thread::sleep(Duration::from_millis(ms));
     now_ns().saturating_sub(start)
@@ -399,7 +500,7 @@ async fn linger(commands: &Commands, w: u32, after_check: bool) {
     }
     let ms = commands.linger_ms.swap(0, Ordering::Relaxed);
     if ms > 0 {
-        emit(&Event::Lingering { w });
+        emit(&Event::Lingering { w, pid: None });
         tokio::time::sleep(Duration::from_millis(ms)).await;
     }
 }
@@ -474,6 +575,83 @@ async fn plain_increment(
     }
 }
 
+/// What CMD does under `fenced run`: 8 numbered lines, 80 ms apart (longer than the ttl, so a
+/// CMD that outlived its lease would show in the file).
+const RUN_SCRIPT: &str =
+    "for i in 1 2 3 4 5 6 7 8; do echo \"$FENCED_TOKEN $i\" >> \"$CHAOS_FILE\"; sleep 0.08; done";
+
+/// One `fenced run`: the grant is read from its `--json` line on stderr; a fault that strikes
+/// the holder strikes the `fenced` process (its pid goes with `Lingering`).
+async fn run_command(config: &Config, key: u32, commands: &Commands) -> Event {
+    let inv = now_ns();
+    let failed = |err: &str| Event::AcquireFailed {
+        w: config.id,
+        key,
+        inv,
+        end: now_ns(),
+        err: err.to_owned(),
+    };
+    let (Some(bin), Some(dir)) = (&config.fenced_bin, &config.run_dir) else {
+        return failed("no fenced command");
+    };
+    let url = config.lock_urls.first().map_or("", String::as_str);
+    let spawned = tokio::process::Command::new(bin)
+        .args(["--json", "--redis", url, "run", "--ttl"])
+        .arg(format!("{}ms", config.ttl_ms))
+        .arg("--wait")
+        .arg(format!("{}ms", config.wait_ms))
+        .args(["--kill-after", "100ms"])
+        .arg(format!("chaos:{key}"))
+        .args(["--", "sh", "-c", RUN_SCRIPT])
+        .env("CHAOS_FILE", format!("{dir}/{key}"))
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn();
+    let mut child = match spawned {
+        Ok(c) => c,
+        Err(_) => return failed("spawn"),
+    };
+    let pid = child.id();
+    let mut grant = None;
+    if let Some(stderr) = child.stderr.take() {
+        let mut lines = tokio::io::BufReader::new(stderr).lines();
+        while let Ok(Some(line)) = lines.next_line().await {
+            let Ok(json) = serde_json::from_str::<serde_json::Value>(&line) else {
+                continue;
+            };
+            if json["event"] == "acquired" {
+                let t = json["fencing_token"].as_u64().unwrap_or(0);
+                grant = Some(acquired(config.id, key, inv, t));
+                if commands.linger_ms.swap(0, Ordering::Relaxed) > 0 {
+                    emit(&Event::Lingering { w: config.id, pid });
+                }
+            }
+        }
+    }
+    let status = child.wait().await;
+    let rel_inv = now_ns();
+    let Some((ok, t)) = grant else {
+        return failed("not-acquired");
+    };
+    let release = match status.map(|s| (s.code(), s.success())) {
+        Ok((_, true)) => "released".to_owned(),
+        Ok((Some(code), false)) => format!("exit {code}"),
+        Ok((None, false)) => "killed".to_owned(),
+        Err(_) => "wait".to_owned(),
+    };
+    finished(
+        config.id,
+        key,
+        (t, inv, ok),
+        (Write::None, None),
+        rel_inv,
+        release,
+        0,
+    )
+}
+
 /// One optimistic transaction incrementing the key's counter on the lock server.
 async fn transaction(config: &Config, client: &Client, key: u32) -> Event {
     let counter = config.workload.counter(key);
@@ -509,6 +687,7 @@ async fn transaction(config: &Config, client: &Client, key: u32) -> Event {
         rel_end: end,
         release,
         stalled: 0,
+        writer: false,
     }
 }
 

@@ -7,8 +7,24 @@ use std::process::Command;
 
 const CHAOS: &str = env!("CARGO_BIN_EXE_fenced-chaos");
 
+/// The `run` workload drives the `fenced` command, which `cargo test --workspace` builds next
+/// to this one; built here when this package is tested alone.
+fn ensure_fenced_command() {
+    let fenced = std::path::Path::new(CHAOS).with_file_name("fenced");
+    if !fenced.exists() {
+        let status = Command::new(env!("CARGO"))
+            .args(["build", "--locked", "-p", "fenced-cli"])
+            .status();
+        assert!(
+            status.as_ref().is_ok_and(|s| s.success()),
+            "cannot build the fenced command: {status:?}"
+        );
+    }
+}
+
 #[test]
 fn the_quick_tier_passes_every_checker() {
+    ensure_fenced_command();
     let out = Command::new(CHAOS)
         .arg("--quick")
         .arg("--markdown")
@@ -23,6 +39,8 @@ fn the_quick_tier_passes_every_checker() {
         "redlock",
         "reentrant",
         "semaphore",
+        "rw",
+        "run",
         "optimistic",
         "unfenced",
     ] {
