@@ -182,6 +182,8 @@ impl Lab {
             .stderr(Stdio::piped())
             .kill_on_drop(true)
             .spawn()?;
+        // Heard from at birth: one that never says anything is reported as silent.
+        lock(&self.shared).last_heard.insert(w, now_ns());
         let stdin = child.stdin.take().ok_or("worker without stdin")?;
         let stdout = child.stdout.take().ok_or("worker without stdout")?;
         let stderr = child.stderr.take().ok_or("worker without stderr")?;
@@ -263,7 +265,8 @@ impl Lab {
         let end = now_ns() + nanos(self.plan.duration);
         let ttl = self.plan.ttl;
         let mut turn = 0usize;
-        while now_ns() < end {
+        // In turn, every kind at least once, however short the run.
+        while now_ns() < end || (!self.plan.mixed && turn < self.plan.nemeses.len()) {
             let quiet = ttl + ttl.mul_f64(self.rng.below(100) as f64 / 100.0);
             self.watch(quiet).await;
             if self.plan.nemeses.is_empty() {
@@ -275,8 +278,9 @@ impl Lab {
                 turn % self.plan.nemeses.len()
             };
             turn += 1;
-            let fault = self.inject(self.plan.nemeses[pick]).await?;
-            lock(&self.shared).record.faults.push(fault);
+            if let Some(fault) = self.inject(self.plan.nemeses[pick]).await? {
+                lock(&self.shared).record.faults.push(fault);
+            }
         }
         self.watch(ttl * 6).await;
         self.stop().await
@@ -314,7 +318,7 @@ impl Lab {
     /// A worker stopped mid-section, holding its lease: a random worker is asked to linger
     /// at its next section (after its lost-signal check, or before it, in turn), and this
     /// waits until it does. Falls back to any worker if none arrives in time.
-    async fn holder(&mut self) -> (u32, Option<Pid>) {
+    async fn holder(&mut self) -> Option<(u32, Option<Pid>)> {
         let w = self.rng.below(u64::from(self.plan.workers)) as u32;
         // In turn, starting with the worst case: after the check, between read and write.
         self.lingers += 1;
@@ -324,21 +328,26 @@ impl Lab {
             "linger-before-check"
         };
         let linger = millis(self.plan.ttl.mul_f64(0.75));
+        // A late answer to an earlier, withdrawn request must not count for this one.
+        lock(&self.shared).lingering.remove(&w);
         self.tell(w, &format!("{point} {linger}")).await;
-        let holder = self.await_lingering(w).await;
-        (w, holder.or_else(|| self.pid(w)))
+        let holder = self.await_lingering(w).await?;
+        Some((w, holder.or_else(|| self.pid(w))))
     }
 
-    /// Waits until worker `w` says it stopped mid-section (or a few acquire waits passed);
-    /// the process holding the lease, when it is not the worker.
-    async fn await_lingering(&self, w: u32) -> Option<Pid> {
+    /// Waits until worker `w` says it stopped mid-section: `Some` with the process holding
+    /// the lease when it is not the worker, `None` when no grant came within a few acquire
+    /// waits (the fault is then skipped, never aimed at a worker that holds nothing).
+    async fn await_lingering(&mut self, w: u32) -> Option<Option<Pid>> {
         let deadline = now_ns() + nanos(self.plan.wait) * 3;
         while now_ns() < deadline {
             if let Some(pid) = lock(&self.shared).lingering.remove(&w) {
-                return pid.and_then(|p| i32::try_from(p).ok()).map(Pid::from_raw);
+                return Some(pid.and_then(|p| i32::try_from(p).ok()).map(Pid::from_raw));
             }
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
+        // Withdraw the request, so that it does not fire later, unwatched.
+        self.tell(w, "linger-after-check 0").await;
         None
     }
 
@@ -349,14 +358,17 @@ impl Lab {
         (0..n / 2 + 1).map(|i| (first + i) % n).collect()
     }
 
-    async fn inject(&mut self, kind: Nemesis) -> Result<Fault, LabError> {
+    /// Injects one fault and heals it; `None` when a holder fault found no holder.
+    async fn inject(&mut self, kind: Nemesis) -> Result<Option<Fault>, LabError> {
         let ttl = self.plan.ttl;
         let long = ttl.mul_f64(2.5);
         let mut start = now_ns();
         let mut struck = None;
         let target = match kind {
             Nemesis::PauseHolder => {
-                let (w, pid) = self.holder().await;
+                let Some((w, pid)) = self.holder().await else {
+                    return Ok(None);
+                };
                 struck = self.held_by(w);
                 start = now_ns();
                 if let Some(pid) = pid {
@@ -371,14 +383,19 @@ impl Lab {
                 // The worker starves itself inside its next section, right after its grant.
                 let w = self.rng.below(u64::from(self.plan.workers)) as u32;
                 self.tell(w, &format!("starve {}", millis(long))).await;
-                self.await_lingering(w).await;
+                if self.await_lingering(w).await.is_none() {
+                    self.tell(w, "starve 0").await;
+                    return Ok(None);
+                }
                 struck = self.held_by(w);
                 start = now_ns();
                 tokio::time::sleep(long).await;
                 format!("worker {w}")
             }
             Nemesis::KillHolder => {
-                let (w, pid) = self.holder().await;
+                let Some((w, pid)) = self.holder().await else {
+                    return Ok(None);
+                };
                 struck = self.held_by(w);
                 start = now_ns();
                 if self.plan.workload == Workload::Run {
@@ -416,7 +433,9 @@ impl Lab {
                 servers_label(&targets)
             }
             Nemesis::Partition => {
-                let (w, _) = self.holder().await;
+                let Some((w, _)) = self.holder().await else {
+                    return Ok(None);
+                };
                 struck = self.held_by(w);
                 start = now_ns();
                 self.set_proxies(Some(w), ProxyFault::Blackhole);
@@ -446,13 +465,13 @@ impl Lab {
                 servers_label(&targets)
             }
         };
-        Ok(Fault {
+        Ok(Some(Fault {
             kind,
             target,
             start,
             end: now_ns(),
             holder: struck,
-        })
+        }))
     }
 
     fn held_by(&self, w: u32) -> Option<(u32, u32)> {
@@ -503,7 +522,8 @@ impl Lab {
                 },
             )) = s.holding.remove(&w)
             {
-                let write = if self.plan.workload.counts() {
+                let workload = self.plan.workload;
+                let write = if workload.counts() && (workload != Workload::Rw || writer) {
                     Write::Indeterminate
                 } else {
                     Write::None
@@ -524,6 +544,7 @@ impl Lab {
                 });
             }
             s.last_heard.remove(&w);
+            s.lingering.remove(&w);
         }
         let proc = self.spawn(w)?;
         self.workers[w as usize] = Some(proc);
@@ -624,7 +645,7 @@ async fn step_clock(url: &str) -> Result<(), LabError> {
                     .query_async(&mut conn),
             )
             .await?;
-        } else if key.ends_with("}:permits") {
+        } else if key.ends_with("}:permits") || key.ends_with("}:readers") {
             let holders: Vec<String> = bounded(
                 redis::cmd("ZRANGE")
                     .arg(&key)

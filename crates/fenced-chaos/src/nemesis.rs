@@ -29,7 +29,8 @@ pub enum Nemesis {
     /// the command ran.
     Reset,
     /// A clock step on the server, simulated: every lease key expires now (`PEXPIRE 1`, and
-    /// a semaphore's lease scores set to 0), as if the clock jumped past the ttl.
+    /// the lease scores of a semaphore's holders and an RW lock's readers set to 0), as if the
+    /// clock jumped past the ttl.
     ClockStep,
 }
 

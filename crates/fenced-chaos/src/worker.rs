@@ -174,7 +174,7 @@ async fn work(config: Config) -> i32 {
     while !commands.stop.load(Ordering::Relaxed) {
         let key = u32::try_from(rng.below(u64::from(config.keys))).unwrap_or(0);
         let event = match config.workload {
-            Workload::Optimistic => transaction(&config, &client, key).await,
+            Workload::Optimistic => transaction(&config, &client, key, &commands).await,
             Workload::Run => run_command(&config, key, &commands).await,
             _ => section(&config, &client, &store, key, &commands).await,
         };
@@ -596,7 +596,9 @@ async fn run_command(config: &Config, key: u32, commands: &Commands) -> Event {
     };
     let url = config.lock_urls.first().map_or("", String::as_str);
     let spawned = tokio::process::Command::new(bin)
-        .args(["--json", "--redis", url, "run", "--ttl"])
+        .args(["--json", "--redis", url, "--timeout"])
+        .arg(format!("{}ms", config.timeout_ms))
+        .args(["run", "--ttl"])
         .arg(format!("{}ms", config.ttl_ms))
         .arg("--wait")
         .arg(format!("{}ms", config.wait_ms))
@@ -652,16 +654,24 @@ async fn run_command(config: &Config, key: u32, commands: &Commands) -> Event {
     )
 }
 
-/// One optimistic transaction incrementing the key's counter on the lock server.
-async fn transaction(config: &Config, client: &Client, key: u32) -> Event {
+/// One optimistic transaction incrementing the key's counter on the lock server. It is
+/// announced like a grant (token 0), so that a killed worker's transaction is recorded as
+/// indeterminate, and a holder fault lingers it between its read and its `EXEC`.
+async fn transaction(config: &Config, client: &Client, key: u32, commands: &Commands) -> Event {
     let counter = config.workload.counter(key);
     let inv = now_ns();
+    let (ok, _) = acquired(config.id, key, inv, 0);
+    // Set once a step has queued its write: from then on EXEC may have run.
+    let exec_sent = AtomicBool::new(false);
     let result = client
         .transaction(&[counter.as_str()], |tx| {
-            let counter = counter.clone();
+            let (counter, exec_sent) = (counter.clone(), &exec_sent);
             async move {
                 let n: i64 = tx.get(&counter).await?.unwrap_or(0);
+                linger(commands, config.id, false).await;
+                linger(commands, config.id, true).await;
                 tx.set(&counter, n + 1);
+                exec_sent.store(true, Ordering::Relaxed);
                 Ok::<_, Error>(n + 1)
             }
         })
@@ -673,6 +683,8 @@ async fn transaction(config: &Config, client: &Client, key: u32) -> Event {
         Err(e @ (Error::Conflict { .. } | Error::InvalidArgument(_))) => {
             (Write::Refused, None, kind(&e).to_owned())
         }
+        // Failed before any EXEC was sent (WATCH, the read, the pool): nothing applied.
+        Err(e) if !exec_sent.load(Ordering::Relaxed) => (Write::Skipped, None, kind(&e).to_owned()),
         Err(e) => (Write::Indeterminate, None, kind(&e).to_owned()),
     };
     Event::Section {
@@ -680,7 +692,7 @@ async fn transaction(config: &Config, client: &Client, key: u32) -> Event {
         key,
         t: 0,
         inv,
-        ok: end,
+        ok,
         write,
         value,
         rel_inv: end,

@@ -433,8 +433,54 @@ fn exec_outcome(replies: Vec<Value>, n: usize) -> Result<bool> {
         ));
     }
     match replies.last() {
-        Some(Value::Array(_)) => Ok(true),
+        // Committed; a write that failed inside EXEC did not undo the others (no rollback),
+        // and its error is the caller's.
+        Some(Value::Array(results)) => match results.iter().find_map(|v| match v {
+            Value::ServerError(e) => Some(e),
+            _ => None,
+        }) {
+            Some(e) => Err(Error::from_redis(
+                "transaction exec",
+                Duration::ZERO,
+                e.clone().into(),
+            )),
+            None => Ok(true),
+        },
         Some(Value::Nil) => Ok(false),
         _ => Err(unexpected(&replies)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use redis::Value;
+
+    use super::exec_outcome;
+    use crate::error::Error;
+
+    fn error(code: &str, detail: &str) -> Value {
+        redis::parse_redis_value(format!("-{code} {detail}\r\n").as_bytes())
+            .unwrap_or_else(|e| panic!("{e:?}"))
+    }
+
+    #[test]
+    fn every_reply_shape_of_multi_exec_is_read() {
+        let queued = || Value::SimpleString("QUEUED".into());
+        let committed = vec![Value::Okay, queued(), Value::Array(vec![Value::Okay])];
+        assert!(matches!(exec_outcome(committed, 1), Ok(true)));
+        let conflict = vec![Value::Okay, queued(), Value::Nil];
+        assert!(matches!(exec_outcome(conflict, 1), Ok(false)));
+        let failed_inside = vec![
+            Value::Okay,
+            queued(),
+            queued(),
+            Value::Array(vec![Value::Okay, error("WRONGTYPE", "not an integer")]),
+        ];
+        assert!(exec_outcome(failed_inside, 2).is_err());
+        let short = vec![Value::Okay, Value::Nil];
+        assert!(matches!(
+            exec_outcome(short, 1),
+            Err(Error::UnexpectedReply { .. })
+        ));
     }
 }
