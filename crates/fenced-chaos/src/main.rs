@@ -2,7 +2,7 @@
 //! records the history, checks it, and prints the figures.
 //!
 //! ```text
-//! fenced-chaos --quick                  # the CI tier, about 80 s
+//! fenced-chaos --quick                  # the CI tier, about 2 minutes
 //! fenced-chaos --long                   # the published tier, ≥ 100k critical sections
 //! fenced-chaos --workload lock --nemesis pause-holder --duration 30
 //! ```
@@ -30,7 +30,7 @@ use crate::worker::Workload;
 #[derive(Parser, Debug)]
 #[command(name = "fenced-chaos", version, about)]
 struct Args {
-    /// The CI tier: every workload, every fault kind in turn, about 80 seconds.
+    /// The CI tier: every workload under every fault kind in turn, about 2 minutes.
     #[arg(long, conflicts_with = "long")]
     quick: bool,
     /// The published tier: every workload under a mixed soak of every fault kind, at least

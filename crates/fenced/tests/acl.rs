@@ -5,8 +5,8 @@
 use std::time::Duration;
 
 use fenced::{Client, Error, WaitPolicy};
-use fenced_testkit::RedisServer;
 
+use crate::acl_family::user;
 use crate::support::raw;
 
 /// The commands a lock client needs, besides its key and channel patterns (README, "Least
@@ -29,26 +29,6 @@ const LOCK_COMMANDS: [&str; 11] = [
 /// one-round-trip handover to a waiter of the same client (`pubsub|numsub`, `llen`: without
 /// them a release goes the ordinary way). Nothing fails without them; it is slower.
 const SPEED_COMMANDS: [&str; 4] = ["subscribe", "unsubscribe", "pubsub|numsub", "llen"];
-
-async fn user(server: &RedisServer, name: &str, commands: &[&str]) -> String {
-    let mut conn = raw(server).await;
-    let mut acl = redis::cmd("ACL");
-    acl.arg("SETUSER")
-        .arg(name)
-        .arg("reset")
-        .arg("on")
-        .arg(">pw")
-        .arg("~fenced:*")
-        .arg("&fenced:*")
-        .arg("-@all");
-    for c in commands {
-        acl.arg(format!("+{c}"));
-    }
-    let _: () = acl.query_async(&mut conn).await.unwrap();
-    server
-        .url()
-        .replace("redis://", &format!("redis://{name}:pw@"))
-}
 
 /// Everything a lock does, end to end: the first error, if any.
 async fn exercise(url: &str, name: &str) -> Result<(), Error> {

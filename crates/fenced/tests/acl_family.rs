@@ -222,7 +222,9 @@ fn script_commands(source: &str) -> Vec<String> {
     out
 }
 
-async fn user(server: &RedisServer, name: &str, commands: &[&str]) -> String {
+/// A user with exactly `commands` on fenced's keys and channels, and a flushed script cache
+/// (so that loading scripts is needed again); its URL.
+pub(crate) async fn user(server: &RedisServer, name: &str, commands: &[&str]) -> String {
     let mut conn = raw(server).await;
     let mut acl = redis::cmd("ACL");
     acl.arg("SETUSER")
