@@ -17,25 +17,9 @@ use std::collections::HashMap;
 
 use serde::Serialize;
 
-use crate::history::{Event, Write};
+use crate::history::{Event, Section, Write};
 use crate::lab::Record;
 use crate::worker::Workload;
-
-/// One section, from the history.
-#[derive(Clone, Copy, Debug)]
-struct Sec {
-    w: u32,
-    key: u32,
-    t: u64,
-    inv: u64,
-    ok: u64,
-    write: Write,
-    value: Option<i64>,
-    rel_inv: u64,
-    rel_end: u64,
-    stalled: u64,
-    writer: bool,
-}
 
 /// What the checkers found.
 #[derive(Clone, Debug, Default, Serialize)]
@@ -141,22 +125,9 @@ pub fn check(workload: Workload, record: &Record, bound_ns: u64) -> Verdict {
                     v.hangs += 1;
                 }
             }
-            Event::Section {
-                w,
-                key,
-                t,
-                inv,
-                ok,
-                write,
-                value,
-                rel_inv,
-                rel_end,
-                stalled,
-                writer,
-                ..
-            } => {
+            Event::Section(ref s) => {
                 v.attempted += 1;
-                match write {
+                match s.write {
                     Write::Applied | Write::None => v.ok += 1,
                     Write::Refused => {
                         v.failed += 1;
@@ -169,21 +140,9 @@ pub fn check(workload: Workload, record: &Record, bound_ns: u64) -> Verdict {
                     Write::Indeterminate => v.indeterminate += 1,
                 }
                 if let Some(h) = acquire.as_mut() {
-                    let _ = h.record(ok.saturating_sub(inv) / 1000);
+                    let _ = h.record(s.ok.saturating_sub(s.inv) / 1000);
                 }
-                secs.push(Sec {
-                    w,
-                    key,
-                    t,
-                    inv,
-                    ok,
-                    write,
-                    value,
-                    rel_inv,
-                    rel_end,
-                    stalled,
-                    writer,
-                });
+                secs.push(s);
             }
             _ => {}
         }
@@ -205,7 +164,7 @@ pub fn check(workload: Workload, record: &Record, bound_ns: u64) -> Verdict {
     v.hangs += u64::from(record.silent);
     v.panics = u64::from(record.panics + record.crashes);
 
-    let mut by_key: HashMap<u32, Vec<Sec>> = HashMap::new();
+    let mut by_key: HashMap<u32, Vec<&Section>> = HashMap::new();
     for s in secs {
         by_key.entry(s.key).or_default().push(s);
     }
@@ -251,7 +210,11 @@ fn frozen(record: &Record, w: u32, from: u64, to: u64) -> u64 {
 /// Sections that began while the workload's rule was broken by those still believed held
 /// (`holders` or more of them; for the read-write lock, any one if this is a writer, a
 /// writer if this is a reader), and the most held at once.
-fn overlaps(list: &[Sec], workload: Workload, span: impl Fn(&Sec) -> (u64, u64)) -> (u64, u64) {
+fn overlaps(
+    list: &[&Section],
+    workload: Workload,
+    span: impl Fn(&Section) -> (u64, u64),
+) -> (u64, u64) {
     let mut spans: Vec<(u64, u64, bool)> = list
         .iter()
         .map(|s| {
@@ -280,8 +243,8 @@ fn overlaps(list: &[Sec], workload: Workload, span: impl Fn(&Sec) -> (u64, u64))
 
 /// Grants whose token is not above every grant that arrived before they were asked for,
 /// plus tokens granted twice.
-fn token_order(list: &[Sec]) -> u64 {
-    let mut by_inv: Vec<&Sec> = list.iter().filter(|s| s.t > 0).collect();
+fn token_order(list: &[&Section]) -> u64 {
+    let mut by_inv: Vec<&Section> = list.iter().copied().filter(|s| s.t > 0).collect();
     let mut by_ok = by_inv.clone();
     by_inv.sort_unstable_by_key(|s| s.inv);
     by_ok.sort_unstable_by_key(|s| s.ok);
@@ -328,7 +291,7 @@ fn run_file(text: &str) -> (u64, u64) {
 }
 
 /// (stale writes accepted, lost updates, duplicated effects) for one counter.
-fn resource(list: &[Sec], final_value: i64, fenced: bool) -> (u64, u64, u64) {
+fn resource(list: &[&Section], final_value: i64, fenced: bool) -> (u64, u64, u64) {
     let mut acked: Vec<(i64, u64)> = list
         .iter()
         .filter(|s| s.write == Write::Applied)
@@ -364,8 +327,12 @@ fn resource(list: &[Sec], final_value: i64, fenced: bool) -> (u64, u64, u64) {
 mod tests {
     use super::*;
 
-    fn sec(key: u32, t: u64, span: (u64, u64), value: Option<i64>) -> Sec {
-        Sec {
+    fn refs(list: &[Section]) -> Vec<&Section> {
+        list.iter().collect()
+    }
+
+    fn sec(key: u32, t: u64, span: (u64, u64), value: Option<i64>) -> Section {
+        Section {
             w: 0,
             key,
             t,
@@ -379,6 +346,7 @@ mod tests {
             value,
             rel_inv: span.1,
             rel_end: span.1 + 1,
+            release: String::new(),
             stalled: 0,
             writer: false,
         }
@@ -386,20 +354,23 @@ mod tests {
 
     #[test]
     fn overlapping_beliefs_are_counted_and_disjoint_ones_are_not() {
-        let belief = |s: &Sec| (s.ok, s.rel_inv);
+        let belief = |s: &Section| (s.ok, s.rel_inv);
         let disjoint = [sec(0, 1, (0, 10), None), sec(0, 2, (20, 30), None)];
-        assert_eq!(overlaps(&disjoint, Workload::Lock, belief), (0, 1));
+        assert_eq!(overlaps(&refs(&disjoint), Workload::Lock, belief), (0, 1));
         let paused = [sec(0, 1, (0, 100), None), sec(0, 2, (20, 30), None)];
-        assert_eq!(overlaps(&paused, Workload::Lock, belief), (1, 2));
-        assert_eq!(overlaps(&paused, Workload::Semaphore, belief), (0, 2));
+        assert_eq!(overlaps(&refs(&paused), Workload::Lock, belief), (1, 2));
+        assert_eq!(
+            overlaps(&refs(&paused), Workload::Semaphore, belief),
+            (0, 2)
+        );
         // Readers share; a writer shares with nobody.
-        assert_eq!(overlaps(&paused, Workload::Rw, belief), (0, 2));
-        let mut writer = paused;
+        assert_eq!(overlaps(&refs(&paused), Workload::Rw, belief), (0, 2));
+        let mut writer = paused.clone();
         writer[1].writer = true;
-        assert_eq!(overlaps(&writer, Workload::Rw, belief), (1, 2));
+        assert_eq!(overlaps(&refs(&writer), Workload::Rw, belief), (1, 2));
         let mut reader_late = paused;
         reader_late[0].writer = true;
-        assert_eq!(overlaps(&reader_late, Workload::Rw, belief), (1, 2));
+        assert_eq!(overlaps(&refs(&reader_late), Workload::Rw, belief), (1, 2));
     }
 
     #[test]
@@ -412,24 +383,28 @@ mod tests {
     #[test]
     fn a_token_below_an_earlier_grant_is_a_violation() {
         let fine = [sec(0, 5, (0, 10), None), sec(0, 9, (20, 30), None)];
-        assert_eq!(token_order(&fine), 0);
+        assert_eq!(token_order(&refs(&fine)), 0);
         let backwards = [sec(0, 9, (0, 10), None), sec(0, 5, (20, 30), None)];
-        assert_eq!(token_order(&backwards), 1);
+        assert_eq!(token_order(&refs(&backwards)), 1);
         // Concurrent requests may be granted in either order.
         let concurrent = [sec(0, 9, (0, 10), None), sec(0, 5, (0, 30), None)];
-        assert_eq!(token_order(&concurrent), 0);
+        assert_eq!(token_order(&refs(&concurrent)), 0);
         let twice = [sec(0, 9, (0, 10), None), sec(0, 9, (0, 30), None)];
-        assert_eq!(token_order(&twice), 1);
+        assert_eq!(token_order(&refs(&twice)), 1);
     }
 
     #[test]
     fn the_resource_checker_finds_stale_lost_and_duplicated_writes() {
         let chain = [sec(0, 1, (0, 1), Some(1)), sec(0, 2, (2, 3), Some(2))];
-        assert_eq!(resource(&chain, 2, true), (0, 0, 0));
+        assert_eq!(resource(&refs(&chain), 2, true), (0, 0, 0));
         let stale = [sec(0, 2, (0, 1), Some(1)), sec(0, 1, (2, 3), Some(2))];
-        assert_eq!(resource(&stale, 2, true).0, 1);
+        assert_eq!(resource(&refs(&stale), 2, true).0, 1);
         let lost = [sec(0, 1, (0, 1), Some(1)), sec(0, 2, (2, 3), Some(1))];
-        assert_eq!(resource(&lost, 1, true).1, 1);
-        assert_eq!(resource(&chain, 3, true).2, 1, "one effect nobody made");
+        assert_eq!(resource(&refs(&lost), 1, true).1, 1);
+        assert_eq!(
+            resource(&refs(&chain), 3, true).2,
+            1,
+            "one effect nobody made"
+        );
     }
 }

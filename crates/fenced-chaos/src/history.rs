@@ -81,35 +81,39 @@ pub enum Event {
         err: String,
     },
     /// A finished critical section (or optimistic transaction).
-    Section {
-        /// Worker id.
-        w: u32,
-        /// Which key.
-        key: u32,
-        /// The fencing token (0 where the workload has none).
-        t: u64,
-        /// When the acquire was invoked.
-        inv: u64,
-        /// When the grant arrived (for a transaction: when it committed).
-        ok: u64,
-        /// The write's fate.
-        write: Write,
-        /// The counter value written (read + 1), when a write was attempted.
-        value: Option<i64>,
-        /// When the release was invoked: the end of the holder's belief that it holds.
-        rel_inv: u64,
-        /// When the release returned.
-        rel_end: u64,
-        /// The release's outcome: "released", or an error kind.
-        release: String,
-        /// Nanoseconds the worker stalled on purpose (the starved-renewal nemesis), not
-        /// counted against the call bounds.
-        stalled: u64,
-        /// For the read-write lock: whether this section held the write lock (readers may
-        /// overlap each other, nobody may overlap a writer).
-        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-        writer: bool,
-    },
+    Section(Section),
+}
+
+/// A finished critical section, as recorded.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Section {
+    /// Worker id.
+    pub w: u32,
+    /// Which key.
+    pub key: u32,
+    /// The fencing token (0 where the workload has none).
+    pub t: u64,
+    /// When the acquire was invoked.
+    pub inv: u64,
+    /// When the grant arrived (for a transaction: when it committed).
+    pub ok: u64,
+    /// The write's fate.
+    pub write: Write,
+    /// The counter value written (read + 1), when a write was attempted.
+    pub value: Option<i64>,
+    /// When the release was invoked: the end of the holder's belief that it holds.
+    pub rel_inv: u64,
+    /// When the release returned.
+    pub rel_end: u64,
+    /// The release's outcome: "released", or an error kind.
+    pub release: String,
+    /// Nanoseconds the worker stalled on purpose (the starved-renewal nemesis), not
+    /// counted against the call bounds.
+    pub stalled: u64,
+    /// For the read-write lock: whether this section held the write lock (readers may
+    /// overlap each other, nobody may overlap a writer).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub writer: bool,
 }
 
 /// A small xorshift generator: the schedule needs cheap randomness, not a crypto one.

@@ -18,7 +18,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin, Command};
 use tokio::task::JoinHandle;
 
-use crate::history::{Event, Rng, Write, now_ns};
+use crate::history::{Event, Rng, Section, Write, now_ns};
 use crate::nemesis::{Fault, Nemesis};
 use crate::worker::{Config, Workload};
 
@@ -204,7 +204,7 @@ impl Lab {
                     Event::Acquired { key, .. } => {
                         s.holding.insert(w, (*key, event.clone()));
                     }
-                    Event::Section { .. } | Event::AcquireFailed { .. } => {
+                    Event::Section(_) | Event::AcquireFailed { .. } => {
                         s.holding.remove(&w);
                         s.lingering.remove(&w);
                     }
@@ -528,7 +528,7 @@ impl Lab {
                 } else {
                     Write::None
                 };
-                s.record.events.push(Event::Section {
+                s.record.events.push(Event::Section(Section {
                     w,
                     key,
                     t,
@@ -541,7 +541,7 @@ impl Lab {
                     release: "killed".to_owned(),
                     stalled: 0,
                     writer,
-                });
+                }));
             }
             s.last_heard.remove(&w);
             s.lingering.remove(&w);

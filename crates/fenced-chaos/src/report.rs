@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use crate::check::Verdict;
-use crate::history::{Event, Write};
+use crate::history::{Event, Section, Write};
 use crate::lab::Record;
 use crate::worker::Workload;
 
@@ -53,13 +53,9 @@ impl Row {
             .events
             .iter()
             .filter_map(|e| match *e {
-                Event::Section {
-                    ok,
-                    write: Write::Applied | Write::None,
-                    w,
-                    key,
-                    ..
-                } => Some((ok, w, key)),
+                Event::Section(ref s) if matches!(s.write, Write::Applied | Write::None) => {
+                    Some((s.ok, s.w, s.key))
+                }
                 _ => None,
             })
             .collect();
@@ -96,7 +92,7 @@ impl Row {
         for event in &record.events {
             let kind = match event {
                 Event::AcquireFailed { err, .. } => format!("acquire: {err}"),
-                Event::Section { release, .. }
+                Event::Section(Section { release, .. })
                     if !matches!(release.as_str(), "released" | "committed") =>
                 {
                     format!("release: {release}")

@@ -18,7 +18,7 @@ use fenced::{Client, Error, FencedRead, FencedWrite, WaitPolicy};
 use serde::{Deserialize, Serialize};
 use tokio::io::AsyncBufReadExt;
 
-use crate::history::{Event, Rng, Write, now_ns};
+use crate::history::{Event, Rng, Section, Write, now_ns};
 
 /// What the workers do.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
@@ -381,8 +381,8 @@ async fn section(
                 release,
                 stalled,
             );
-            if let Event::Section { writer, .. } = &mut event {
-                *writer = true;
+            if let Event::Section(section) = &mut event {
+                section.writer = true;
             }
             event
         }
@@ -443,7 +443,7 @@ fn finished(
     release: String,
     stalled: u64,
 ) -> Event {
-    Event::Section {
+    Event::Section(Section {
         w,
         key,
         t,
@@ -456,7 +456,7 @@ fn finished(
         release,
         stalled,
         writer: false,
-    }
+    })
 }
 
 /// A random number in `0..n`, from a thread-local generator.
@@ -687,7 +687,7 @@ async fn transaction(config: &Config, client: &Client, key: u32, commands: &Comm
         Err(e) if !exec_sent.load(Ordering::Relaxed) => (Write::Skipped, None, kind(&e).to_owned()),
         Err(e) => (Write::Indeterminate, None, kind(&e).to_owned()),
     };
-    Event::Section {
+    Event::Section(Section {
         w: config.id,
         key,
         t: 0,
@@ -700,7 +700,7 @@ async fn transaction(config: &Config, client: &Client, key: u32, commands: &Comm
         release,
         stalled: 0,
         writer: false,
-    }
+    })
 }
 
 fn outcome(result: fenced::Result<()>) -> String {
