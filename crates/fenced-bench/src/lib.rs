@@ -27,7 +27,10 @@
 //!   a miss query and SET); database queries per round and request latency;
 //! - `redlock-3`: one task's lock cycles over 3 independent masters, each behind a proxy that
 //!   delays its replies by 1 ms: `fenced` (`Client::redlock_builder`) against rslock and
-//!   redlock-rs given the same 3 URLs.
+//!   redlock-rs given the same 3 URLs;
+//! - `cluster-uncontended-32`: `uncontended-32`'s cycles by `fenced` on a Redis Cluster of 3
+//!   masters (`Client::cluster_builder`), to set against the same run's one-server row. rslock
+//!   and redlock-rs have no cluster mode.
 //!
 //! Libraries ([`Library`]): `fenced`; `raw`, the same cycle written by hand with redis-rs
 //! (`SET NX PX`, then `EVALSHA` compare-and-delete; waiting by 1 ms polling); `rslock`;
@@ -35,6 +38,7 @@
 //! reason in [`Report::not_applicable`].
 
 mod charts;
+mod cluster;
 mod family;
 mod locks;
 mod optimistic;

@@ -54,11 +54,13 @@ pub enum Scenario {
     Stampede1000,
     /// One task's lock cycles over 3 independent masters, each 1 ms away (Redlock).
     Redlock3,
+    /// 32 tasks' lock cycles on a Redis Cluster of 3 masters, each task on its own name.
+    ClusterUncontended32,
 }
 
 impl Scenario {
     /// Every scenario, in run order.
-    pub const ALL: [Scenario; 19] = [
+    pub const ALL: [Scenario; 20] = [
         Scenario::Uncontended1,
         Scenario::Uncontended32,
         Scenario::Contended8,
@@ -78,6 +80,7 @@ impl Scenario {
         Scenario::CounterContended,
         Scenario::Stampede1000,
         Scenario::Redlock3,
+        Scenario::ClusterUncontended32,
     ];
 
     /// The name used in tables and JSON.
@@ -102,6 +105,7 @@ impl Scenario {
             Scenario::CounterContended => "counter-contended",
             Scenario::Stampede1000 => "stampede-1000",
             Scenario::Redlock3 => "redlock-3",
+            Scenario::ClusterUncontended32 => "cluster-uncontended-32",
         }
     }
 
@@ -128,6 +132,7 @@ impl Scenario {
             Scenario::CounterContended => &[FencedTx, FencedScript],
             Scenario::Stampede1000 => &[FencedCache, CacheAside],
             Scenario::Redlock3 => &[Fenced, Rslock, Redlock],
+            Scenario::ClusterUncontended32 => &[Fenced],
         }
     }
 
@@ -165,6 +170,11 @@ impl Scenario {
                     Redlock,
                     "no re-entry: a second lock() by the holder waits for itself",
                 ),
+            ],
+            Scenario::ClusterUncontended32 => &[
+                (Raw, "written for one server"),
+                (Rslock, "no Redis Cluster mode"),
+                (Redlock, "no Redis Cluster mode"),
             ],
             _ => &[],
         }
@@ -362,12 +372,19 @@ async fn run_pair(
         Scenario::CounterContended => crate::optimistic::counter(library, 32, window, env).await?,
         Scenario::Stampede1000 => crate::stampede::stampede(library, window, env).await?,
         Scenario::Redlock3 => crate::redlock3::redlock3(library, window).await?,
+        Scenario::ClusterUncontended32 => crate::cluster::uncontended(library, window).await?,
         Scenario::Waiters1000 | Scenario::Renew10000 => return Err("handled above".into()),
     };
     let seen = observer.await??;
     let ops = row.ops_per_sec * window.duration.as_secs_f64();
-    // redlock-3 runs on servers of its own: the shared server's counters are not its cost.
-    if ops > 0.0 && scenario != Scenario::Redlock3 {
+    // redlock-3 and the cluster run on servers of their own: the shared server's counters
+    // are not their cost.
+    if ops > 0.0
+        && !matches!(
+            scenario,
+            Scenario::Redlock3 | Scenario::ClusterUncontended32
+        )
+    {
         row.redis_cmds_per_op = seen.commands as f64 / ops;
         row.client_cpu_us_per_op = seen.cpu_us as f64 / ops;
         row.redis_cpu_us_per_op = seen.server_cpu_us as f64 / ops;

@@ -37,8 +37,14 @@ pub const EXIT_CODES: &str = exit_codes!();
 #[derive(Args, Debug, Clone)]
 pub struct Global {
     /// Redis URL: redis://host:port/db, rediss:// for TLS, redis://user:pass@host for ACL.
+    /// Given 3 or more times: Redlock over those independent masters (locks and semaphores:
+    /// `run`, `hold`).
     #[arg(long, global = true, env = "FENCED_REDIS_URL", value_name = "URL")]
-    pub redis: Option<String>,
+    pub redis: Vec<String>,
+    /// A Redis Cluster: the URL of one of its nodes (repeat for more seeds). Every command
+    /// works on a cluster except the listings (`list`, `top`), which need one server.
+    #[arg(long, global = true, value_name = "URL", conflicts_with = "redis")]
+    pub cluster: Vec<String>,
     /// Prefix of every key fenced uses.
     #[arg(long, global = true, default_value = "fenced:", value_name = "PREFIX")]
     pub namespace: String,
@@ -76,8 +82,12 @@ pub struct Global {
 pub const DEFAULT_REDIS: &str = "redis://127.0.0.1:6379";
 
 impl Global {
+    /// The server to name in messages and to check: the first of --cluster or --redis.
     pub fn redis_url(&self) -> &str {
-        self.redis.as_deref().unwrap_or(DEFAULT_REDIS)
+        self.cluster
+            .first()
+            .or(self.redis.first())
+            .map_or(DEFAULT_REDIS, String::as_str)
     }
 }
 

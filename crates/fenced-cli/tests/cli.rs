@@ -1567,3 +1567,65 @@ async fn poll_until(limit: Duration, check: impl Fn() -> bool) -> bool {
     }
     check()
 }
+
+/// `fenced ARGS…` with no `--redis`, for the deployment options.
+fn fenced_bare(args: &[&str]) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_fenced"));
+    cmd.env_remove("FENCED_REDIS_URL")
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    cmd
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_works_on_a_cluster_and_on_redlock_over_several_masters() {
+    let cluster = fenced_testkit::RedisCluster::start(3, 0)
+        .unwrap_or_else(|e| panic!("this test needs a real redis-server cluster: {e}"));
+    let seed = &cluster.urls()[1];
+    let show = "test -n \"$FENCED_TOKEN\" && echo token=$FENCED_TOKEN";
+    let on_cluster = finish(
+        fenced_bare(&["--cluster", seed, "run", "job", "--", "sh", "-c", show]),
+        Duration::from_secs(20),
+    )
+    .await;
+    assert_eq!(on_cluster.code, Some(0), "{}", on_cluster.stderr);
+    assert!(
+        on_cluster.stdout.starts_with("token="),
+        "{}",
+        on_cluster.stdout
+    );
+    // The listings need one server: a usage error in one line.
+    let list = finish(
+        fenced_bare(&["--cluster", seed, "list"]),
+        Duration::from_secs(20),
+    )
+    .await;
+    assert_eq!(list.code, Some(64), "{}", list.stderr);
+    assert_eq!(list.stderr.trim().lines().count(), 1, "{}", list.stderr);
+    // --cluster and --redis together: a usage error.
+    let both = finish(
+        fenced_bare(&["--cluster", seed, "--redis", seed, "status", "job"]),
+        Duration::from_secs(20),
+    )
+    .await;
+    assert_eq!(both.code, Some(64), "{}", both.stderr);
+
+    let masters: Vec<RedisServer> = (0..3).map(|_| server()).collect();
+    let mut args: Vec<String> = Vec::new();
+    for m in &masters {
+        args.push("--redis".into());
+        args.push(m.url());
+    }
+    args.extend(["run", "job", "--", "sh", "-c", show].map(String::from));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let on_redlock = finish(fenced_bare(&args), Duration::from_secs(20)).await;
+    assert_eq!(on_redlock.code, Some(0), "{}", on_redlock.stderr);
+    assert!(
+        on_redlock.stdout.starts_with("token="),
+        "{}",
+        on_redlock.stdout
+    );
+}

@@ -26,8 +26,10 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
+mod cluster;
 mod proxy;
 
+pub use cluster::{RedisCluster, Reply, SLOTS, command, key_slot};
 pub use proxy::{Fault, Proxy};
 
 /// What can go wrong while starting or controlling a server.
@@ -561,6 +563,25 @@ where
         .build()
         .expect("tokio runtime");
     if let Err(e) = rt.block_on(body(servers.iter().map(RedisServer::url).collect())) {
+        panic!("doctest failed: {e}");
+    }
+}
+
+/// [`doctest`] against a fresh Redis Cluster of 3 masters without replicas; the body gets
+/// the nodes' URLs (seeds).
+#[allow(clippy::expect_used)] // a doctest helper: failing loudly is its whole job
+pub fn doctest_cluster<F, Fut>(body: F)
+where
+    F: FnOnce(Vec<String>) -> Fut,
+    Fut: Future<Output = Result<(), BoxError>>,
+{
+    let cluster = RedisCluster::start(3, 0).expect("doctest needs redis-server");
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    if let Err(e) = rt.block_on(body(cluster.urls())) {
         panic!("doctest failed: {e}");
     }
 }

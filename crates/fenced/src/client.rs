@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
-use crate::backend::{Backend, Node, Redlock};
+use crate::backend::{Backend, Conn, Node, Redlock, bounded};
 use crate::cache::Cache;
 use crate::core::Core;
 use crate::core::renew::RenewalStats;
@@ -74,6 +74,7 @@ impl Client {
         ClientBuilder {
             url: url.to_owned(),
             redlock: None,
+            cluster: None,
             redlock_restart_grace: None,
             password: None,
             options: ClientOptions::default(),
@@ -127,6 +128,43 @@ impl Client {
     pub fn redlock_builder<S: AsRef<str>>(urls: &[S]) -> ClientBuilder {
         let mut builder = Client::builder(urls.first().map_or("", |u| u.as_ref()));
         builder.redlock = Some(urls.iter().map(|u| u.as_ref().to_owned()).collect());
+        builder
+    }
+
+    /// Starts configuring a client of a Redis Cluster, from one or more of its nodes (seeds;
+    /// the others are discovered).
+    ///
+    /// Every primitive keeps all its keys under one `{name}` hash tag, so each of its
+    /// scripts runs on the master of one slot, and everything works as on one server:
+    /// - commands follow `MOVED`, `ASK`, `TRYAGAIN` and `CLUSTERDOWN` by sending again, but
+    ///   only those, whose reply says the command did not run: a command whose connection
+    ///   broke is reported as unknown ([`Error::Timeout`], [`Error::Unavailable`]), never sent
+    ///   a second time, so a write is applied at most once;
+    /// - renewal sends one pipeline per slot per tick, all at once;
+    /// - waiters subscribe on any node (a release published on one node reaches every node),
+    ///   moving to the next seed when theirs is down, and poll meanwhile;
+    /// - a lease survives a slot migration and a failover that promotes an up-to-date
+    ///   replica; after a failover to a replica that missed the last grant, the `TIME` floor
+    ///   still keeps fencing tokens increasing.
+    ///
+    /// Not on a cluster: a multi-lock over several names (they live in different slots),
+    /// optimistic transactions (`WATCH` needs the key's node; the atomic helpers work), and
+    /// the listings of `fenced list` (one node's keys only); those answer
+    /// [`Error::InvalidArgument`]. Locks are not handed straight to a local waiter on a
+    /// cluster (a node counts only its own subscribers), so a handover costs a round trip
+    /// more than on one server.
+    ///
+    /// ```
+    /// # fenced_testkit::doctest_cluster(|seeds| async move {
+    /// let client = fenced::Client::cluster_builder(&seeds).connect().await?;
+    /// let guard = client.lock("invoice:2026-11").acquire().await?;
+    /// println!("fencing token {}", guard.fencing_token());
+    /// guard.release().await?;
+    /// # Ok(()) });
+    /// ```
+    pub fn cluster_builder<S: AsRef<str>>(seeds: &[S]) -> ClientBuilder {
+        let mut builder = Client::builder(seeds.first().map_or("", |u| u.as_ref()));
+        builder.cluster = Some(seeds.iter().map(|u| u.as_ref().to_owned()).collect());
         builder
     }
 
@@ -240,6 +278,8 @@ pub struct ClientBuilder {
     url: String,
     /// Several independent masters (Redlock); `None` for one server.
     redlock: Option<Vec<String>>,
+    /// Seed nodes of a Redis Cluster; `None` for one server.
+    cluster: Option<Vec<String>>,
     /// How long a restarted Redlock master does not vote (default: the default ttl).
     redlock_restart_grace: Option<Duration>,
     /// A password given apart from the URL (never shown by `Debug`).
@@ -353,13 +393,19 @@ impl ClientBuilder {
             .map_err(|e| Error::invalid(format!("the OS random source failed: {e}")))?;
         let client_id: Arc<str> = hex(&id).into();
 
-        let backend = match &self.redlock {
-            None => {
+        let backend = match (&self.redlock, &self.cluster) {
+            (Some(_), Some(_)) => {
+                return Err(Error::invalid(
+                    "a client is either Redlock over independent masters or a Redis Cluster client, not both",
+                ));
+            }
+            (None, None) => {
                 let (node, client) = self.node(&self.url)?;
                 let _: String = node.query("ping", &redis::cmd("PING")).await?;
                 Backend::Single { node, client }
             }
-            Some(urls) => self.redlock_backend(urls).await?,
+            (Some(urls), None) => self.redlock_backend(urls).await?,
+            (None, Some(seeds)) => self.cluster_backend(seeds).await?,
         };
         let tx_pool = Arc::new(TxPool::new(
             backend.dedicated().clone(),
@@ -387,7 +433,48 @@ impl ClientBuilder {
             .set_max_delay(timeout);
         let conn = ConnectionManager::new_lazy_with_config(redis_client.clone(), config)
             .map_err(|e| Error::from_redis("connect", timeout, e))?;
-        Ok((Node::new(conn, timeout), redis_client))
+        Ok((Node::new(Conn::Single(conn), timeout), redis_client))
+    }
+
+    /// A Redis Cluster from its seed nodes: the slot map is read now, from the first seed
+    /// that answers.
+    async fn cluster_backend(&self, seeds: &[String]) -> Result<Backend> {
+        if seeds.is_empty() {
+            return Err(Error::invalid(
+                "a Redis Cluster client needs at least one seed node URL",
+            ));
+        }
+        let timeout = self.options.timeout;
+        let mut infos = Vec::with_capacity(seeds.len());
+        let mut clients = Vec::with_capacity(seeds.len());
+        for url in seeds {
+            let bad = |e: redis::RedisError| {
+                Error::invalid(format!("Redis URL {:?} is not usable: {e}", redact(url)))
+            };
+            infos.push(self.connection_info(url).map_err(bad)?);
+            clients.push(self.redis_client(url).map_err(bad)?);
+        }
+        let mut builder = redis::cluster::ClusterClientBuilder::new(infos)
+            .connection_timeout(timeout)
+            .response_timeout(timeout)
+            // At most once (backend/node.rs, invariant 4): the node seam resends only what
+            // the cluster says did not run.
+            .retries(0);
+        if let Some(Secret(password)) = &self.password {
+            builder = builder.password(password);
+        }
+        #[cfg(feature = "tls")]
+        if self.tls_root_certificate.is_some() || self.tls_client.is_some() {
+            builder = builder.certs(self.tls_certificates());
+        }
+        let cluster = builder
+            .build()
+            .map_err(|e| Error::invalid(format!("Redis Cluster seeds are not usable: {e}")))?;
+        let conn = bounded(timeout, "connect", cluster.get_async_connection()).await?;
+        Ok(Backend::Cluster {
+            node: Node::new(Conn::Cluster(conn), timeout),
+            clients,
+        })
     }
 
     /// Several masters: at least 3 distinct URLs, a majority of which answer now (the others
@@ -449,18 +536,20 @@ impl ClientBuilder {
         if self.tls_root_certificate.is_none() && self.tls_client.is_none() {
             return redis::Client::open(info);
         }
-        redis::Client::build_with_tls(
-            info,
-            redis::TlsCertificates {
-                client_tls: self.tls_client.as_ref().map(|(cert, Secret(key))| {
-                    redis::ClientTlsConfig {
-                        client_cert: cert.clone(),
-                        client_key: key.clone().into_bytes(),
-                    }
-                }),
-                root_cert: self.tls_root_certificate.clone(),
-            },
-        )
+        redis::Client::build_with_tls(info, self.tls_certificates())
+    }
+
+    #[cfg(feature = "tls")]
+    fn tls_certificates(&self) -> redis::TlsCertificates {
+        redis::TlsCertificates {
+            client_tls: self.tls_client.as_ref().map(|(cert, Secret(key))| {
+                redis::ClientTlsConfig {
+                    client_cert: cert.clone(),
+                    client_key: key.clone().into_bytes(),
+                }
+            }),
+            root_cert: self.tls_root_certificate.clone(),
+        }
     }
 
     #[cfg(not(feature = "tls"))]

@@ -10,7 +10,7 @@ use crate::token::FencingToken;
 /// [`Error::LeaseLost`] and [`Error::NotHeld`] mean your exclusive access ended (stop writing),
 /// [`Error::Unavailable`] and [`Error::Timeout`] mean Redis could not be reached in time (the
 /// outcome of a write may be unknown), and [`Error::InvalidArgument`] is a bug in the caller.
-#[derive(Debug, thiserror::Error)]
+#[derive(Clone, Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
     /// [`Lock::acquire`](crate::Lock::acquire) (or a semaphore's, or a reentrant lock's) gave

@@ -357,6 +357,12 @@ async fn scan_names(
     suffix: &str,
     key_type: &str,
 ) -> Result<Vec<String>> {
+    if node.is_cluster() {
+        // SCAN walks one node's keys; a listing needs every master's.
+        return Err(crate::error::Error::invalid(
+            "listing names needs one Redis server so far: on a Redis Cluster each master holds only its slots' keys; ask for a name's status instead",
+        ));
+    }
     let match_pattern = format!("{}{{{pattern}}}{suffix}", escape_glob(ns));
     let mut cursor = 0;
     let mut names = Vec::new();

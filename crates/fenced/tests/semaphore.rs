@@ -11,7 +11,7 @@ use std::time::Duration;
 use fenced::{Client, WaitPolicy};
 use tokio::time::Instant;
 
-use crate::support::{Worker, calls, client, on_every_backend, raw, server};
+use crate::support::{Worker, calls, client, on_backends, raw, server};
 
 const PERMITS: u32 = 4;
 const TASKS: usize = 50;
@@ -217,8 +217,8 @@ async fn a_release_of_k_permits_wakes_k_waiters_in_another_process() {
     );
 }
 
-on_every_backend!(
-    async fn changing_the_number_of_permits_never_revokes_held_ones(client) {
+on_backends!(Single, Cluster;
+    async fn changing_the_number_of_permits_never_revokes_held_ones(client, _deployment) {
         let four = client.semaphore("resize", 4);
         let held = four.acquire_many(3).await.unwrap();
         let two = four.clone().with_permits(2);

@@ -12,8 +12,10 @@ mod tls;
 
 mod acl;
 mod acl_family;
+mod backends;
 mod bad_input;
 mod cache;
+mod cluster;
 mod exclusion;
 mod expiry;
 mod fair;

@@ -33,6 +33,8 @@ pub enum Hold {
     Read(ReadGuard),
     Write(WriteGuard),
     Fair(LockGuard),
+    /// A plain (not re-entrant) lock: Redlock over several masters runs no re-entrant one.
+    Plain(LockGuard),
 }
 
 impl Hold {
@@ -42,7 +44,7 @@ impl Hold {
             Hold::Permits(p) => p.fencing_token(),
             Hold::Read(r) => r.fencing_token(),
             Hold::Write(w) => w.fencing_token(),
-            Hold::Fair(g) => g.fencing_token(),
+            Hold::Fair(g) | Hold::Plain(g) => g.fencing_token(),
         }
     }
 
@@ -52,7 +54,7 @@ impl Hold {
             Hold::Permits(p) => p.lost(),
             Hold::Read(r) => r.lost(),
             Hold::Write(w) => w.lost(),
-            Hold::Fair(g) => g.lost(),
+            Hold::Fair(g) | Hold::Plain(g) => g.lost(),
         }
     }
 
@@ -62,7 +64,7 @@ impl Hold {
             Hold::Permits(p) => p.is_lost(),
             Hold::Read(r) => r.is_lost(),
             Hold::Write(w) => w.is_lost(),
-            Hold::Fair(g) => g.is_lost(),
+            Hold::Fair(g) | Hold::Plain(g) => g.is_lost(),
         }
     }
 
@@ -72,7 +74,7 @@ impl Hold {
             Hold::Permits(p) => p.release().await,
             Hold::Read(r) => r.release().await,
             Hold::Write(w) => w.release().await,
-            Hold::Fair(g) => g.release().await,
+            Hold::Fair(g) | Hold::Plain(g) => g.release().await,
         }
     }
 
@@ -199,6 +201,17 @@ pub async fn acquire(
             let write = showing_progress(&args.name, rw.write(), lookup, global.verbose).await;
             write.map(Hold::Write).map_err(fail)
         };
+    }
+    if global.redis.len() > 1 {
+        // Redlock (several --redis): a plain lock, granted by a majority with a quorum
+        // fencing token. A `fenced run` started under CMD waits for it like anybody else.
+        let plain = client
+            .lock(args.name.clone())
+            .with_ttl(args.ttl)
+            .with_wait(policy);
+        let lookup = || async { Ok("somebody".to_owned()) }.boxed();
+        let guard = showing_progress(&args.name, plain.acquire(), lookup, global.verbose).await;
+        return guard.map(Hold::Plain).map_err(fail);
     }
     let lock = client
         .reentrant_lock(args.name.clone())

@@ -19,8 +19,18 @@ pub async fn connect(global: &Global) -> Result<Client, Failure> {
     connect_to(global, global.redis_url()).await
 }
 
+/// Connects to `url`; when `url` is the configured target, to the cluster of `--cluster`,
+/// or to Redlock over the masters of several `--redis`.
 pub async fn connect_to(global: &Global, url: &str) -> Result<Client, Failure> {
-    let mut builder = Client::builder(url)
+    let target = url == global.redis_url();
+    let builder = if target && !global.cluster.is_empty() {
+        Client::cluster_builder(&global.cluster)
+    } else if target && global.redis.len() > 1 {
+        Client::redlock_builder(&global.redis)
+    } else {
+        Client::builder(url)
+    };
+    let mut builder = builder
         .namespace(global.namespace.clone())
         .timeout(global.timeout);
     if let Some(password) = password(global)? {

@@ -1,6 +1,6 @@
-//! Where the core's commands go: one Redis server, or Redlock over N independent masters
-//! (`redlock.rs`); Redis Cluster slots in here too, without touching the core or the
-//! primitives.
+//! Where the core's commands go: one Redis server, a Redis Cluster (one node seam over
+//! redis-rs' cluster connection), or Redlock over N independent masters (`redlock.rs`),
+//! without touching the core or the primitives.
 //!
 //! The core sends each lease step (acquire, extend, release, abandon, a renewal batch) through
 //! the backend, which answers with the step's reply: one node's, or the verdict of a strict
@@ -16,7 +16,7 @@ use std::time::Duration;
 use redis::Value;
 use tokio::time::Instant;
 
-pub(crate) use node::{Node, bounded};
+pub(crate) use node::{Conn, Node, bounded};
 pub(crate) use redlock::Redlock;
 
 use crate::core::lease::ExpiryReply;
@@ -41,6 +41,15 @@ pub(crate) enum Backend {
         /// For connections of their own (pub/sub, transactions' `WATCH`).
         client: redis::Client,
     },
+    /// A Redis Cluster: every script runs on the master of its keys' slot (all keys of one
+    /// primitive share its `{name}` hash tag), and renewal batches go one per node.
+    Cluster {
+        /// Commands and scripts, routed by slot.
+        node: Node,
+        /// One client per seed node, for pub/sub (a release published on any node of a
+        /// cluster reaches subscribers on every node) and dedicated connections.
+        clients: Vec<redis::Client>,
+    },
     /// Several independent masters; lease steps decided by a majority (`redlock.rs`).
     Redlock(Arc<Redlock>),
 }
@@ -50,7 +59,7 @@ impl Backend {
     /// is not a lease step: refused on Redlock, where one node alone decides nothing.
     pub(crate) fn node(&self) -> Result<&Node> {
         match self {
-            Backend::Single { node, .. } => Ok(node),
+            Backend::Single { node, .. } | Backend::Cluster { node, .. } => Ok(node),
             Backend::Redlock(_) => Err(Error::invalid(
                 "this operation needs one Redis server; a Redlock client (several independent masters) runs locks (acquire, try_acquire, with_lock, #[fenced::locked]) and semaphores (acquire, release) only so far",
             )),
@@ -62,12 +71,30 @@ impl Backend {
     pub(crate) fn dedicated(&self) -> &redis::Client {
         match self {
             Backend::Single { client, .. } => client,
+            Backend::Cluster { clients, .. } => &clients[0],
             Backend::Redlock(r) => r.first_client(),
         }
     }
 
+    /// Where the pub/sub connection may go, tried in turn when one is down: the server; any
+    /// node of a cluster (`PUBLISH` reaches every node's subscribers); Redlock's first node
+    /// (every release publishes there).
+    pub(crate) fn pubsub_clients(&self) -> Vec<redis::Client> {
+        match self {
+            Backend::Single { client, .. } => vec![client.clone()],
+            Backend::Cluster { clients, .. } => clients.clone(),
+            Backend::Redlock(r) => vec![r.first_client().clone()],
+        }
+    }
+
+    /// Whether this is a Redis Cluster (its keys live on several nodes).
+    pub(crate) fn is_cluster(&self) -> bool {
+        matches!(self, Backend::Cluster { .. })
+    }
+
     /// Whether a lease may be handed straight to a local waiter (one server only: a handover
-    /// is one script on one node).
+    /// is one script on one node, and it asks `PUBSUB NUMSUB` whether another client waits,
+    /// which a cluster node answers for its own subscribers only).
     pub(crate) fn hands_over(&self) -> bool {
         matches!(self, Backend::Single { .. })
     }
@@ -84,7 +111,7 @@ impl Backend {
         sent_at: Instant,
     ) -> Result<(AcquireReply, bool)> {
         match self {
-            Backend::Single { node, .. } => {
+            Backend::Single { node, .. } | Backend::Cluster { node, .. } => {
                 Ok((acquire_reply(node.run::<Value>(call).await?)?, true))
             }
             Backend::Redlock(r) => r.acquire(kind, owner, call, abandon, ttl, sent_at).await,
@@ -95,6 +122,11 @@ impl Backend {
     pub(crate) fn supports(&self, kind: &dyn LeaseKind) -> Result<()> {
         match self {
             Backend::Single { .. } => Ok(()),
+            Backend::Cluster { .. } if !kind.one_slot() => Err(Error::invalid(format!(
+                "a {} over several names needs one Redis server: on a Redis Cluster its names live in different hash slots, which one script cannot reach",
+                kind.primitive()
+            ))),
+            Backend::Cluster { .. } => Ok(()),
             Backend::Redlock(r) => r.supports(kind),
         }
     }
@@ -106,7 +138,9 @@ impl Backend {
         kind: &dyn LeaseKind,
     ) -> Result<ExpiryReply> {
         match self {
-            Backend::Single { node, .. } => expiry_reply(node.run(call).await?),
+            Backend::Single { node, .. } | Backend::Cluster { node, .. } => {
+                expiry_reply(node.run(call).await?)
+            }
             Backend::Redlock(r) => r.extend(call, kind.quorum(r.nodes())).await,
         }
     }
@@ -114,7 +148,7 @@ impl Backend {
     /// How many nodes must hold a lease of `kind`; `None` on one server (nothing to count).
     pub(crate) fn quorum(&self, kind: &dyn LeaseKind) -> Option<usize> {
         match self {
-            Backend::Single { .. } => None,
+            Backend::Single { .. } | Backend::Cluster { .. } => None,
             Backend::Redlock(r) => Some(kind.quorum(r.nodes())),
         }
     }
@@ -127,8 +161,8 @@ impl Backend {
         quorums: &[usize],
     ) -> Result<Vec<Result<ExpiryReply>>> {
         match self {
-            Backend::Single { node, .. } => Ok(node
-                .run_batch("renew", calls)
+            Backend::Single { node, .. } | Backend::Cluster { node, .. } => Ok(node
+                .run_batch_routed("renew", calls)
                 .await?
                 .into_iter()
                 .map(|r| r.and_then(expiry_reply))
@@ -146,7 +180,9 @@ impl Backend {
         kind: &dyn LeaseKind,
     ) -> Result<ReleaseReply> {
         match self {
-            Backend::Single { node, .. } => release_reply(node.run(call).await?),
+            Backend::Single { node, .. } | Backend::Cluster { node, .. } => {
+                release_reply(node.run(call).await?)
+            }
             Backend::Redlock(r) => r.release(call, announce, kind.quorum(r.nodes())).await,
         }
     }
@@ -154,7 +190,9 @@ impl Backend {
     /// Voids an attempt of unknown outcome; true if it had taken the lease.
     pub(crate) async fn abandon(&self, call: &ScriptCall) -> Result<bool> {
         match self {
-            Backend::Single { node, .. } => abandon_reply(node.run(call).await?),
+            Backend::Single { node, .. } | Backend::Cluster { node, .. } => {
+                abandon_reply(node.run(call).await?)
+            }
             Backend::Redlock(r) => r.abandon(call).await,
         }
     }

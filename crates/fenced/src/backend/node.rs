@@ -7,29 +7,81 @@
 //! 2. A `NOSCRIPT` reply loads the script and sends the call once more. In a batch, every
 //!    script of the batch is loaded and the whole batch is sent again, so only idempotent
 //!    calls (renewals) are batched.
+//! 3. On Redis Cluster a pipeline must stay within one hash slot (redis-rs routes it by its
+//!    first key), so a batch is split by slot and the parts are sent at once: the cluster
+//!    connection writes the parts for one node back to back, one round trip per node.
+//! 4. At most once. The cluster connection is built with no retries of its own, because it
+//!    would resend a command whose connection broke after the server ran it: a reentrant
+//!    hold counted twice, a stock decremented twice. Here a command is sent again only when
+//!    the cluster's reply says it did not run (`not_run`: `MOVED`, `ASK`, `TRYAGAIN`,
+//!    `CLUSTERDOWN`), after the client has refreshed its slot map, within the timeout.
 
 use std::time::Duration;
 
 use redis::aio::{ConnectionLike, ConnectionManager};
-use redis::{Cmd, FromRedisValue, Pipeline, RedisError, Value};
+use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::Slot;
+use redis::{Cmd, FromRedisValue, Pipeline, RedisError, RedisFuture, Value};
 
 use crate::error::{Error, Result};
+use crate::kind::unexpected;
 use crate::scripts::ScriptCall;
 
-/// One server, reached through any redis-rs async connection: a reconnecting
-/// `ConnectionManager` today, a cluster connection or one master of several later.
+/// The connection under a [`Node`]: one server through a reconnecting `ConnectionManager`,
+/// or a whole Redis Cluster through redis-rs' cluster connection, which routes each command
+/// to the master of its key's slot and follows `MOVED` and `ASK`. Every key of one primitive
+/// shares its `{name}` hash tag, so each script runs on one node either way.
 #[derive(Clone)]
-pub(crate) struct Node<C = ConnectionManager> {
-    conn: C,
+pub(crate) enum Conn {
+    /// One server (or one master of several).
+    Single(ConnectionManager),
+    /// A Redis Cluster.
+    Cluster(ClusterConnection),
+}
+
+impl ConnectionLike for Conn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Conn::Single(c) => c.req_packed_command(cmd),
+            Conn::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        cmd: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Conn::Single(c) => c.req_packed_commands(cmd, offset, count),
+            Conn::Cluster(c) => c.req_packed_commands(cmd, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Conn::Single(c) => c.get_db(),
+            Conn::Cluster(c) => c.get_db(),
+        }
+    }
+}
+
+/// One server, or one whole cluster: where a command, a script or a batch goes.
+#[derive(Clone)]
+pub(crate) struct Node {
+    conn: Conn,
     timeout: Duration,
 }
 
-impl<C> Node<C>
-where
-    C: ConnectionLike + Clone + Send + Sync + 'static,
-{
-    pub(crate) fn new(conn: C, timeout: Duration) -> Self {
+impl Node {
+    pub(crate) fn new(conn: Conn, timeout: Duration) -> Self {
         Node { conn, timeout }
+    }
+
+    /// Whether this node is a whole Redis Cluster (keys of different slots live apart).
+    pub(crate) fn is_cluster(&self) -> bool {
+        matches!(self.conn, Conn::Cluster(_))
     }
 
     /// Bounds `fut` by the per-call timeout and maps its error: the one place where a
@@ -42,14 +94,37 @@ where
         bounded(self.timeout, operation, fut).await
     }
 
+    /// Sends with `send` until the reply is not a cluster redirect (invariant 4). The caller
+    /// bounds the whole by the timeout.
+    async fn resending<T, F, Fut>(&self, mut send: F) -> Result<T, RedisError>
+    where
+        F: FnMut(Conn) -> Fut,
+        Fut: Future<Output = Result<T, RedisError>>,
+    {
+        let mut pause = Duration::from_millis(2);
+        loop {
+            match send(self.conn.clone()).await {
+                Err(e) if self.is_cluster() && not_run(&e) => {
+                    tracing::debug!(error = %e, "fenced: the cluster redirected a command; sending it again");
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_millis(100));
+                }
+                other => return other,
+            }
+        }
+    }
+
     /// One command.
     pub(crate) async fn query<T: FromRedisValue>(
         &self,
         operation: &'static str,
         cmd: &Cmd,
     ) -> Result<T> {
-        let mut conn = self.conn.clone();
-        self.bounded(operation, cmd.query_async(&mut conn)).await
+        self.bounded(
+            operation,
+            self.resending(|mut conn| async move { cmd.query_async(&mut conn).await }),
+        )
+        .await
     }
 
     /// A pipeline, answered as a whole.
@@ -58,31 +133,83 @@ where
         operation: &'static str,
         pipe: &Pipeline,
     ) -> Result<T> {
-        let mut conn = self.conn.clone();
-        self.bounded(operation, pipe.query_async(&mut conn)).await
+        self.bounded(
+            operation,
+            self.resending(|mut conn| async move { pipe.query_async(&mut conn).await }),
+        )
+        .await
     }
 
     /// Runs one script call, loading the script first if the server does not know it.
     pub(crate) async fn run<T: FromRedisValue>(&self, call: &ScriptCall) -> Result<T> {
-        let mut conn = self.conn.clone();
         let operation = call.lua.operation;
         let source = call.lua.source();
-        self.bounded(operation, async {
-            let cmd = call.evalsha();
-            match cmd.query_async(&mut conn).await {
-                Err(e) if is_noscript(&e) => {
-                    call.lua.load_cmd().query_async::<()>(&mut conn).await?;
-                    cmd.query_async(&mut conn).await
+        let cmd = &call.evalsha();
+        self.bounded(
+            operation,
+            self.resending(|mut conn| async move {
+                match cmd.query_async(&mut conn).await {
+                    Err(e) if is_noscript(&e) => {
+                        call.lua.load_cmd().query_async::<()>(&mut conn).await?;
+                        cmd.query_async(&mut conn).await
+                    }
+                    other => other,
                 }
-                other => other,
-            }
-        })
+            }),
+        )
         .await
         .map_err(|e| e.in_script(operation, source))
     }
 
-    /// Runs idempotent script calls in ONE pipelined round trip. The outer error means the
-    /// round trip failed as a whole (nothing is known); the inner results are per call.
+    /// Runs idempotent script calls in one round trip per node (invariant 3): on a cluster,
+    /// one pipeline per hash slot, all sent at once.
+    pub(crate) async fn run_batch_routed(
+        &self,
+        operation: &'static str,
+        calls: &[ScriptCall],
+    ) -> Result<Vec<Result<Value>>> {
+        if !self.is_cluster() || calls.len() < 2 {
+            return self.run_batch(operation, calls).await;
+        }
+        let mut groups: Vec<(Option<Slot>, Vec<usize>)> = Vec::new();
+        for (i, call) in calls.iter().enumerate() {
+            let route = call.first_key().map(Slot::for_key);
+            match groups.iter_mut().find(|(r, _)| *r == route) {
+                Some((_, members)) => members.push(i),
+                None => groups.push((route, vec![i])),
+            }
+        }
+        let parts = groups.iter().map(|(_, members)| {
+            let part: Vec<ScriptCall> = members.iter().map(|&i| calls[i].clone()).collect();
+            async move { self.run_batch(operation, &part).await }
+        });
+        let answers = futures_util::future::join_all(parts).await;
+        let mut out: Vec<Option<Result<Value>>> = (0..calls.len()).map(|_| None).collect();
+        for ((_, members), answer) in groups.iter().zip(answers) {
+            match answer {
+                Ok(replies) => {
+                    for (&i, reply) in members.iter().zip(replies) {
+                        out[i] = Some(reply);
+                    }
+                }
+                // One node's round trip failed: its calls' outcomes are unknown, the others'
+                // stand.
+                Err(e) => {
+                    for &i in members {
+                        out[i] = Some(Err(e.clone()));
+                    }
+                }
+            }
+        }
+        Ok(out
+            .into_iter()
+            .map(|r| r.unwrap_or_else(|| Err(unexpected("renew", "a call had no reply".into()))))
+            .collect())
+    }
+
+    /// Runs idempotent script calls in ONE pipelined round trip (on a cluster, all in one
+    /// slot). The outer error means the round trip failed as a whole (nothing is known); the
+    /// inner results are per call.
     pub(crate) async fn run_batch(
         &self,
         operation: &'static str,
@@ -93,24 +220,36 @@ where
         for call in calls {
             pipe.add_command(call.evalsha());
         }
-        let mut conn = self.conn.clone();
+        let pipe = &pipe;
+        let cluster = self.is_cluster();
         let replies: Vec<Result<Value, RedisError>> = self
-            .bounded(operation, async {
-                let first: Vec<Result<Value, RedisError>> = pipe.query_async(&mut conn).await?;
-                if first.iter().any(|r| matches!(r, Err(e) if is_noscript(e))) {
-                    // The script cache was emptied (restart, failover, SCRIPT FLUSH): a
-                    // pipeline cannot fall back by itself, so load its scripts and resend.
-                    let mut loaded: Vec<&str> = Vec::new();
-                    for call in calls {
-                        if !loaded.contains(&call.lua.hash()) {
-                            loaded.push(call.lua.hash());
-                            call.lua.load_cmd().query_async::<()>(&mut conn).await?;
+            .bounded(
+                operation,
+                self.resending(|mut conn| async move {
+                    let first: Vec<Result<Value, RedisError>> = pipe.query_async(&mut conn).await?;
+                    if first.iter().any(|r| matches!(r, Err(e) if is_noscript(e))) {
+                        // The script cache was emptied (restart, failover, SCRIPT FLUSH): a
+                        // pipeline cannot fall back by itself, so load its scripts and resend.
+                        let mut loaded: Vec<&str> = Vec::new();
+                        for call in calls {
+                            if !loaded.contains(&call.lua.hash()) {
+                                loaded.push(call.lua.hash());
+                                call.lua.load_cmd().query_async::<()>(&mut conn).await?;
+                            }
                         }
+                        return pipe.query_async(&mut conn).await;
                     }
-                    return pipe.query_async(&mut conn).await;
-                }
-                Ok(first)
-            })
+                    // A slot that moved answers every call with a redirect: the calls did not
+                    // run, and renewals may be sent again (invariant 4).
+                    if cluster
+                        && let Some(Err(e)) =
+                            first.iter().find(|r| matches!(r, Err(e) if not_run(e)))
+                    {
+                        return Err(e.clone());
+                    }
+                    Ok(first)
+                }),
+            )
             .await?;
         let timeout = self.timeout;
         Ok(replies
@@ -143,4 +282,17 @@ pub(crate) async fn bounded<T>(
 
 fn is_noscript(e: &RedisError) -> bool {
     e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)
+}
+
+/// Errors by which a cluster says it did NOT run the command: a redirect (`MOVED`, `ASK`), a
+/// slot in the middle of a migration (`TRYAGAIN`), a cluster that cannot serve the slot
+/// (`CLUSTERDOWN`), or no connection to the slot's node yet. Only these are sent again; a
+/// command whose connection broke may have run, and goes back to the caller as unknown.
+fn not_run(e: &RedisError) -> bool {
+    use redis::ServerErrorKind as S;
+    matches!(
+        e.kind(),
+        redis::ErrorKind::Server(S::Moved | S::Ask | S::TryAgain | S::ClusterDown)
+            | redis::ErrorKind::ClusterConnectionNotFound
+    )
 }

@@ -53,7 +53,7 @@ impl Core {
         options: ClientOptions,
         client_id: Arc<str>,
     ) -> Arc<Core> {
-        let waiters = notify::start(backend.dedicated().clone(), client_id, options.timeout);
+        let waiters = notify::start(backend.pubsub_clients(), client_id, options.timeout);
         let renewer = Renewer::start(backend.clone(), waiters.clone());
         Arc::new(Core {
             backend,

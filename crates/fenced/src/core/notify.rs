@@ -439,8 +439,10 @@ impl LocalWaiters {
 const MAX_HEADS: usize = 64;
 
 /// Starts the pub/sub task of one client and returns the registry it serves.
+/// `clients`: where the one pub/sub connection may go, tried in turn while one is down (the
+/// nodes of a cluster; one server otherwise). Never empty.
 pub(crate) fn start(
-    client: redis::Client,
+    clients: Vec<redis::Client>,
     client_id: Arc<str>,
     timeout: Duration,
 ) -> Arc<LocalWaiters> {
@@ -452,14 +454,19 @@ pub(crate) fn start(
         client_id,
         commands,
     });
-    tokio::spawn(run(client, Arc::downgrade(&local), rx, timeout));
+    tokio::spawn(run(
+        Rotation { clients, next: 0 },
+        Arc::downgrade(&local),
+        rx,
+        timeout,
+    ));
     local
 }
 
 /// The pub/sub task: owns the one pub/sub connection, (re)subscribes, and routes messages.
 /// It ends when the client (the last sender of commands) is gone.
 async fn run(
-    client: redis::Client,
+    mut client: Rotation,
     local: std::sync::Weak<LocalWaiters>,
     mut commands: mpsc::UnboundedReceiver<Command>,
     timeout: Duration,
@@ -479,7 +486,7 @@ async fn run(
                         let fresh = wanted.insert(channel.clone());
                         let ok = if sink.is_none() {
                             // Connecting subscribes to everything wanted, this channel included.
-                            connect(&client, &wanted, timeout, &mut sink, &mut stream).await
+                            connect(&mut client, &wanted, timeout, &mut sink, &mut stream).await
                         } else if fresh {
                             subscribe_one(&mut sink, &mut stream, &channel, timeout).await
                         } else {
@@ -519,7 +526,7 @@ async fn run(
                 }
             }
             _ = sleep_until_opt(reconnect_at), if reconnect_at.is_some() && sink.is_none() && !wanted.is_empty() => {
-                if connect(&client, &wanted, timeout, &mut sink, &mut stream).await {
+                if connect(&mut client, &wanted, timeout, &mut sink, &mut stream).await {
                     reconnect_at = None;
                     reconnect.reset();
                     // A release may have been published while we were away: let every head
@@ -542,21 +549,45 @@ async fn next_message(stream: &mut Option<PubSubStream>) -> Option<redis::Msg> {
     }
 }
 
+/// The places the pub/sub connection may go, and which one to try next.
+struct Rotation {
+    clients: Vec<redis::Client>,
+    next: usize,
+}
+
+impl Rotation {
+    /// The client to try now.
+    fn current(&self) -> Option<&redis::Client> {
+        self.clients.get(self.next % self.clients.len().max(1))
+    }
+
+    /// After a failure: the next one (a cluster node that is down must not keep every waiter
+    /// polling while the others are up).
+    fn advance(&mut self) {
+        self.next = self.next.wrapping_add(1);
+    }
+}
+
 async fn connect(
-    client: &redis::Client,
+    rotation: &mut Rotation,
     wanted: &HashSet<String>,
     timeout: Duration,
     sink: &mut Option<PubSubSink>,
     stream: &mut Option<PubSubStream>,
 ) -> bool {
+    let Some(client) = rotation.current() else {
+        return false;
+    };
     let pubsub = match tokio::time::timeout(timeout, client.get_async_pubsub()).await {
         Ok(Ok(p)) => p,
         Ok(Err(e)) => {
             tracing::debug!(error = %e, "fenced: pub/sub connect failed");
+            rotation.advance();
             return false;
         }
         Err(_) => {
             tracing::debug!("fenced: pub/sub connect timed out");
+            rotation.advance();
             return false;
         }
     };
@@ -567,6 +598,7 @@ async fn connect(
             tokio::time::timeout(timeout, s.subscribe(channels)).await,
             Ok(Ok(()))
         ) {
+            rotation.advance();
             return false;
         }
     }

@@ -57,6 +57,11 @@ pub(crate) trait LeaseKind: Send + Sync + 'static {
     fn on_redlock(&self) -> bool {
         false
     }
+    /// Whether every key of this lease hashes to one slot, as Redis Cluster needs for one
+    /// script (a multi-lock's names live in different slots).
+    fn one_slot(&self) -> bool {
+        true
+    }
     /// How many of `nodes` independent masters must hold a lease of this kind (Redlock): a
     /// strict majority for an exclusive lease.
     fn quorum(&self, nodes: usize) -> usize {

@@ -48,6 +48,10 @@ impl LeaseKind for MultiExclusive {
         Wake::One
     }
 
+    fn one_slot(&self) -> bool {
+        self.keys.len() == 1
+    }
+
     fn acquire(&self, owner: &OwnerToken, ttl_ms: u64) -> ScriptCall {
         let call = self.locks(ScriptCall::new(&MULTI_ACQUIRE).key(self.first().tombstone(owner)));
         self.keys

@@ -19,7 +19,7 @@ use crate::scripts::FENCED_WRITE;
 async fn node(server: &fenced_testkit::RedisServer) -> Node {
     let client = redis::Client::open(server.url()).unwrap();
     Node::new(
-        ConnectionManager::new(client).await.unwrap(),
+        crate::backend::Conn::Single(ConnectionManager::new(client).await.unwrap()),
         Duration::from_secs(2),
     )
 }

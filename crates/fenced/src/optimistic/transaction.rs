@@ -282,6 +282,12 @@ impl Client {
         };
         // One server only: a transaction's WATCH lives on one connection to one node.
         self.core().node()?;
+        if self.core().backend().is_cluster() {
+            return Err(Error::invalid(
+                "optimistic transactions (WATCH/MULTI/EXEC) need one Redis server so far; on a Redis Cluster use the atomic helpers (compare_and_set, set_if_version, decrement_if_at_least), which run as one script on the key's node",
+            )
+            .into());
+        }
         let pool = self.tx_pool();
         let timeout = self.timeout();
         let mut backoff = Backoff::new(policy.backoff_min, policy.backoff_max);

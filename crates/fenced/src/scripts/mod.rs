@@ -165,6 +165,14 @@ impl ScriptCall {
     }
 
     /// Adds a key (KEYS[n]).
+    /// The first key: on a cluster, where the call runs (every key shares its hash tag).
+    pub(crate) fn first_key(&self) -> Option<&[u8]> {
+        match self.keys.args_iter().next()? {
+            redis::Arg::Simple(bytes) => Some(bytes),
+            _ => None,
+        }
+    }
+
     pub(crate) fn key(mut self, key: impl ToRedisArgs) -> Self {
         self.keys.arg(key);
         self

@@ -16,6 +16,24 @@ pub fn server() -> RedisServer {
     }
 }
 
+/// A cluster of `masters` masters with `replicas` replicas each; fails loudly without
+/// redis-server.
+pub fn cluster(masters: usize, replicas: usize) -> fenced_testkit::RedisCluster {
+    match fenced_testkit::RedisCluster::start(masters, replicas) {
+        Ok(c) => c,
+        Err(e) => panic!("this test needs a real redis-server cluster: {e}"),
+    }
+}
+
+/// A cluster client with a short timeout (a failover takes about two node timeouts, 2 s).
+pub async fn cluster_client(c: &fenced_testkit::RedisCluster) -> Client {
+    Client::cluster_builder(&c.urls())
+        .timeout(Duration::from_millis(800))
+        .connect()
+        .await
+        .expect("connect to the cluster")
+}
+
 /// A client with a short per-call timeout, so failure tests finish quickly.
 pub async fn client(server: &RedisServer) -> Client {
     Client::builder(&server.url())
@@ -70,21 +88,23 @@ pub async fn all_keys(conn: &mut redis::aio::MultiplexedConnection) -> Vec<Strin
     keys
 }
 
-/// The deployments every primitive's tests run on. One server today; Redis Cluster and
-/// Redlock over several masters join this list when their backends exist, and every test
-/// written with [`on_every_backend!`] then runs on them too.
+/// The deployments a primitive's tests run on: one server, a Redis Cluster (3 masters),
+/// and Redlock over 3 independent masters. A test written with [`on_backends!`] runs its
+/// body once on each backend it names, each time against a fresh deployment.
 #[derive(Clone, Copy, Debug)]
 pub enum Backend {
     Single,
+    Cluster,
+    Redlock,
 }
 
 impl Backend {
-    pub const ALL: [Backend; 1] = [Backend::Single];
-
     /// Starts the deployment; it stops when the returned value is dropped.
     pub fn start(self) -> Deployment {
         match self {
             Backend::Single => Deployment::Single(server()),
+            Backend::Cluster => Deployment::Cluster(cluster(3, 0)),
+            Backend::Redlock => Deployment::Redlock((0..3).map(|_| server()).collect()),
         }
     }
 }
@@ -92,6 +112,8 @@ impl Backend {
 /// A running deployment of test servers.
 pub enum Deployment {
     Single(RedisServer),
+    Cluster(fenced_testkit::RedisCluster),
+    Redlock(Vec<RedisServer>),
 }
 
 impl Deployment {
@@ -99,27 +121,37 @@ impl Deployment {
     pub async fn client(&self) -> Client {
         match self {
             Deployment::Single(s) => client(s).await,
+            Deployment::Cluster(c) => cluster_client(c).await,
+            Deployment::Redlock(servers) => {
+                let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
+                Client::redlock_builder(&urls)
+                    .timeout(Duration::from_millis(500))
+                    .connect()
+                    .await
+                    .expect("connect to the Redlock masters")
+            }
         }
     }
 }
 
-/// `on_every_backend!(async fn name(client) { ... })`: a test whose body runs once per
-/// [`Backend`], each time with a client of a fresh deployment.
-macro_rules! on_every_backend {
-    ($(#[$meta:meta])* async fn $name:ident($client:ident) $body:block) => {
+/// `on_backends!(Single, Cluster, Redlock; async fn name(client, deployment) { ... })`: a
+/// test whose body runs once per named [`Backend`], each time with a fresh deployment and a
+/// client of it (more clients: `deployment.client().await`).
+macro_rules! on_backends {
+    ($($backend:ident),+; $(#[$meta:meta])* async fn $name:ident($client:ident, $deployment:ident) $body:block) => {
         $(#[$meta])*
         #[tokio::test]
         async fn $name() {
-            for backend in $crate::support::Backend::ALL {
-                let deployment = backend.start();
-                let $client = deployment.client().await;
+            for backend in [$($crate::support::Backend::$backend),+] {
+                let $deployment = backend.start();
+                let $client = $deployment.client().await;
                 eprintln!("{} on {backend:?}", stringify!($name));
                 $body
             }
         }
     };
 }
-pub(crate) use on_every_backend;
+pub(crate) use on_backends;
 
 /// A worker process: this test binary run again with one test selected (`test`, a path such
 /// as `storms::worker`) and `env` set, so a test can hold leases from another process and

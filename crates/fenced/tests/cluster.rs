@@ -1,0 +1,290 @@
+//! Redis Cluster: every primitive on a real cluster the test kit forms (3 masters, and
+//! replicas where a test promotes one), renewal across nodes, wake-ups across nodes, and a
+//! held lease through a slot migration, a replica promotion and a killed master.
+
+use std::time::Duration;
+
+use fenced::{CasOutcome, Client, Error, FencedWrite, WaitPolicy};
+use fenced_testkit::{RedisCluster, key_slot};
+
+use crate::support::{cluster, cluster_client};
+use tokio::time::Instant;
+
+/// Lock names whose keys land on `n` different masters' slots, one per master.
+fn names_on_every_master(c: &RedisCluster, masters: usize) -> Vec<String> {
+    let mut names: Vec<String> = Vec::new();
+    let mut owners = Vec::new();
+    for i in 0.. {
+        let name = format!("spread-{i}");
+        let owner = c
+            .owner_of(key_slot(&format!("fenced:{{{name}}}")), 0)
+            .unwrap();
+        if !owners.contains(&owner) {
+            owners.push(owner);
+            names.push(name);
+        }
+        if owners.len() == masters {
+            break;
+        }
+    }
+    names
+}
+
+#[tokio::test]
+async fn every_primitive_runs_on_a_cluster_and_what_needs_one_server_says_so() {
+    let c = cluster(3, 0);
+    let a = cluster_client(&c).await;
+    let b = cluster_client(&c).await;
+
+    // Locks on every master: exclusive, tokens increasing, released.
+    for name in names_on_every_master(&c, 3) {
+        let g = a.lock(name.as_str()).acquire().await.unwrap();
+        assert!(b.lock(name.as_str()).try_acquire().await.unwrap().is_none());
+        let first = g.fencing_token();
+        g.release().await.unwrap();
+        let g = b.lock(name.as_str()).acquire().await.unwrap();
+        assert!(g.fencing_token() > first, "{name}: tokens must increase");
+        let status = a.lock(name.as_str()).status().await.unwrap();
+        assert!(status.holder.is_some());
+        g.release().await.unwrap();
+    }
+
+    // Reentrant, semaphore, read-write, fair, latch.
+    let r = a.reentrant_lock("re").acquire().await.unwrap();
+    let again = r.reenter().await.unwrap();
+    drop(again);
+    r.release().await.unwrap();
+    let p1 = a.semaphore("pool", 2).acquire().await.unwrap();
+    let p2 = b.semaphore("pool", 2).acquire().await.unwrap();
+    assert!(
+        a.semaphore("pool", 2)
+            .try_acquire()
+            .await
+            .unwrap()
+            .is_none()
+    );
+    p1.release().await.unwrap();
+    p2.release().await.unwrap();
+    let r1 = a.rw_lock("feed").read().await.unwrap();
+    let r2 = b.rw_lock("feed").read().await.unwrap();
+    assert!(a.rw_lock("feed").try_write().await.unwrap().is_none());
+    r1.release().await.unwrap();
+    r2.release().await.unwrap();
+    b.rw_lock("feed")
+        .write()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    a.fair_lock("fifo")
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    let latch = a.latch("start");
+    assert!(latch.arm(1).await.unwrap());
+    let waiter = tokio::spawn({
+        let latch = b.latch("start");
+        async move { latch.wait().await }
+    });
+    assert_eq!(latch.count_down().await.unwrap(), Some(0));
+    tokio::time::timeout(Duration::from_secs(5), waiter)
+        .await
+        .expect("the latch's waiter was not woken")
+        .unwrap()
+        .unwrap();
+
+    // A fenced resource refuses an older token.
+    let old = a.lock("writer").acquire().await.unwrap();
+    let old_token = old.fencing_token();
+    old.release().await.unwrap();
+    let new = a.lock("writer").acquire().await.unwrap();
+    let res = a.resource("ledger");
+    assert_eq!(
+        res.set(new.fencing_token(), "balance", "10").await.unwrap(),
+        FencedWrite::Applied
+    );
+    assert!(matches!(
+        res.set(old_token, "balance", "99").await.unwrap(),
+        FencedWrite::Stale { .. }
+    ));
+    new.release().await.unwrap();
+
+    // The cache computes once; the atomic helpers work.
+    let cache = a.cache("product");
+    let v = cache
+        .get_or_compute("42", Duration::from_secs(10), |_| async {
+            Ok::<_, Error>(Some(b"widget".to_vec()))
+        })
+        .await
+        .unwrap();
+    assert_eq!(v.as_deref(), Some(&b"widget"[..]));
+    assert_eq!(
+        a.compare_and_set("config", None, b"v1").await.unwrap(),
+        CasOutcome::Swapped
+    );
+
+    // What needs one server is refused with a typed error, and sends nothing.
+    let multi = a.multi_lock(["one", "two"]).unwrap();
+    assert!(matches!(
+        multi.acquire().await,
+        Err(Error::InvalidArgument(_))
+    ));
+    let single = a.multi_lock(["alone"]).unwrap();
+    single.acquire().await.unwrap().release().await.unwrap();
+    assert!(matches!(
+        a.transaction(&["k"], |_tx| async { Ok::<_, Error>(()) })
+            .await,
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(matches!(a.locks("*").await, Err(Error::InvalidArgument(_))));
+}
+
+#[tokio::test]
+async fn leases_on_every_master_are_renewed_and_a_release_wakes_a_waiter_of_another_client() {
+    let c = cluster(3, 0);
+    let a = cluster_client(&c).await;
+    let b = Client::cluster_builder(&c.urls())
+        .timeout(Duration::from_millis(800))
+        // Polling alone would take 10 s: a wake-up within the bound below is pub/sub's.
+        .poll_interval(Duration::from_secs(10), Duration::from_secs(10))
+        .connect()
+        .await
+        .unwrap();
+    let ttl = Duration::from_millis(400);
+    let names = names_on_every_master(&c, 3);
+    let mut guards = Vec::new();
+    for name in &names {
+        guards.push(a.lock(name.as_str()).with_ttl(ttl).acquire().await.unwrap());
+    }
+    let before = a.stats();
+    tokio::time::sleep(ttl * 4).await;
+    for g in &guards {
+        assert!(!g.lease().is_lost(), "{} was lost", g.name());
+    }
+    let after = a.stats();
+    assert!(
+        after.renewed >= before.renewed + 3 * 3,
+        "renewals {before:?} -> {after:?}"
+    );
+
+    // A waiter in another client, on each master's slot, hears the release.
+    for g in guards {
+        let name = g.name().to_owned();
+        let waiter = tokio::spawn({
+            let lock = b
+                .lock(name.as_str())
+                .with_wait(WaitPolicy::up_to(Duration::from_secs(20)));
+            async move {
+                let g = lock.acquire().await?;
+                let at = Instant::now();
+                g.release().await?;
+                Ok::<_, Error>(at)
+            }
+        });
+        // Let the waiter subscribe and find the lock taken.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let released = Instant::now();
+        g.release().await.unwrap();
+        let woke = tokio::time::timeout(Duration::from_secs(5), waiter)
+            .await
+            .expect("the waiter was not woken")
+            .unwrap()
+            .unwrap();
+        assert!(
+            woke.duration_since(released) < Duration::from_secs(2),
+            "{name}: woken after {:?}",
+            woke.duration_since(released)
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_held_lease_survives_a_slot_migration_and_a_replica_promotion() {
+    let c = cluster(3, 1);
+    let a = cluster_client(&c).await;
+    // Connected now, silent until after the migration: its slot map is stale then, so its
+    // first command meets a MOVED redirect, which must be followed, not reported.
+    let stale = cluster_client(&c).await;
+    let ttl = Duration::from_millis(500);
+    let lock = a.lock("moving").with_ttl(ttl);
+    let slot = key_slot("fenced:{moving}");
+    let g = lock.acquire().await.unwrap();
+    let first = g.fencing_token();
+
+    // Migrate the slot to another master while the lease is held and renewed.
+    let from = c.owner_of(slot, 0).unwrap();
+    let to = (0..3).find(|&m| m != from).unwrap();
+    c.migrate_slot(slot, to).unwrap();
+    assert!(
+        stale.lock("moving").try_acquire().await.unwrap().is_none(),
+        "a redirected attempt must reach the new owner and find the lock held"
+    );
+    tokio::time::sleep(ttl * 3).await;
+    assert!(!g.lease().is_lost(), "lost across the migration");
+    assert!(a.lock("moving").try_acquire().await.unwrap().is_none());
+
+    // Promote the new owner's replica (a manual failover: it catches up first).
+    let replica = c.replicas_of(to).unwrap()[0];
+    c.failover(replica, false).unwrap();
+    assert_eq!(c.owner_of(slot, replica).unwrap(), replica);
+    tokio::time::sleep(ttl * 3).await;
+    assert!(!g.lease().is_lost(), "lost across the failover");
+    assert!(a.lock("moving").try_acquire().await.unwrap().is_none());
+    g.release().await.unwrap();
+
+    let next = a.lock("moving").acquire().await.unwrap();
+    assert!(next.fencing_token() > first, "tokens must increase");
+    next.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn after_a_master_dies_its_replica_serves_and_tokens_still_increase() {
+    let mut c = cluster(3, 1);
+    let a = cluster_client(&c).await;
+    let slot = key_slot("fenced:{ledger}");
+    let g = a.lock("ledger").acquire().await.unwrap();
+    let held = g.fencing_token();
+    let owner = c.owner_of(slot, 0).unwrap();
+    let replica = c.replicas_of(owner).unwrap()[0];
+    // Let replication carry the grant, then kill the master: its replica takes over.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    c.node(owner).kill().unwrap();
+    let asker = (0..3).find(|&m| m != owner).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while c.owner_of(slot, asker).ok() != Some(replica) {
+        assert!(Instant::now() < deadline, "no failover");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    c.wait_healthy().unwrap();
+    // The lease was replicated: still held (the holder renews on the new master). The first
+    // command may meet the dead master's broken connection and report it as Unavailable
+    // (never sent again: it might have run); the client then reconnects on the new map.
+    let t0 = Instant::now();
+    let held_by_us = loop {
+        match a.lock("ledger").try_acquire().await {
+            Ok(other) => break other.is_none(),
+            Err(e) if e.is_transient() && t0.elapsed() < Duration::from_secs(10) => {
+                eprintln!("after {:?}: {e}", t0.elapsed());
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(e) => panic!("the client did not recover from the failover: {e}"),
+        }
+    };
+    assert!(held_by_us, "the replicated lease was lost in the failover");
+    g.release().await.unwrap();
+    let next = a
+        .lock("ledger")
+        .with_wait(WaitPolicy::up_to(Duration::from_secs(10)))
+        .acquire()
+        .await
+        .unwrap();
+    assert!(
+        next.fencing_token() > held,
+        "tokens must increase after a failover"
+    );
+    next.release().await.unwrap();
+}
