@@ -427,6 +427,15 @@ impl Window {
         }
     }
 
+    /// The same window, starting `by` later (after a deployment that took that long to form).
+    pub(crate) fn later(self, by: Duration) -> Self {
+        Window {
+            measure_from: self.measure_from + by,
+            end: self.end + by,
+            duration: self.duration,
+        }
+    }
+
     /// Whether an operation that started at `t` counts.
     pub(crate) fn measures(&self, t: Instant) -> bool {
         t >= self.measure_from && t < self.end

@@ -45,6 +45,19 @@ pub struct Global {
     /// works on a cluster except the listings (`list`, `top`), which need one server.
     #[arg(long, global = true, value_name = "URL", conflicts_with = "redis")]
     pub cluster: Vec<String>,
+    /// A Redis Sentinel to find the master through (repeat for more), with --service. The
+    /// master gets the password; the sentinel URLs carry their own.
+    #[arg(
+        long,
+        global = true,
+        value_name = "URL",
+        requires = "service",
+        conflicts_with_all = ["redis", "cluster"]
+    )]
+    pub sentinel: Vec<String>,
+    /// The master name the sentinels watch (with --sentinel).
+    #[arg(long, global = true, value_name = "NAME", requires = "sentinel")]
+    pub service: Option<String>,
     /// Prefix of every key fenced uses.
     #[arg(long, global = true, default_value = "fenced:", value_name = "PREFIX")]
     pub namespace: String,
@@ -86,6 +99,7 @@ impl Global {
     pub fn redis_url(&self) -> &str {
         self.cluster
             .first()
+            .or(self.sentinel.first())
             .or(self.redis.first())
             .map_or(DEFAULT_REDIS, String::as_str)
     }

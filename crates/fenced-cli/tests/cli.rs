@@ -1581,7 +1581,7 @@ fn fenced_bare(args: &[&str]) -> Command {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn run_works_on_a_cluster_and_on_redlock_over_several_masters() {
+async fn run_works_on_a_cluster_behind_sentinel_and_on_redlock_over_several_masters() {
     let cluster = fenced_testkit::RedisCluster::start(3, 0)
         .unwrap_or_else(|e| panic!("this test needs a real redis-server cluster: {e}"));
     let seed = &cluster.urls()[1];

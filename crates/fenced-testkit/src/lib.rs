@@ -28,9 +28,11 @@ use nix::unistd::Pid;
 
 mod cluster;
 mod proxy;
+mod sentinel;
 
 pub use cluster::{RedisCluster, Reply, SLOTS, command, key_slot};
 pub use proxy::{Fault, Proxy};
+pub use sentinel::RedisSentinels;
 
 /// What can go wrong while starting or controlling a server.
 #[derive(Debug, thiserror::Error)]
@@ -70,6 +72,9 @@ pub struct RedisServer {
     paused: bool,
     /// With TLS: the CA certificate (PEM) that signed the server's certificate.
     tls_ca: Option<Vec<u8>>,
+    /// A configuration file in `dir`, given first on the command line (a sentinel needs one
+    /// it can rewrite).
+    config_file: Option<String>,
 }
 
 impl RedisServer {
@@ -82,7 +87,27 @@ impl RedisServer {
     /// `["--requirepass", "secret"]`.
     pub fn start_with(extra: &[&str]) -> Result<Self, TestkitError> {
         let dir = tempfile::Builder::new().prefix("fenced-redis-").tempdir()?;
-        Self::start_in(dir, extra.iter().map(|s| (*s).to_owned()).collect(), None)
+        Self::start_in(
+            dir,
+            extra.iter().map(|s| (*s).to_owned()).collect(),
+            None,
+            None,
+        )
+    }
+
+    /// Starts a Redis Sentinel (`redis-server sentinel.conf --sentinel`) whose configuration
+    /// file holds `config` (`sentinel monitor …` lines).
+    pub fn start_sentinel(config: &str) -> Result<Self, TestkitError> {
+        let dir = tempfile::Builder::new()
+            .prefix("fenced-sentinel-")
+            .tempdir()?;
+        std::fs::write(dir.path().join("sentinel.conf"), config)?;
+        Self::start_in(
+            dir,
+            vec!["--sentinel".to_owned()],
+            None,
+            Some("sentinel.conf".to_owned()),
+        )
     }
 
     /// Starts a server that speaks only TLS, with a certificate for `127.0.0.1` signed by a
@@ -119,7 +144,7 @@ impl RedisServer {
             "--tls-auth-clients".to_owned(),
             if mutual { "yes" } else { "no" }.to_owned(),
         ];
-        Self::start_in(dir, extra, Some(ca))
+        Self::start_in(dir, extra, Some(ca), None)
     }
 
     /// Starts in `dir`, retrying on another port when the chosen one was taken meanwhile.
@@ -127,6 +152,7 @@ impl RedisServer {
         mut dir: tempfile::TempDir,
         extra: Vec<String>,
         tls_ca: Option<Vec<u8>>,
+        config_file: Option<String>,
     ) -> Result<Self, TestkitError> {
         let binary = redis_server_binary().ok_or(TestkitError::NoBinary)?;
         let mut last_err = None;
@@ -139,6 +165,7 @@ impl RedisServer {
                 extra: extra.clone(),
                 paused: false,
                 tls_ca: tls_ca.clone(),
+                config_file: config_file.clone(),
             };
             match server.spawn() {
                 Ok(()) => return Ok(server),
@@ -171,6 +198,9 @@ impl RedisServer {
         // A fresh log: readiness (and any error report) must come from this run alone.
         let _ = std::fs::remove_file(&log);
         let mut cmd = Command::new(&self.binary);
+        if let Some(name) = &self.config_file {
+            cmd.arg(self.dir.path().join(name));
+        }
         let (plain_port, tls_port) = if self.tls_ca.is_some() {
             (0, self.port)
         } else {
@@ -582,6 +612,25 @@ where
         .build()
         .expect("tokio runtime");
     if let Err(e) = rt.block_on(body(cluster.urls())) {
+        panic!("doctest failed: {e}");
+    }
+}
+
+/// [`doctest`] against a master with one replica behind 3 sentinels watching it as
+/// `mymaster`; the body gets the sentinels' URLs.
+#[allow(clippy::expect_used)] // a doctest helper: failing loudly is its whole job
+pub fn doctest_sentinel<F, Fut>(body: F)
+where
+    F: FnOnce(Vec<String>) -> Fut,
+    Fut: Future<Output = Result<(), BoxError>>,
+{
+    let set = RedisSentinels::start(1, 3).expect("doctest needs redis-server");
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    if let Err(e) = rt.block_on(body(set.sentinel_urls())) {
         panic!("doctest failed: {e}");
     }
 }

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
-use crate::backend::{Backend, Conn, Node, Redlock, bounded};
+use crate::backend::{Backend, Conn, Connector, Dedicated, Failover, Node, Redlock, bounded};
 use crate::cache::Cache;
 use crate::core::Core;
 use crate::core::renew::RenewalStats;
@@ -75,6 +75,7 @@ impl Client {
             url: url.to_owned(),
             redlock: None,
             cluster: None,
+            sentinel: None,
             redlock_restart_grace: None,
             password: None,
             options: ClientOptions::default(),
@@ -165,6 +166,42 @@ impl Client {
     pub fn cluster_builder<S: AsRef<str>>(seeds: &[S]) -> ClientBuilder {
         let mut builder = Client::builder(seeds.first().map_or("", |u| u.as_ref()));
         builder.cluster = Some(seeds.iter().map(|u| u.as_ref().to_owned()).collect());
+        builder
+    }
+
+    /// Starts configuring a client of the master that Redis Sentinel names for `service`,
+    /// asking the sentinels at `sentinels` (their URLs carry their own credentials, if any;
+    /// the master gets the builder's [`password`](ClientBuilder::password), and TLS when the
+    /// sentinels' URLs are `rediss://`).
+    ///
+    /// The master is located at connect, and again whenever it stops acting as the master: a
+    /// `READONLY` reply (it was demoted), or a refused or broken connection. The command that
+    /// meets the change fails with its error, which may leave its outcome unknown; nothing is
+    /// sent twice. Pub/sub and transactions locate the master when they connect. Everything
+    /// works as on one server.
+    ///
+    /// Replication is asynchronous: a failover can lose the last writes of the old master,
+    /// a grant among them, and two holders may then overlap until the first one's renewal
+    /// reaches the new master and fails. Fencing tokens still increase (the `TIME` floor), so
+    /// a fenced resource refuses the older holder. [`ClientBuilder::replica_acks`] narrows the
+    /// window: a grant counts only once replicas have it.
+    ///
+    /// ```
+    /// # fenced_testkit::doctest_sentinel(|sentinels| async move {
+    /// let client = fenced::Client::sentinel_builder(&sentinels, "mymaster")
+    ///     .replica_acks(1, std::time::Duration::from_millis(100))
+    ///     .connect()
+    ///     .await?;
+    /// let guard = client.lock("payroll").acquire().await?; // on the master, and on a replica
+    /// guard.release().await?;
+    /// # Ok(()) });
+    /// ```
+    pub fn sentinel_builder<S: AsRef<str>>(sentinels: &[S], service: &str) -> ClientBuilder {
+        let mut builder = Client::builder(sentinels.first().map_or("", |u| u.as_ref()));
+        builder.sentinel = Some((
+            sentinels.iter().map(|u| u.as_ref().to_owned()).collect(),
+            service.to_owned(),
+        ));
         builder
     }
 
@@ -280,6 +317,8 @@ pub struct ClientBuilder {
     redlock: Option<Vec<String>>,
     /// Seed nodes of a Redis Cluster; `None` for one server.
     cluster: Option<Vec<String>>,
+    /// Sentinels and the service (master name) they watch; `None` for a fixed server.
+    sentinel: Option<(Vec<String>, String)>,
     /// How long a restarted Redlock master does not vote (default: the default ttl).
     redlock_restart_grace: Option<Duration>,
     /// A password given apart from the URL (never shown by `Debug`).
@@ -348,6 +387,26 @@ impl ClientBuilder {
         self
     }
 
+    /// Asks `replicas` replicas to acknowledge every grant, renewal and fenced write, waiting
+    /// up to `wait` (`WAIT replicas wait`, sent in the same pipeline as the write). Off by
+    /// default. Redisson waits for one replica; asking for a majority of the replicas makes a
+    /// failover to any of them keep the write. What falls short:
+    /// - a grant is given back and retried within the acquire's wait; at its end the
+    ///   acquire fails with [`Error::NotReplicated`];
+    /// - a renewal does not extend the lease's validity (the lost signal fires if none is
+    ///   confirmed in time);
+    /// - a fenced write answers [`Error::NotReplicated`]: the master has it, a failover may
+    ///   lose it.
+    ///
+    /// `WAIT` holds the client's shared connection on the server until the replicas answer,
+    /// so keep `wait` short (it may be at most half the timeout). It needs the `wait`
+    /// command in the ACL. One server, Sentinel and Redis Cluster (the slot's master and its
+    /// replicas); not Redlock, whose masters have no replicas to ask.
+    pub fn replica_acks(mut self, replicas: usize, wait: Duration) -> Self {
+        self.options.replica_acks = Some((replicas, wait));
+        self
+    }
+
     /// How many dedicated connections transactions may use at once (default 16). A
     /// transaction needs a connection of its own for its `WATCH`; when all are busy, the next
     /// one waits its turn.
@@ -393,22 +452,36 @@ impl ClientBuilder {
             .map_err(|e| Error::invalid(format!("the OS random source failed: {e}")))?;
         let client_id: Arc<str> = hex(&id).into();
 
-        let backend = match (&self.redlock, &self.cluster) {
-            (Some(_), Some(_)) => {
+        let backend = match (&self.redlock, &self.cluster, &self.sentinel) {
+            (None, None, None) => {
+                let (node, client) = self.node(&self.url)?;
+                let node = node.with_acks(options.replica_acks);
+                let _: String = node.query("ping", &redis::cmd("PING")).await?;
+                Backend::Single {
+                    node,
+                    client: Dedicated::Fixed(client),
+                }
+            }
+            (Some(urls), None, None) => {
+                if options.replica_acks.is_some() {
+                    return Err(Error::invalid(
+                        "replica_acks asks replicas of one master; Redlock's masters are independent, with no replicas to ask",
+                    ));
+                }
+                self.redlock_backend(urls).await?
+            }
+            (None, Some(seeds), None) => self.cluster_backend(seeds).await?,
+            (None, None, Some((sentinels, service))) => {
+                self.sentinel_backend(sentinels, service).await?
+            }
+            _ => {
                 return Err(Error::invalid(
-                    "a client is either Redlock over independent masters or a Redis Cluster client, not both",
+                    "a client is one of: one server, Redlock over independent masters, a Redis Cluster, or a master behind Sentinel",
                 ));
             }
-            (None, None) => {
-                let (node, client) = self.node(&self.url)?;
-                let _: String = node.query("ping", &redis::cmd("PING")).await?;
-                Backend::Single { node, client }
-            }
-            (Some(urls), None) => self.redlock_backend(urls).await?,
-            (None, Some(seeds)) => self.cluster_backend(seeds).await?,
         };
         let tx_pool = Arc::new(TxPool::new(
-            backend.dedicated().clone(),
+            backend.dedicated(),
             options.transaction_connections,
             options.timeout,
         ));
@@ -423,17 +496,57 @@ impl ClientBuilder {
     /// A reconnecting connection to `url`, not connected yet.
     fn node(&self, url: &str) -> Result<(Node, redis::Client)> {
         let timeout = self.options.timeout;
-        let redis_client = self.redis_client(url).map_err(|e| {
+        let (conn, redis_client) = self.manager(url).map_err(|e| {
             Error::invalid(format!("Redis URL {:?} is not usable: {e}", redact(url)))
         })?;
+        Ok((Node::new(Conn::Single(conn), timeout), redis_client))
+    }
+
+    /// A reconnecting connection manager for `url` (lazy: it connects on first use), and a
+    /// client for dedicated connections to the same server.
+    fn manager(&self, url: &str) -> redis::RedisResult<(ConnectionManager, redis::Client)> {
+        let timeout = self.options.timeout;
+        let redis_client = self.redis_client(url)?;
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(timeout))
             .set_response_timeout(Some(timeout))
             .set_number_of_retries(2)
             .set_max_delay(timeout);
-        let conn = ConnectionManager::new_lazy_with_config(redis_client.clone(), config)
-            .map_err(|e| Error::from_redis("connect", timeout, e))?;
-        Ok((Node::new(Conn::Single(conn), timeout), redis_client))
+        let conn = ConnectionManager::new_lazy_with_config(redis_client.clone(), config)?;
+        Ok((conn, redis_client))
+    }
+
+    /// The master of `service` behind Sentinel, located now and followed from then on
+    /// (`backend/sentinel.rs`).
+    async fn sentinel_backend(&self, sentinels: &[String], service: &str) -> Result<Backend> {
+        if sentinels.is_empty() || service.is_empty() {
+            return Err(Error::invalid(
+                "a Sentinel client needs at least one sentinel URL and the service (master) name",
+            ));
+        }
+        let timeout = self.options.timeout;
+        let mut clients = Vec::with_capacity(sentinels.len());
+        for url in sentinels {
+            clients.push(redis::Client::open(url.as_str()).map_err(|e| {
+                Error::invalid(format!("Sentinel URL {:?} is not usable: {e}", redact(url)))
+            })?);
+        }
+        let scheme = if sentinels[0].starts_with("rediss://") {
+            "rediss"
+        } else {
+            "redis"
+        };
+        let me = self.clone();
+        let connect: Connector =
+            Arc::new(move |host: &str, port: u16| me.manager(&format!("{scheme}://{host}:{port}")));
+        let failover = Failover::start(service.to_owned(), clients, connect, timeout);
+        let node = Node::new(Conn::Sentinel(failover.clone()), timeout)
+            .with_acks(self.options.replica_acks);
+        let _: String = node.query("ping", &redis::cmd("PING")).await?;
+        Ok(Backend::Single {
+            node,
+            client: Dedicated::Sentinel(failover),
+        })
     }
 
     /// A Redis Cluster from its seed nodes: the slot map is read now, from the first seed
@@ -472,8 +585,8 @@ impl ClientBuilder {
             .map_err(|e| Error::invalid(format!("Redis Cluster seeds are not usable: {e}")))?;
         let conn = bounded(timeout, "connect", cluster.get_async_connection()).await?;
         Ok(Backend::Cluster {
-            node: Node::new(Conn::Cluster(conn), timeout),
-            clients,
+            node: Node::new(Conn::Cluster(conn), timeout).with_acks(self.options.replica_acks),
+            clients: clients.into_iter().map(Dedicated::Fixed).collect(),
         })
     }
 

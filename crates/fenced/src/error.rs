@@ -99,6 +99,23 @@ pub enum Error {
         /// Nodes asked.
         nodes: usize,
     },
+    /// Fewer replicas than [`ClientBuilder::replica_acks`](crate::ClientBuilder::replica_acks)
+    /// asks for acknowledged a write within its wait (`WAIT`). The write was applied on the
+    /// master, but a failover now could lose it. A grant that falls short is given back (and
+    /// retried within the wait), a renewal that falls short does not count (the lease's
+    /// validity is not extended by it), and a fenced write that falls short is reported with
+    /// this error: it may be lost, or it may stay. Transient: a retry may find the replicas.
+    #[error(
+        "{operation}: only {acked} of the {needed} replicas asked for acknowledged it in time; the master has it, a failover could lose it"
+    )]
+    NotReplicated {
+        /// What was written (`acquire`, `renew`, `fenced write`).
+        operation: &'static str,
+        /// Replicas that acknowledged.
+        acked: usize,
+        /// Replicas asked for.
+        needed: usize,
+    },
     /// The Redis user may not run a command `fenced` needs (an ACL without it). The command is
     /// named even when it runs inside one of `fenced`'s scripts; the README's "Least
     /// privilege" lists what each feature needs.
@@ -139,7 +156,10 @@ impl Error {
     pub fn is_transient(&self) -> bool {
         matches!(
             self,
-            Error::Unavailable { .. } | Error::Timeout { .. } | Error::NoQuorum { .. }
+            Error::Unavailable { .. }
+                | Error::Timeout { .. }
+                | Error::NoQuorum { .. }
+                | Error::NotReplicated { .. }
         )
     }
 

@@ -29,6 +29,8 @@ pub(crate) struct ClientOptions {
     pub(crate) poll_min: Duration,
     pub(crate) poll_max: Duration,
     pub(crate) transaction_connections: usize,
+    /// `WAIT` after grants, renewals and fenced writes: this many replicas within this long.
+    pub(crate) replica_acks: Option<(usize, Duration)>,
 }
 
 impl Default for ClientOptions {
@@ -41,6 +43,7 @@ impl Default for ClientOptions {
             poll_min: Duration::from_millis(25),
             poll_max: Duration::from_secs(1),
             transaction_connections: 16,
+            replica_acks: None,
         }
     }
 }
@@ -73,6 +76,21 @@ impl ClientOptions {
             self.poll_min,
             Duration::from_secs(3600),
         )?;
+        if let Some((replicas, wait)) = self.replica_acks {
+            if !(1..=64).contains(&replicas) {
+                return Err(Error::invalid(format!(
+                    "replica_acks asks for {replicas} replicas; it must be from 1 to 64"
+                )));
+            }
+            // WAIT runs inside the call, which the timeout bounds: it must fit with room to
+            // spare, or every acknowledged write would time out instead.
+            check_range(
+                "replica acknowledgement wait",
+                wait,
+                Duration::from_millis(1),
+                self.timeout / 2,
+            )?;
+        }
         if !(1..=1024).contains(&self.transaction_connections) {
             return Err(Error::invalid(format!(
                 "transaction_connections is {}; it must be from 1 to 1024",

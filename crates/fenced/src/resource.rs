@@ -196,9 +196,15 @@ impl FencedResource {
         for (field, value) in fields {
             call = call.arg(*field).arg(*value);
         }
-        let (applied, value): (i64, Value) = self.core.node()?.run(&call).await?;
+        let (reply, short) = self.core.node()?.run_acked(&call).await?;
+        let (applied, value): (i64, Value) = redis::from_redis_value(reply)
+            .map_err(|e| unexpected("fenced write", e.to_string()))?;
         match (applied, value) {
-            (1, _) => Ok(FencedWrite::Applied),
+            // Applied on the master, not confirmed by enough replicas: say so.
+            (1, _) => match short {
+                Some(short) => Err(short.error("fenced write")),
+                None => Ok(FencedWrite::Applied),
+            },
             (0, Value::BulkString(bytes)) => {
                 crate::core::metrics::fenced_write_rejected();
                 Ok(FencedWrite::Stale {

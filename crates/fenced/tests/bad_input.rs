@@ -139,3 +139,61 @@ async fn a_password_in_a_bad_url_is_not_echoed() {
         .unwrap_err();
     assert!(!err.to_string().contains("hunter2"), "{err}");
 }
+
+#[tokio::test]
+async fn bad_deployment_settings_are_refused_before_connecting() {
+    let server = server();
+    let url = server.url();
+    let ms = Duration::from_millis;
+    let acks = |n, wait| Client::builder(&url).replica_acks(n, wait).connect();
+    assert_invalid("no replicas", acks(0, ms(10)).await, "replicas");
+    assert_invalid(
+        "a wait past half the timeout",
+        acks(1, ms(1500)).await,
+        "wait",
+    );
+    let urls = [url.clone(), url.clone(), url.clone()];
+    assert_invalid(
+        "WAIT on Redlock",
+        Client::redlock_builder(&urls)
+            .replica_acks(1, ms(10))
+            .connect()
+            .await,
+        "Redlock",
+    );
+    assert_invalid(
+        "Sentinel without a service",
+        Client::sentinel_builder(&[url.as_str()], "")
+            .connect()
+            .await,
+        "service",
+    );
+    assert_invalid(
+        "a cluster without seeds",
+        Client::cluster_builder::<&str>(&[]).connect().await,
+        "seed",
+    );
+    // With replicas acknowledged, a server without replicas refuses every grant in time.
+    let lone = Client::builder(&url)
+        .timeout(ms(500))
+        .replica_acks(1, ms(20))
+        .connect()
+        .await
+        .unwrap();
+    let refused = lone
+        .lock("alone")
+        .with_wait(WaitPolicy::up_to(ms(200)))
+        .acquire()
+        .await;
+    assert!(
+        matches!(
+            refused,
+            Err(Error::NotReplicated {
+                acked: 0,
+                needed: 1,
+                ..
+            })
+        ),
+        "{refused:?}"
+    );
+}

@@ -30,7 +30,7 @@ fn names_on_every_master(c: &RedisCluster, masters: usize) -> Vec<String> {
     names
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_primitive_runs_on_a_cluster_and_what_needs_one_server_says_so() {
     let c = cluster(3, 0);
     let a = cluster_client(&c).await;
@@ -143,7 +143,7 @@ async fn every_primitive_runs_on_a_cluster_and_what_needs_one_server_says_so() {
     assert!(matches!(a.locks("*").await, Err(Error::InvalidArgument(_))));
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn leases_on_every_master_are_renewed_and_a_release_wakes_a_waiter_of_another_client() {
     let c = cluster(3, 0);
     let a = cluster_client(&c).await;
@@ -202,7 +202,7 @@ async fn leases_on_every_master_are_renewed_and_a_release_wakes_a_waiter_of_anot
     }
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_held_lease_survives_a_slot_migration_and_a_replica_promotion() {
     let c = cluster(3, 1);
     let a = cluster_client(&c).await;
@@ -218,7 +218,7 @@ async fn a_held_lease_survives_a_slot_migration_and_a_replica_promotion() {
     // Migrate the slot to another master while the lease is held and renewed.
     let from = c.owner_of(slot, 0).unwrap();
     let to = (0..3).find(|&m| m != from).unwrap();
-    c.migrate_slot(slot, to).unwrap();
+    tokio::task::block_in_place(|| c.migrate_slot(slot, to)).unwrap();
     assert!(
         stale.lock("moving").try_acquire().await.unwrap().is_none(),
         "a redirected attempt must reach the new owner and find the lock held"
@@ -229,7 +229,7 @@ async fn a_held_lease_survives_a_slot_migration_and_a_replica_promotion() {
 
     // Promote the new owner's replica (a manual failover: it catches up first).
     let replica = c.replicas_of(to).unwrap()[0];
-    c.failover(replica, false).unwrap();
+    tokio::task::block_in_place(|| c.failover(replica, false)).unwrap();
     assert_eq!(c.owner_of(slot, replica).unwrap(), replica);
     tokio::time::sleep(ttl * 3).await;
     assert!(!g.lease().is_lost(), "lost across the failover");
@@ -241,7 +241,7 @@ async fn a_held_lease_survives_a_slot_migration_and_a_replica_promotion() {
     next.release().await.unwrap();
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn after_a_master_dies_its_replica_serves_and_tokens_still_increase() {
     let mut c = cluster(3, 1);
     let a = cluster_client(&c).await;
@@ -259,7 +259,7 @@ async fn after_a_master_dies_its_replica_serves_and_tokens_still_increase() {
         assert!(Instant::now() < deadline, "no failover");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    c.wait_healthy().unwrap();
+    tokio::task::block_in_place(|| c.wait_healthy()).unwrap();
     // The lease was replicated: still held (the holder renews on the new master). The first
     // command may meet the dead master's broken connection and report it as Unavailable
     // (never sent again: it might have run); the client then reconnects on the new map.

@@ -37,5 +37,6 @@ mod release;
 mod renewal;
 mod rwlock;
 mod semaphore;
+mod sentinel;
 mod storms;
 mod wakeup;

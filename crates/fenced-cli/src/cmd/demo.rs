@@ -95,7 +95,12 @@ async fn pick_server(global: &Global) -> Result<Target, Failure> {
         namespace: namespace.clone(),
         ..global.clone()
     };
-    if let Some(url) = global.redis.first().or(global.cluster.first()) {
+    if let Some(url) = global
+        .redis
+        .first()
+        .or(global.cluster.first())
+        .or(global.sentinel.first())
+    {
         check_url(url)?;
         let client = connect_to(&demo, url).await?;
         return Ok(Target {

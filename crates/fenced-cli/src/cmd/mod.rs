@@ -25,6 +25,10 @@ pub async fn connect_to(global: &Global, url: &str) -> Result<Client, Failure> {
     let target = url == global.redis_url();
     let builder = if target && !global.cluster.is_empty() {
         Client::cluster_builder(&global.cluster)
+    } else if let (true, false, Some(service)) =
+        (target, global.sentinel.is_empty(), &global.service)
+    {
+        Client::sentinel_builder(&global.sentinel, service)
     } else if target && global.redis.len() > 1 {
         Client::redlock_builder(&global.redis)
     } else {

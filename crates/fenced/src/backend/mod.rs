@@ -9,15 +9,16 @@
 
 mod node;
 mod redlock;
+mod sentinel;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::Value;
 use tokio::time::Instant;
 
 pub(crate) use node::{Conn, Node, bounded};
 pub(crate) use redlock::Redlock;
+pub(crate) use sentinel::{Connector, Failover};
 
 use crate::core::lease::ExpiryReply;
 use crate::error::{Error, Result};
@@ -39,7 +40,7 @@ pub(crate) enum Backend {
         /// Commands, scripts and batches.
         node: Node,
         /// For connections of their own (pub/sub, transactions' `WATCH`).
-        client: redis::Client,
+        client: Dedicated,
     },
     /// A Redis Cluster: every script runs on the master of its keys' slot (all keys of one
     /// primitive share its `{name}` hash tag), and renewal batches go one per node.
@@ -48,10 +49,32 @@ pub(crate) enum Backend {
         node: Node,
         /// One client per seed node, for pub/sub (a release published on any node of a
         /// cluster reaches subscribers on every node) and dedicated connections.
-        clients: Vec<redis::Client>,
+        clients: Vec<Dedicated>,
     },
     /// Several independent masters; lease steps decided by a majority (`redlock.rs`).
     Redlock(Arc<Redlock>),
+}
+
+/// Where a dedicated connection (pub/sub, a transaction's `WATCH`) goes: a fixed server, or
+/// the master that Sentinel names when the connection is made.
+// Cloned per connection made, never in a hot path: boxing the client would buy nothing.
+#[allow(clippy::large_enum_variant)]
+#[derive(Clone)]
+pub(crate) enum Dedicated {
+    /// One server.
+    Fixed(redis::Client),
+    /// The current master of a Sentinel-managed service.
+    Sentinel(Arc<Failover>),
+}
+
+impl Dedicated {
+    /// A client of the server to connect to now.
+    pub(crate) async fn client(&self) -> redis::RedisResult<redis::Client> {
+        match self {
+            Dedicated::Fixed(c) => Ok(c.clone()),
+            Dedicated::Sentinel(f) => f.client().await,
+        }
+    }
 }
 
 impl Backend {
@@ -68,22 +91,22 @@ impl Backend {
 
     /// A client for dedicated connections: pub/sub, and transactions (`WATCH` state belongs to
     /// a connection). On Redlock, the first node's (every node publishes releases).
-    pub(crate) fn dedicated(&self) -> &redis::Client {
+    pub(crate) fn dedicated(&self) -> Dedicated {
         match self {
-            Backend::Single { client, .. } => client,
-            Backend::Cluster { clients, .. } => &clients[0],
-            Backend::Redlock(r) => r.first_client(),
+            Backend::Single { client, .. } => client.clone(),
+            Backend::Cluster { clients, .. } => clients[0].clone(),
+            Backend::Redlock(r) => Dedicated::Fixed(r.first_client().clone()),
         }
     }
 
     /// Where the pub/sub connection may go, tried in turn when one is down: the server; any
     /// node of a cluster (`PUBLISH` reaches every node's subscribers); Redlock's first node
     /// (every release publishes there).
-    pub(crate) fn pubsub_clients(&self) -> Vec<redis::Client> {
+    pub(crate) fn pubsub_clients(&self) -> Vec<Dedicated> {
         match self {
             Backend::Single { client, .. } => vec![client.clone()],
             Backend::Cluster { clients, .. } => clients.clone(),
-            Backend::Redlock(r) => vec![r.first_client().clone()],
+            Backend::Redlock(r) => vec![Dedicated::Fixed(r.first_client().clone())],
         }
     }
 
@@ -112,7 +135,14 @@ impl Backend {
     ) -> Result<(AcquireReply, bool)> {
         match self {
             Backend::Single { node, .. } | Backend::Cluster { node, .. } => {
-                Ok((acquire_reply(node.run::<Value>(call).await?)?, true))
+                let (value, short) = node.run_acked(call).await?;
+                let reply = acquire_reply(value)?;
+                match (reply, short) {
+                    // A grant the replicas did not confirm: an error, so the core gives it
+                    // back (the attempt stays armed) and retries within the wait.
+                    (AcquireReply::Acquired(_), Some(short)) => Err(short.error("acquire")),
+                    _ => Ok((reply, true)),
+                }
             }
             Backend::Redlock(r) => r.acquire(kind, owner, call, abandon, ttl, sent_at).await,
         }
@@ -139,7 +169,12 @@ impl Backend {
     ) -> Result<ExpiryReply> {
         match self {
             Backend::Single { node, .. } | Backend::Cluster { node, .. } => {
-                expiry_reply(node.run(call).await?)
+                let (value, short) = node.run_acked(call).await?;
+                match (expiry_reply(value)?, short) {
+                    // Not replicated: the lease's validity must not count on it.
+                    (ExpiryReply::Applied, Some(short)) => Err(short.error("renew")),
+                    (reply, _) => Ok(reply),
+                }
             }
             Backend::Redlock(r) => r.extend(call, kind.quorum(r.nodes())).await,
         }

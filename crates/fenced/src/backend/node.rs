@@ -15,7 +15,13 @@
 //!    hold counted twice, a stock decremented twice. Here a command is sent again only when
 //!    the cluster's reply says it did not run (`not_run`: `MOVED`, `ASK`, `TRYAGAIN`,
 //!    `CLUSTERDOWN`), after the client has refreshed its slot map, within the timeout.
+//! 5. Replica acknowledgements: with `replica_acks`, a write that must survive a failover
+//!    (a grant, a renewal batch, a fenced write) is followed by `WAIT` in the SAME pipeline,
+//!    on the same connection, so the count covers that write. `WAIT` holds the connection
+//!    on the server until the replicas answer or its wait ends, which is why the wait must
+//!    be short.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use redis::aio::{ConnectionLike, ConnectionManager};
@@ -23,6 +29,7 @@ use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::Slot;
 use redis::{Cmd, FromRedisValue, Pipeline, RedisError, RedisFuture, Value};
 
+use super::sentinel::Failover;
 use crate::error::{Error, Result};
 use crate::kind::unexpected;
 use crate::scripts::ScriptCall;
@@ -37,6 +44,8 @@ pub(crate) enum Conn {
     Single(ConnectionManager),
     /// A Redis Cluster.
     Cluster(ClusterConnection),
+    /// The master that Redis Sentinel names, followed across failovers (`sentinel.rs`).
+    Sentinel(Arc<Failover>),
 }
 
 impl ConnectionLike for Conn {
@@ -44,6 +53,14 @@ impl ConnectionLike for Conn {
         match self {
             Conn::Single(c) => c.req_packed_command(cmd),
             Conn::Cluster(c) => c.req_packed_command(cmd),
+            Conn::Sentinel(f) => Box::pin(async move {
+                let (mut conn, addr) = f.conn().await?;
+                let reply = conn.req_packed_command(cmd).await;
+                if let Err(e) = &reply {
+                    f.saw(&addr, e);
+                }
+                reply
+            }),
         }
     }
 
@@ -56,6 +73,14 @@ impl ConnectionLike for Conn {
         match self {
             Conn::Single(c) => c.req_packed_commands(cmd, offset, count),
             Conn::Cluster(c) => c.req_packed_commands(cmd, offset, count),
+            Conn::Sentinel(f) => Box::pin(async move {
+                let (mut conn, addr) = f.conn().await?;
+                let replies = conn.req_packed_commands(cmd, offset, count).await;
+                if let Err(e) = &replies {
+                    f.saw(&addr, e);
+                }
+                replies
+            }),
         }
     }
 
@@ -63,6 +88,7 @@ impl ConnectionLike for Conn {
         match self {
             Conn::Single(c) => c.get_db(),
             Conn::Cluster(c) => c.get_db(),
+            Conn::Sentinel(_) => 0,
         }
     }
 }
@@ -72,11 +98,100 @@ impl ConnectionLike for Conn {
 pub(crate) struct Node {
     conn: Conn,
     timeout: Duration,
+    /// `WAIT` after writes that must survive a failover: this many replicas, this long.
+    acks: Option<(usize, Duration)>,
+}
+
+/// Too few replicas acknowledged a write (`WAIT`).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Shortfall {
+    acked: usize,
+    needed: usize,
+}
+
+impl Shortfall {
+    /// The caller's error for a write of `operation` that fell short.
+    pub(crate) fn error(self, operation: &'static str) -> Error {
+        Error::NotReplicated {
+            operation,
+            acked: self.acked,
+            needed: self.needed,
+        }
+    }
 }
 
 impl Node {
     pub(crate) fn new(conn: Conn, timeout: Duration) -> Self {
-        Node { conn, timeout }
+        Node {
+            conn,
+            timeout,
+            acks: None,
+        }
+    }
+
+    /// With `WAIT replicas wait` after acknowledged writes (invariant 5).
+    pub(crate) fn with_acks(mut self, acks: Option<(usize, Duration)>) -> Self {
+        self.acks = acks;
+        self
+    }
+
+    /// The `WAIT` command of acknowledged writes, if any.
+    fn wait_cmd(&self) -> Option<(Cmd, usize)> {
+        let (needed, wait) = self.acks?;
+        let mut cmd = redis::cmd("WAIT");
+        cmd.arg(needed)
+            .arg(u64::try_from(wait.as_millis()).unwrap_or(u64::MAX).max(1));
+        Some((cmd, needed))
+    }
+
+    /// Runs one script call, then `WAIT`s on the same connection when the client asks for
+    /// replica acknowledgements (invariant 5). The reply comes with the shortfall, if too few
+    /// replicas acknowledged in time; the caller decides whether its write needed them.
+    pub(crate) async fn run_acked(&self, call: &ScriptCall) -> Result<(Value, Option<Shortfall>)> {
+        let Some((wait, needed)) = self.wait_cmd() else {
+            return Ok((self.run(call).await?, None));
+        };
+        let operation = call.lua.operation;
+        let source = call.lua.source();
+        let mut pipe = redis::pipe();
+        pipe.ignore_errors();
+        pipe.add_command(call.evalsha()).add_command(wait);
+        let pipe = &pipe;
+        let cluster = self.is_cluster();
+        let (value, acked) = self
+            .bounded(
+                operation,
+                self.resending(|mut conn| async move {
+                    let mut replies: Vec<Result<Value, RedisError>> =
+                        pipe.query_async(&mut conn).await?;
+                    if matches!(replies.first(), Some(Err(e)) if is_noscript(e)) {
+                        call.lua.load_cmd().query_async::<()>(&mut conn).await?;
+                        replies = pipe.query_async(&mut conn).await?;
+                    }
+                    if cluster
+                        && let Some(Err(e)) =
+                            replies.iter().find(|r| matches!(r, Err(e) if not_run(e)))
+                    {
+                        return Err(e.clone());
+                    }
+                    let mut replies = replies.into_iter();
+                    let (Some(value), Some(acked)) = (replies.next(), replies.next()) else {
+                        return Err(RedisError::from((
+                            redis::ErrorKind::Client,
+                            "a reply of the script and WAIT pipeline is missing",
+                        )));
+                    };
+                    Ok((value?, acked?))
+                }),
+            )
+            .await
+            .map_err(|e| e.in_script(operation, source))?;
+        let acked = match acked {
+            Value::Int(n) => usize::try_from(n).unwrap_or(0),
+            other => return Err(unexpected("wait", format!("{other:?}"))),
+        };
+        let short = (acked < needed).then_some(Shortfall { acked, needed });
+        Ok((value, short))
     }
 
     /// Whether this node is a whole Redis Cluster (keys of different slots live apart).
@@ -220,9 +335,14 @@ impl Node {
         for call in calls {
             pipe.add_command(call.evalsha());
         }
+        // One WAIT for the whole batch (invariant 5): renewals count only once replicated.
+        let wait = self.wait_cmd();
+        if let Some((cmd, _)) = &wait {
+            pipe.add_command(cmd.clone());
+        }
         let pipe = &pipe;
         let cluster = self.is_cluster();
-        let replies: Vec<Result<Value, RedisError>> = self
+        let mut replies: Vec<Result<Value, RedisError>> = self
             .bounded(
                 operation,
                 self.resending(|mut conn| async move {
@@ -251,6 +371,15 @@ impl Node {
                 }),
             )
             .await?;
+        if let Some((_, needed)) = wait {
+            let acked = match replies.pop() {
+                Some(Ok(Value::Int(n))) => usize::try_from(n).unwrap_or(0),
+                other => return Err(unexpected("wait", format!("{other:?}"))),
+            };
+            if acked < needed {
+                return Err(Shortfall { acked, needed }.error(operation));
+            }
+        }
         let timeout = self.timeout;
         Ok(replies
             .into_iter()

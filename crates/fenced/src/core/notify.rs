@@ -41,6 +41,7 @@ use redis::aio::{PubSubSink, PubSubStream};
 use tokio::sync::{Notify, Semaphore, SemaphorePermit, mpsc, oneshot};
 use tokio::time::Instant;
 
+use crate::backend::Dedicated;
 use crate::core::handover::{MAX_IN_A_ROW, Offer};
 use crate::util::{Backoff, lock_unpoisoned, sleep_until_opt};
 
@@ -442,7 +443,7 @@ const MAX_HEADS: usize = 64;
 /// `clients`: where the one pub/sub connection may go, tried in turn while one is down (the
 /// nodes of a cluster; one server otherwise). Never empty.
 pub(crate) fn start(
-    clients: Vec<redis::Client>,
+    clients: Vec<Dedicated>,
     client_id: Arc<str>,
     timeout: Duration,
 ) -> Arc<LocalWaiters> {
@@ -551,13 +552,13 @@ async fn next_message(stream: &mut Option<PubSubStream>) -> Option<redis::Msg> {
 
 /// The places the pub/sub connection may go, and which one to try next.
 struct Rotation {
-    clients: Vec<redis::Client>,
+    clients: Vec<Dedicated>,
     next: usize,
 }
 
 impl Rotation {
     /// The client to try now.
-    fn current(&self) -> Option<&redis::Client> {
+    fn current(&self) -> Option<&Dedicated> {
         self.clients.get(self.next % self.clients.len().max(1))
     }
 
@@ -575,10 +576,15 @@ async fn connect(
     sink: &mut Option<PubSubSink>,
     stream: &mut Option<PubSubStream>,
 ) -> bool {
-    let Some(client) = rotation.current() else {
+    let Some(target) = rotation.current().cloned() else {
         return false;
     };
-    let pubsub = match tokio::time::timeout(timeout, client.get_async_pubsub()).await {
+    // Through Sentinel, the master is located now: a failover moves the subscriptions too.
+    let pubsub = async {
+        let client = target.client().await?;
+        client.get_async_pubsub().await
+    };
+    let pubsub = match tokio::time::timeout(timeout, pubsub).await {
         Ok(Ok(p)) => p,
         Ok(Err(e)) => {
             tracing::debug!(error = %e, "fenced: pub/sub connect failed");

@@ -14,17 +14,18 @@ use redis::AsyncConnectionConfig;
 use redis::aio::MultiplexedConnection;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+use crate::backend::Dedicated;
 use crate::error::{Error, Result};
 
 pub(crate) struct TxPool {
-    client: redis::Client,
+    client: Dedicated,
     idle: Mutex<Vec<MultiplexedConnection>>,
     permits: Arc<Semaphore>,
     timeout: Duration,
 }
 
 impl TxPool {
-    pub(crate) fn new(client: redis::Client, size: usize, timeout: Duration) -> Self {
+    pub(crate) fn new(client: Dedicated, size: usize, timeout: Duration) -> Self {
         TxPool {
             client,
             idle: Mutex::new(Vec::new()),
@@ -54,12 +55,13 @@ impl TxPool {
                 let config = AsyncConnectionConfig::new()
                     .set_connection_timeout(Some(self.timeout))
                     .set_response_timeout(Some(self.timeout));
-                let mut conn = crate::backend::bounded(
-                    self.timeout,
-                    "connect",
-                    self.client
-                        .get_multiplexed_async_connection_with_config(&config),
-                )
+                let mut conn = crate::backend::bounded(self.timeout, "connect", async {
+                    // Through Sentinel, the master is located now (a failover moves it).
+                    let client = self.client.client().await?;
+                    client
+                        .get_multiplexed_async_connection_with_config(&config)
+                        .await
+                })
                 .await?;
                 probe(&mut conn, self.timeout).await?;
                 conn
