@@ -16,19 +16,37 @@ use crate::run::{BoxError, Library, Scenario, Window, histogram, micros};
 /// The delay each proxy adds to every reply.
 pub(crate) const DELAY: Duration = Duration::from_millis(1);
 
+/// The delay of the one slow master of `redlock-5-slow`.
+pub(crate) const SLOW: Duration = Duration::from_millis(50);
+
 pub(crate) async fn redlock3(library: Library, window: Window) -> Result<Row, BoxError> {
-    let servers: Vec<RedisServer> = (0..3)
+    redlock(Scenario::Redlock3, 3, None, library, window).await
+}
+
+/// `n` masters, each `DELAY` away; with `slow`, the last one that far instead.
+pub(crate) async fn redlock(
+    scenario: Scenario,
+    n: usize,
+    slow: Option<Duration>,
+    library: Library,
+    window: Window,
+) -> Result<Row, BoxError> {
+    let servers: Vec<RedisServer> = (0..n)
         .map(|_| RedisServer::start())
         .collect::<Result<_, _>>()?;
     let proxies: Vec<Proxy> = servers
         .iter()
         .map(|s| Proxy::start(s.addr()))
         .collect::<Result<_, _>>()?;
-    for p in &proxies {
-        p.set(Fault::DelayReplies(DELAY));
+    for (i, p) in proxies.iter().enumerate() {
+        let delay = match slow {
+            Some(d) if i + 1 == n => d,
+            _ => DELAY,
+        };
+        p.set(Fault::DelayReplies(delay));
     }
     let urls: Vec<String> = proxies.iter().map(Proxy::url).collect();
-    let name = format!("bench:redlock-3:{}", library.name());
+    let name = format!("bench:{}:{}", scenario.name(), library.name());
     let hist = match library {
         Library::Fenced => {
             let client = fenced::Client::redlock_builder(&urls).connect().await?;
@@ -78,10 +96,12 @@ pub(crate) async fn redlock3(library: Library, window: Window) -> Result<Row, Bo
             })
             .await??
         }
-        other => return Err(format!("{} does not run redlock-3", other.name()).into()),
+        other => {
+            return Err(format!("{} does not run {}", other.name(), scenario.name()).into());
+        }
     };
     Ok(Row {
-        scenario: Scenario::Redlock3.name().into(),
+        scenario: scenario.name().into(),
         library: library.name().into(),
         ops_per_sec: hist.len() as f64 / window.duration.as_secs_f64(),
         runs: 1,

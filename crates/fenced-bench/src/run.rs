@@ -54,13 +54,17 @@ pub enum Scenario {
     Stampede1000,
     /// One task's lock cycles over 3 independent masters, each 1 ms away (Redlock).
     Redlock3,
+    /// One task's lock cycles over 5 independent masters, each 1 ms away.
+    Redlock5,
+    /// As `Redlock5`, with one master 50 ms away.
+    Redlock5Slow,
     /// 32 tasks' lock cycles on a Redis Cluster of 3 masters, each task on its own name.
     ClusterUncontended32,
 }
 
 impl Scenario {
     /// Every scenario, in run order.
-    pub const ALL: [Scenario; 20] = [
+    pub const ALL: [Scenario; 22] = [
         Scenario::Uncontended1,
         Scenario::Uncontended32,
         Scenario::Contended8,
@@ -80,6 +84,8 @@ impl Scenario {
         Scenario::CounterContended,
         Scenario::Stampede1000,
         Scenario::Redlock3,
+        Scenario::Redlock5,
+        Scenario::Redlock5Slow,
         Scenario::ClusterUncontended32,
     ];
 
@@ -105,6 +111,8 @@ impl Scenario {
             Scenario::CounterContended => "counter-contended",
             Scenario::Stampede1000 => "stampede-1000",
             Scenario::Redlock3 => "redlock-3",
+            Scenario::Redlock5 => "redlock-5",
+            Scenario::Redlock5Slow => "redlock-5-slow",
             Scenario::ClusterUncontended32 => "cluster-uncontended-32",
         }
     }
@@ -131,7 +139,9 @@ impl Scenario {
             Scenario::Seckill => &[FencedTx, FencedScript, FencedLock],
             Scenario::CounterContended => &[FencedTx, FencedScript],
             Scenario::Stampede1000 => &[FencedCache, CacheAside],
-            Scenario::Redlock3 => &[Fenced, Rslock, Redlock],
+            Scenario::Redlock3 | Scenario::Redlock5 | Scenario::Redlock5Slow => {
+                &[Fenced, Rslock, Redlock]
+            }
             Scenario::ClusterUncontended32 => &[Fenced],
         }
     }
@@ -372,17 +382,25 @@ async fn run_pair(
         Scenario::CounterContended => crate::optimistic::counter(library, 32, window, env).await?,
         Scenario::Stampede1000 => crate::stampede::stampede(library, window, env).await?,
         Scenario::Redlock3 => crate::redlock3::redlock3(library, window).await?,
+        Scenario::Redlock5 => crate::redlock3::redlock(scenario, 5, None, library, window).await?,
+        Scenario::Redlock5Slow => {
+            let slow = Some(crate::redlock3::SLOW);
+            crate::redlock3::redlock(scenario, 5, slow, library, window).await?
+        }
         Scenario::ClusterUncontended32 => crate::cluster::uncontended(library, window).await?,
         Scenario::Waiters1000 | Scenario::Renew10000 => return Err("handled above".into()),
     };
     let seen = observer.await??;
     let ops = row.ops_per_sec * window.duration.as_secs_f64();
-    // redlock-3 and the cluster run on servers of their own: the shared server's counters
+    // Redlock and the cluster run on servers of their own: the shared server's counters
     // are not their cost.
     if ops > 0.0
         && !matches!(
             scenario,
-            Scenario::Redlock3 | Scenario::ClusterUncontended32
+            Scenario::Redlock3
+                | Scenario::Redlock5
+                | Scenario::Redlock5Slow
+                | Scenario::ClusterUncontended32
         )
     {
         row.redis_cmds_per_op = seen.commands as f64 / ops;
