@@ -14,6 +14,7 @@ mod sentinel;
 use std::sync::Arc;
 use std::time::Duration;
 
+use redis::Value;
 use tokio::time::Instant;
 
 pub(crate) use node::{Conn, Node, bounded};
@@ -138,9 +139,16 @@ impl Backend {
                 let (value, short) = node.run_acked(call).await?;
                 let reply = acquire_reply(value)?;
                 match (reply, short) {
-                    // A grant the replicas did not confirm: an error, so the core gives it
-                    // back (the attempt stays armed) and retries within the wait.
-                    (AcquireReply::Acquired(_), Some(short)) => Err(short.error("acquire")),
+                    // A grant the replicas did not confirm: give it back now, so the retry
+                    // within the wait finds the lock free, and answer the error. Should the
+                    // give-back fail, the attempt stays armed and the core abandons it in
+                    // the background.
+                    (AcquireReply::Acquired(_), Some(short)) => {
+                        if let Err(e) = node.run::<Value>(&abandon()).await {
+                            tracing::debug!(error = %e, "fenced: giving back an unreplicated grant failed; abandoning it in the background");
+                        }
+                        Err(short.error("acquire"))
+                    }
                     _ => Ok((reply, true)),
                 }
             }
