@@ -722,6 +722,8 @@ mod tests {
             host in "[a-z0-9.]{1,12}",
             rest in "(:[0-9]{1,5})?(/[0-9])?",
         ) {
+            // A password that is the mask itself cannot be told from its redaction.
+            proptest::prop_assume!(password != "***");
             let url = format!("redis://{user}:{password}@{host}{rest}");
             let shown = redact(&url);
             proptest::prop_assert!(!shown.contains(&format!(":{password}@")), "{}", shown);
