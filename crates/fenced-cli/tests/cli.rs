@@ -19,10 +19,15 @@ fn server() -> RedisServer {
 
 /// `fenced --redis URL ARGS…`, with no inherited FENCED_REDIS_URL.
 fn fenced(url: &str, args: &[&str]) -> Command {
+    let mut cmd = fenced_bare(&["--redis", url]);
+    cmd.args(args);
+    cmd
+}
+
+/// `fenced ARGS…` with no inherited FENCED_REDIS_URL.
+fn fenced_bare(args: &[&str]) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_fenced"));
     cmd.env_remove("FENCED_REDIS_URL")
-        .arg("--redis")
-        .arg(url)
         .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -1566,18 +1571,6 @@ async fn poll_until(limit: Duration, check: impl Fn() -> bool) -> bool {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     check()
-}
-
-/// `fenced ARGS…` with no `--redis`, for the deployment options.
-fn fenced_bare(args: &[&str]) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_fenced"));
-    cmd.env_remove("FENCED_REDIS_URL")
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
-    cmd
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
