@@ -15,7 +15,7 @@ use crate::fair::FairLock;
 use crate::latch::Latch;
 use crate::lock::Lock;
 use crate::multi::MultiLock;
-use crate::optimistic::pool::TxPool;
+use crate::optimistic::pool::{Directory, NodeClient, TxPool};
 use crate::options::ClientOptions;
 use crate::reentrant::ReentrantLock;
 use crate::resource::FencedResource;
@@ -480,8 +480,21 @@ impl ClientBuilder {
                 ));
             }
         };
+        // A cluster's transactions go to the master of their slot, reached like the seeds.
+        let directory = backend.is_cluster().then(|| {
+            let me = self.clone();
+            let template = self
+                .cluster
+                .as_ref()
+                .and_then(|seeds| seeds.first().cloned())
+                .unwrap_or_default();
+            let client_at: NodeClient =
+                Arc::new(move |host: &str, port: u16| me.client_at(&template, host, port));
+            Directory::new(client_at)
+        });
         let tx_pool = Arc::new(TxPool::new(
             backend.dedicated(),
+            directory,
             options.transaction_connections,
             options.timeout,
         ));
@@ -505,8 +518,15 @@ impl ClientBuilder {
     /// A reconnecting connection manager for `url` (lazy: it connects on first use), and a
     /// client for dedicated connections to the same server.
     fn manager(&self, url: &str) -> redis::RedisResult<(ConnectionManager, redis::Client)> {
+        self.manager_of(self.redis_client(url)?)
+    }
+
+    /// A reconnecting connection manager for `redis_client`'s server (lazy).
+    fn manager_of(
+        &self,
+        redis_client: redis::Client,
+    ) -> redis::RedisResult<(ConnectionManager, redis::Client)> {
         let timeout = self.options.timeout;
-        let redis_client = self.redis_client(url)?;
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(timeout))
             .set_response_timeout(Some(timeout))
@@ -531,14 +551,13 @@ impl ClientBuilder {
                 Error::invalid(format!("Sentinel URL {:?} is not usable: {e}", redact(url)))
             })?);
         }
-        let scheme = if sentinels[0].starts_with("rediss://") {
-            "rediss"
-        } else {
-            "redis"
-        };
+        // The master is reached like the first sentinel (TLS or not, the same password and
+        // CA), at the address Sentinel names: a hostname or an IPv6 address needs no URL.
         let me = self.clone();
-        let connect: Connector =
-            Arc::new(move |host: &str, port: u16| me.manager(&format!("{scheme}://{host}:{port}")));
+        let template = sentinels[0].clone();
+        let connect: Connector = Arc::new(move |host: &str, port: u16| {
+            me.manager_of(me.client_at(&template, host, port)?)
+        });
         let failover = Failover::start(service.to_owned(), clients, connect, timeout);
         let node = Node::new(Conn::Sentinel(failover.clone()), timeout)
             .with_acks(self.options.replica_acks);
@@ -643,9 +662,41 @@ impl ClientBuilder {
         })
     }
 
-    #[cfg(feature = "tls")]
     fn redis_client(&self, url: &str) -> redis::RedisResult<redis::Client> {
-        let info = self.connection_info(url)?;
+        self.client_of(self.connection_info(url)?)
+    }
+
+    /// A client of the server at `host:port`, with the settings of `template` (its scheme,
+    /// user, password and database) and of this builder (TLS certificates): the address of a
+    /// master named by Sentinel, or of a cluster node named by a `MOVED` reply.
+    pub(crate) fn client_at(
+        &self,
+        template: &str,
+        host: &str,
+        port: u16,
+    ) -> redis::RedisResult<redis::Client> {
+        use redis::ConnectionAddr;
+        let info = self.connection_info(template)?;
+        let addr = match info.addr() {
+            ConnectionAddr::Tcp(..) => ConnectionAddr::Tcp(host.to_owned(), port),
+            ConnectionAddr::TcpTls { insecure, .. } => ConnectionAddr::TcpTls {
+                host: host.to_owned(),
+                port,
+                insecure: *insecure,
+                tls_params: None,
+            },
+            _ => {
+                return Err(redis::RedisError::from((
+                    redis::ErrorKind::InvalidClientConfig,
+                    "a node named by the server is reached over TCP; the URL given is not a TCP one",
+                )));
+            }
+        };
+        self.client_of(info.set_addr(addr))
+    }
+
+    #[cfg(feature = "tls")]
+    fn client_of(&self, info: redis::ConnectionInfo) -> redis::RedisResult<redis::Client> {
         if self.tls_root_certificate.is_none() && self.tls_client.is_none() {
             return redis::Client::open(info);
         }
@@ -666,8 +717,8 @@ impl ClientBuilder {
     }
 
     #[cfg(not(feature = "tls"))]
-    fn redis_client(&self, url: &str) -> redis::RedisResult<redis::Client> {
-        redis::Client::open(self.connection_info(url)?)
+    fn client_of(&self, info: redis::ConnectionInfo) -> redis::RedisResult<redis::Client> {
+        redis::Client::open(info)
     }
 }
 

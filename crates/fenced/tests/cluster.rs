@@ -135,12 +135,116 @@ async fn every_primitive_runs_on_a_cluster_and_what_needs_one_server_says_so() {
     ));
     let single = a.multi_lock(["alone"]).unwrap();
     single.acquire().await.unwrap().release().await.unwrap();
+    // A transaction's keys share a slot (one hash tag); keys of two slots are refused.
+    let (x, y) = ("{order:1}:stock", "{order:2}:stock");
+    assert_ne!(key_slot(x), key_slot(y));
     assert!(matches!(
-        a.transaction(&["k"], |_tx| async { Ok::<_, Error>(()) })
+        a.transaction(&[x, y], |_tx| async { Ok::<_, Error>(()) })
             .await,
         Err(Error::InvalidArgument(_))
     ));
     assert!(matches!(a.locks("*").await, Err(Error::InvalidArgument(_))));
+}
+
+/// Reads `key` as a number through a read-only transaction (0 when absent).
+async fn read_number(client: &Client, key: &str) -> i64 {
+    client
+        .transaction(&[key], |tx| async move {
+            Ok::<_, Error>(tx.get::<i64>(key).await?.unwrap_or(0))
+        })
+        .await
+        .unwrap()
+}
+
+/// One buyer: takes a unit of `stock` if any is left, counting the sale in `sold` (both keys
+/// in one slot). True if it bought.
+async fn buy(client: &Client, stock: &str, sold: &str) -> bool {
+    client
+        .transaction(&[stock, sold], |tx| async move {
+            let left = tx.get::<i64>(stock).await?.unwrap_or(0);
+            if left <= 0 {
+                return Ok::<_, Error>(false);
+            }
+            tx.set(stock, left - 1);
+            tx.incr(sold, 1);
+            Ok(true)
+        })
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transactions_run_on_their_slots_master_and_follow_it_when_the_slot_moves() {
+    let c = cluster(3, 0);
+    // A slot that the first seed does not serve: the first WATCH meets MOVED.
+    let tag = (0..)
+        .map(|i| format!("{{sale-{i}}}"))
+        .find(|t| c.owner_of(key_slot(t), 0).unwrap() != 0)
+        .unwrap();
+    let (stock, sold) = (format!("{tag}:stock"), format!("{tag}:sold"));
+    let (stock, sold) = (stock.as_str(), sold.as_str());
+    let a = cluster_client(&c).await;
+    let b = cluster_client(&c).await;
+    a.transaction(&[stock], |tx| async move {
+        tx.set(stock, 10);
+        Ok::<_, Error>(())
+    })
+    .await
+    .unwrap();
+
+    // The seckill: 40 buyers over two clients, 10 units, none oversold.
+    let buyers: Vec<_> = (0..40)
+        .map(|i| {
+            let client = if i % 2 == 0 { a.clone() } else { b.clone() };
+            let (stock, sold) = (stock.to_owned(), sold.to_owned());
+            tokio::spawn(async move { buy(&client, &stock, &sold).await })
+        })
+        .collect();
+    let mut bought = 0;
+    for buyer in buyers {
+        bought += i64::from(buyer.await.unwrap());
+    }
+    assert_eq!(bought, 10);
+    assert_eq!(read_number(&a, stock).await, 0);
+    assert_eq!(read_number(&b, sold).await, 10);
+
+    // The slot moves to another master: the next transaction follows the MOVED reply.
+    let slot = key_slot(&tag);
+    let from = c.owner_of(slot, 0).unwrap();
+    let to = (0..3).find(|&m| m != from).unwrap();
+    tokio::task::block_in_place(|| c.migrate_slot(slot, to)).unwrap();
+    a.transaction(&[stock], |tx| async move {
+        tx.set(stock, 2);
+        Ok::<_, Error>(())
+    })
+    .await
+    .unwrap();
+    assert!(buy(&a, stock, sold).await);
+
+    // And it moves back while a transaction is between its reads and its EXEC: that attempt
+    // writes nothing, and the next one runs on the new master. Exactly one unit is sold.
+    let back = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let moved_mid_step = b
+        .transaction(&[stock, sold], |tx| {
+            let (c, back) = (&c, back.clone());
+            async move {
+                let left = tx.get::<i64>(stock).await?.unwrap_or(0);
+                if !back.swap(true, std::sync::atomic::Ordering::SeqCst) {
+                    tokio::task::block_in_place(|| c.migrate_slot(slot, from)).unwrap();
+                }
+                tx.set(stock, left - 1);
+                tx.incr(sold, 1);
+                Ok::<_, Error>(tx.attempt())
+            }
+        })
+        .await
+        .unwrap();
+    assert!(
+        moved_mid_step >= 2,
+        "the interrupted attempt must not commit"
+    );
+    assert_eq!(read_number(&a, stock).await, 0);
+    assert_eq!(read_number(&a, sold).await, 12);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -6,49 +6,129 @@
 //! its own and gives it back only when it is clean: no `WATCH` or `MULTI` pending. A
 //! connection whose transaction was interrupted (its future dropped, a timeout) is closed
 //! instead, which makes the server forget its state.
+//!
+//! On a Redis Cluster, a transaction's keys share one hash slot, and its connection goes to
+//! that slot's master. The pool learns each slot's master from the `MOVED` replies (a
+//! [`Directory`]), and keeps idle connections per node.
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use redis::AsyncConnectionConfig;
 use redis::aio::MultiplexedConnection;
+use redis::cluster_routing::Slot;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::backend::Dedicated;
 use crate::error::{Error, Result};
+use crate::util::lock_unpoisoned;
+
+/// A node's address, as a `MOVED` reply names it.
+pub(crate) type Addr = (String, u16);
+
+/// Makes a client of the node at an address, with the client's settings.
+pub(crate) type NodeClient =
+    Arc<dyn Fn(&str, u16) -> redis::RedisResult<redis::Client> + Send + Sync>;
+
+/// Where a Redis Cluster's slots are served, as far as transactions have learned.
+pub(crate) struct Directory {
+    client_at: NodeClient,
+    /// Slot -> its master, from the last `MOVED` reply about it. A slot not here goes to the
+    /// first seed, which redirects.
+    owners: Mutex<HashMap<Slot, Addr>>,
+}
+
+impl Directory {
+    pub(crate) fn new(client_at: NodeClient) -> Self {
+        Directory {
+            client_at,
+            owners: Mutex::new(HashMap::new()),
+        }
+    }
+}
 
 pub(crate) struct TxPool {
+    /// The server (or, on a cluster, the first seed).
     client: Dedicated,
-    idle: Mutex<Vec<MultiplexedConnection>>,
+    /// On a Redis Cluster only.
+    directory: Option<Directory>,
+    /// Idle clean connections, with the node each goes to (`None`: `client`'s).
+    idle: Mutex<Vec<(Option<Addr>, MultiplexedConnection)>>,
     permits: Arc<Semaphore>,
     timeout: Duration,
 }
 
 impl TxPool {
-    pub(crate) fn new(client: Dedicated, size: usize, timeout: Duration) -> Self {
+    pub(crate) fn new(
+        client: Dedicated,
+        directory: Option<Directory>,
+        size: usize,
+        timeout: Duration,
+    ) -> Self {
         TxPool {
             client,
+            directory,
             idle: Mutex::new(Vec::new()),
             permits: Arc::new(Semaphore::new(size)),
             timeout,
         }
     }
 
-    fn idle(&self) -> std::sync::MutexGuard<'_, Vec<MultiplexedConnection>> {
+    fn idle(&self) -> std::sync::MutexGuard<'_, Vec<(Option<Addr>, MultiplexedConnection)>> {
         // A Vec of connections: a poisoned lock still holds usable ones.
-        crate::util::lock_unpoisoned(&self.idle)
+        lock_unpoisoned(&self.idle)
     }
 
-    /// A connection for one transaction: an idle one, or a new one. Waits (FIFO) while every
-    /// connection of the pool is in use.
-    pub(crate) async fn checkout(self: &Arc<Self>, fresh: bool) -> Result<Pooled> {
+    /// The node serving `slot`, as last learned (`None`: the server, or the first seed).
+    fn owner(&self, slot: Option<Slot>) -> Option<Addr> {
+        let (directory, slot) = (self.directory.as_ref()?, slot?);
+        lock_unpoisoned(&directory.owners).get(&slot).cloned()
+    }
+
+    /// A `MOVED` reply said `slot` is served at `addr` (`host:port`, or `:port` for the
+    /// node that answered). False when the address cannot be used.
+    pub(crate) fn moved(&self, slot: Slot, addr: &str, answered_by: Option<&Addr>) -> bool {
+        let Some(directory) = &self.directory else {
+            return false;
+        };
+        let Some((host, port)) = addr.rsplit_once(':') else {
+            return false;
+        };
+        let Ok(port) = port.parse::<u16>() else {
+            return false;
+        };
+        let host = match (host, answered_by) {
+            ("", Some((known, _))) => known.clone(),
+            ("", None) => return false,
+            (host, _) => host.to_owned(),
+        };
+        lock_unpoisoned(&directory.owners).insert(slot, (host, port));
+        true
+    }
+
+    /// A connection for one transaction on the node serving `slot` (`None` on one server):
+    /// an idle one, or a new one. Waits (FIFO) while every connection of the pool is in use.
+    pub(crate) async fn checkout(
+        self: &Arc<Self>,
+        fresh: bool,
+        slot: Option<Slot>,
+    ) -> Result<Pooled> {
         let permit = self
             .permits
             .clone()
             .acquire_owned()
             .await
             .map_err(|_| Error::invalid("the transaction pool is closed"))?;
-        let reused = if fresh { None } else { self.idle().pop() };
+        let at = self.owner(slot);
+        let reused = if fresh {
+            None
+        } else {
+            let mut idle = self.idle();
+            idle.iter()
+                .rposition(|(node, _)| *node == at)
+                .map(|i| idle.swap_remove(i).1)
+        };
         let conn = match reused {
             Some(conn) => conn,
             None => {
@@ -56,8 +136,13 @@ impl TxPool {
                     .set_connection_timeout(Some(self.timeout))
                     .set_response_timeout(Some(self.timeout));
                 let mut conn = crate::backend::bounded(self.timeout, "connect", async {
-                    // Through Sentinel, the master is located now (a failover moves it).
-                    let client = self.client.client().await?;
+                    let client = match (&at, &self.directory) {
+                        (Some((host, port)), Some(directory)) => {
+                            (directory.client_at)(host, *port)?
+                        }
+                        // Through Sentinel, the master is located now (a failover moves it).
+                        _ => self.client.client().await?,
+                    };
                     client
                         .get_multiplexed_async_connection_with_config(&config)
                         .await
@@ -69,6 +154,7 @@ impl TxPool {
         };
         Ok(Pooled {
             conn,
+            at,
             pool: self.clone(),
             clean: true,
             _permit: permit,
@@ -79,6 +165,8 @@ impl TxPool {
 /// A checked-out connection. Back to the pool on drop if clean, closed otherwise.
 pub(crate) struct Pooled {
     conn: MultiplexedConnection,
+    /// The node it goes to (`None`: the server, or the first seed).
+    at: Option<Addr>,
     pool: Arc<TxPool>,
     clean: bool,
     _permit: OwnedSemaphorePermit,
@@ -88,6 +176,11 @@ impl Pooled {
     /// The connection, for commands of this transaction only.
     pub(crate) fn conn(&self) -> MultiplexedConnection {
         self.conn.clone()
+    }
+
+    /// The node it goes to (`None`: the server, or the first seed).
+    pub(crate) fn at(&self) -> Option<&Addr> {
+        self.at.as_ref()
     }
 
     /// From now on the server holds state for this connection (`WATCH`, `MULTI`).
@@ -105,7 +198,7 @@ impl Drop for Pooled {
     fn drop(&mut self) {
         if self.clean {
             // A clone keeps the connection open in the pool; this one goes with `self`.
-            self.pool.idle().push(self.conn.clone());
+            self.pool.idle().push((self.at.take(), self.conn.clone()));
         }
         // Dropped dirty: the last clone of the connection goes away, the socket closes, and
         // the server discards its WATCH/MULTI state with it.

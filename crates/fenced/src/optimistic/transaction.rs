@@ -6,13 +6,14 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
-use redis::{Cmd, FromRedisValue, ToRedisArgs, Value};
+use redis::cluster_routing::Slot;
+use redis::{Cmd, FromRedisValue, RedisError, ToRedisArgs, Value};
 use tokio::time::Instant;
 
 use crate::backend::bounded;
 use crate::client::Client;
 use crate::error::{Error, Result};
-use crate::optimistic::pool::Pooled;
+use crate::optimistic::pool::{Addr, Pooled};
 use crate::util::Backoff;
 
 /// How a transaction retries after a conflict: exponential backoff with full jitter, up to an
@@ -110,6 +111,10 @@ struct TxState {
     queued: Mutex<Vec<Cmd>>,
     attempt: u32,
     timeout: Duration,
+    /// On a Redis Cluster: the slot of the watched keys.
+    slot: Option<Slot>,
+    /// A read found the slot moved or migrating: this attempt's reads are void.
+    redirect: Mutex<Option<Redirect>>,
 }
 
 impl TxState {
@@ -145,7 +150,19 @@ impl Tx {
         self.check_live()?;
         let mut conn = self.conn.clone();
         let timeout = self.state.timeout;
-        bounded(timeout, "transaction read", cmd.query_async(&mut conn)).await
+        match tokio::time::timeout(timeout, cmd.query_async(&mut conn)).await {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(e)) => {
+                if let Some(r) = redirect(&e, self.state.slot) {
+                    *crate::util::lock_unpoisoned(&self.state.redirect) = Some(r);
+                }
+                Err(Error::from_redis("transaction read", timeout, e))
+            }
+            Err(_) => Err(Error::Timeout {
+                operation: "transaction read",
+                after: timeout,
+            }),
+        }
     }
 
     /// Queues `SET key value`.
@@ -240,10 +257,17 @@ impl Client {
     /// `step` may therefore run several times: keep side effects other than `Tx` writes out
     /// of it. Keys are used as given (no namespace prefix).
     ///
+    /// On a Redis Cluster the keys must share one hash slot (one hash tag, like
+    /// `{order:42}:stock` and `{order:42}:paid`), and the transaction runs on that slot's
+    /// master. When the slot moves (`MOVED`), the attempt writes nothing and the next one
+    /// runs on the new master; while it is being migrated (`ASK`, `TRYAGAIN`), attempts back
+    /// off as after a conflict.
+    ///
     /// # Errors
     ///
     /// [`Error::Conflict`] (converted into `E`) with the number of attempts when the policy's
-    /// limit or deadline is reached; [`Error::InvalidArgument`] for a bad policy or no keys;
+    /// limit or deadline is reached; [`Error::InvalidArgument`] for a bad policy, no keys, or
+    /// keys of several slots on a cluster;
     /// transport errors. After a timeout of the `EXEC` itself the outcome is unknown.
     ///
     /// A queued command that fails *inside* `EXEC` (say, `INCRBY` on a key holding text) does
@@ -280,14 +304,14 @@ impl Client {
             })?),
             None => None,
         };
-        // One server only: a transaction's WATCH lives on one connection to one node.
+        // One node: a transaction's WATCH lives on one connection. On a cluster, that is the
+        // master of the keys' one slot.
         self.core().node()?;
-        if self.core().backend().is_cluster() {
-            return Err(Error::invalid(
-                "optimistic transactions (WATCH/MULTI/EXEC) need one Redis server so far; on a Redis Cluster use the atomic helpers (compare_and_set, set_if_version, decrement_if_at_least), which run as one script on the key's node",
-            )
-            .into());
-        }
+        let slot = if self.core().backend().is_cluster() {
+            Some(one_slot(keys)?)
+        } else {
+            None
+        };
         let pool = self.tx_pool();
         let timeout = self.timeout();
         let mut backoff = Backoff::new(policy.backoff_min, policy.backoff_max);
@@ -303,9 +327,10 @@ impl Client {
                 .into());
             }
             // Waiting for a free pooled connection counts against the deadline too.
-            let mut pooled = match deadline {
-                Some(d) => match tokio::time::timeout_at(d, watch(pool, keys, timeout)).await {
-                    Ok(pooled) => pooled?,
+            let watched = match deadline {
+                Some(d) => match tokio::time::timeout_at(d, watch(pool, keys, timeout, slot)).await
+                {
+                    Ok(watched) => watched?,
                     Err(_) => {
                         return Err(Error::Timeout {
                             operation: "transaction (waiting for a pooled connection)",
@@ -314,36 +339,57 @@ impl Client {
                         .into());
                     }
                 },
-                None => watch(pool, keys, timeout).await?,
+                None => watch(pool, keys, timeout, slot).await?,
             };
-            let tx = Tx {
-                conn: pooled.conn(),
-                state: Arc::new(TxState {
-                    live: AtomicBool::new(true),
-                    queued: Mutex::new(Vec::new()),
-                    attempt,
-                    timeout,
-                }),
-            };
-            let outcome = step(tx.clone()).await;
-            tx.state.live.store(false, Ordering::Release);
-            let writes = std::mem::take(&mut *tx.state.queued());
-            let value = match outcome {
-                Err(e) => {
-                    unwatch(&mut pooled, timeout).await;
-                    return Err(e);
+            let retry = match watched {
+                // The slot is being migrated: like a conflict, try again after a pause.
+                Watched::Busy => Retry::AfterPause,
+                Watched::Ready(mut pooled) => {
+                    let tx = Tx {
+                        conn: pooled.conn(),
+                        state: Arc::new(TxState {
+                            live: AtomicBool::new(true),
+                            queued: Mutex::new(Vec::new()),
+                            attempt,
+                            timeout,
+                            slot,
+                            redirect: Mutex::new(None),
+                        }),
+                    };
+                    let outcome = step(tx.clone()).await;
+                    tx.state.live.store(false, Ordering::Release);
+                    let writes = std::mem::take(&mut *tx.state.queued());
+                    let redirected = crate::util::lock_unpoisoned(&tx.state.redirect).take();
+                    if let Some(r) = redirected {
+                        // The step read from a node that no longer serves the slot (or not
+                        // yet): whatever it decided rests on a failed read. Run it again.
+                        unwatch(&mut pooled, timeout).await;
+                        Retry::Redirected(r, pooled.at().cloned())
+                    } else {
+                        let value = match outcome {
+                            Err(e) => {
+                                unwatch(&mut pooled, timeout).await;
+                                return Err(e);
+                            }
+                            Ok(value) => value,
+                        };
+                        if writes.is_empty() {
+                            unwatch(&mut pooled, timeout).await;
+                            return Ok(value);
+                        }
+                        match exec(&mut pooled, &writes, timeout, slot).await? {
+                            Exec::Committed => return Ok(value),
+                            Exec::Conflict => {
+                                // A watched key changed: EXEC was refused and the connection
+                                // is clean again.
+                                crate::core::metrics::transaction_conflict();
+                                Retry::AfterPause
+                            }
+                            Exec::Redirected(r) => Retry::Redirected(r, pooled.at().cloned()),
+                        }
+                    }
                 }
-                Ok(value) => value,
             };
-            if writes.is_empty() {
-                unwatch(&mut pooled, timeout).await;
-                return Ok(value);
-            }
-            if exec(&mut pooled, &writes, timeout).await? {
-                return Ok(value);
-            }
-            // A watched key changed: EXEC was refused and the connection is clean again.
-            crate::core::metrics::transaction_conflict();
             let now = Instant::now();
             if attempt >= policy.max_attempts || deadline.is_some_and(|d| now >= d) {
                 return Err(Error::Conflict {
@@ -352,7 +398,13 @@ impl Client {
                 }
                 .into());
             }
-            drop(pooled);
+            if let Retry::Redirected(Redirect::Moved(moved_slot, addr), answered_by) = &retry
+                && pool.moved(*moved_slot, addr, answered_by.as_ref())
+            {
+                // The slot's new master is known: go there at once.
+                tracing::debug!(node = %addr, "fenced: a transaction's slot moved; running it on its new master");
+                continue;
+            }
             let mut pause = backoff.next_full_jitter();
             if let Some(d) = deadline {
                 pause = pause.min(d.saturating_duration_since(now));
@@ -363,25 +415,109 @@ impl Client {
     }
 }
 
+/// How the next attempt of a transaction starts.
+enum Retry {
+    /// After a backoff: a watched key changed, or the slot is being migrated.
+    AfterPause,
+    /// The cluster redirected a command; the node that answered, if known.
+    Redirected(Redirect, Option<Addr>),
+}
+
+/// What a cluster said about a transaction's slot.
+#[derive(Clone, Debug)]
+enum Redirect {
+    /// `MOVED`: the slot is served at this address now.
+    Moved(Slot, String),
+    /// `ASK` or `TRYAGAIN`: the slot is being migrated; nothing ran.
+    Busy,
+}
+
+/// The redirect in `e`, if it is about the transaction's `slot` (a key of another slot is
+/// the caller's mistake, reported as it is).
+fn redirect(e: &RedisError, slot: Option<Slot>) -> Option<Redirect> {
+    use redis::ServerErrorKind as S;
+    let slot = slot?;
+    let about_slot = || {
+        e.redirect_node()
+            .and_then(|(addr, s)| (Slot::new(s) == Some(slot)).then(|| addr.to_owned()))
+    };
+    match e.kind() {
+        redis::ErrorKind::Server(S::Moved) => about_slot().map(|addr| Redirect::Moved(slot, addr)),
+        redis::ErrorKind::Server(S::Ask) => about_slot().map(|_| Redirect::Busy),
+        redis::ErrorKind::Server(S::TryAgain) => Some(Redirect::Busy),
+        _ => None,
+    }
+}
+
+/// The one hash slot of a cluster transaction's keys: `WATCH` and `MULTI` run on one node.
+fn one_slot(keys: &[&str]) -> Result<Slot> {
+    let slot = Slot::for_key(keys[0]);
+    match keys.iter().find(|k| Slot::for_key(k) != slot) {
+        None => Ok(slot),
+        Some(other) => Err(Error::invalid(format!(
+            "on a Redis Cluster the keys of one transaction must share a hash slot, and {:?} and {:?} do not: give them one hash tag, like {{order:42}}:stock and {{order:42}}:paid",
+            keys[0], other
+        ))),
+    }
+}
+
+/// How many `MOVED` replies one `WATCH` follows before giving up (a slot map in flux).
+const MAX_REDIRECTS: u32 = 5;
+
+/// A connection with the keys watched, or a slot being migrated.
+enum Watched {
+    Ready(Pooled),
+    Busy,
+}
+
 /// Checks out a connection and `WATCH`es the keys. A reused connection that turns out to be
-/// broken (the server restarted, say) is replaced by a fresh one once.
+/// broken (the server restarted, say) is replaced by a fresh one once. On a cluster, a
+/// `MOVED` reply sends the `WATCH` to the slot's master.
 async fn watch(
     pool: &Arc<super::pool::TxPool>,
     keys: &[&str],
     timeout: Duration,
-) -> Result<Pooled> {
+    slot: Option<Slot>,
+) -> Result<Watched> {
     let mut fresh = false;
+    let mut redirects = 0u32;
     loop {
-        let mut pooled = pool.checkout(fresh).await?;
+        let mut pooled = pool.checkout(fresh, slot).await?;
         let mut cmd = redis::cmd("WATCH");
         cmd.arg(keys);
         pooled.dirty();
         let mut conn = pooled.conn();
-        let result = bounded(timeout, "watch", cmd.query_async::<()>(&mut conn)).await;
-        match result {
-            Ok(()) => return Ok(pooled),
-            Err(e) if e.is_transient() && !fresh => fresh = true,
-            Err(e) => return Err(e),
+        let e = match tokio::time::timeout(timeout, cmd.query_async::<()>(&mut conn)).await {
+            Ok(Ok(())) => return Ok(Watched::Ready(pooled)),
+            Ok(Err(e)) => {
+                match redirect(&e, slot) {
+                    // A refused WATCH leaves nothing watched: the connection stays usable.
+                    Some(Redirect::Moved(s, addr)) if redirects < MAX_REDIRECTS => {
+                        pooled.cleaned();
+                        let at = pooled.at().cloned();
+                        drop(pooled);
+                        if pool.moved(s, &addr, at.as_ref()) {
+                            redirects += 1;
+                            continue;
+                        }
+                    }
+                    Some(Redirect::Busy) => {
+                        pooled.cleaned();
+                        return Ok(Watched::Busy);
+                    }
+                    _ => {}
+                }
+                Error::from_redis("watch", timeout, e)
+            }
+            Err(_) => Error::Timeout {
+                operation: "watch",
+                after: timeout,
+            },
+        };
+        if e.is_transient() && !fresh {
+            fresh = true;
+        } else {
+            return Err(e);
         }
     }
 }
@@ -402,7 +538,12 @@ async fn unwatch(pooled: &mut Pooled, timeout: Duration) {
 /// pipeline: when the server refuses `MULTI` itself (an ACL without it), redis-rs 1.8's
 /// reply counting underflows in the connection's driver task (a panic in debug builds).
 /// Read here, the first refusal is returned as the error, naming what was refused.
-async fn exec(pooled: &mut Pooled, writes: &[Cmd], timeout: Duration) -> Result<bool> {
+async fn exec(
+    pooled: &mut Pooled,
+    writes: &[Cmd],
+    timeout: Duration,
+    slot: Option<Slot>,
+) -> Result<Exec> {
     let mut pipe = redis::pipe();
     pipe.ignore_errors().cmd("MULTI");
     for cmd in writes {
@@ -417,11 +558,22 @@ async fn exec(pooled: &mut Pooled, writes: &[Cmd], timeout: Duration) -> Result<
     if !matches!(replies.last(), Some(Value::ServerError(_))) {
         pooled.cleaned();
     }
-    exec_outcome(replies, writes.len())
+    exec_outcome(replies, writes.len(), slot)
+}
+
+/// How `EXEC` ended.
+#[derive(Debug)]
+enum Exec {
+    Committed,
+    /// A watched key changed: nothing was written.
+    Conflict,
+    /// A queued write met a redirect for the transaction's slot: `EXEC` aborted, nothing was
+    /// written.
+    Redirected(Redirect),
 }
 
 /// Reads the replies of `MULTI`, `n` queued writes and `EXEC`.
-fn exec_outcome(replies: Vec<Value>, n: usize) -> Result<bool> {
+fn exec_outcome(replies: Vec<Value>, n: usize, slot: Option<Slot>) -> Result<Exec> {
     let unexpected = |replies: &[Value]| Error::UnexpectedReply {
         script: "transaction exec",
         detail: format!("{replies:?}"),
@@ -432,11 +584,11 @@ fn exec_outcome(replies: Vec<Value>, n: usize) -> Result<bool> {
     // A refused MULTI or queued write explains the abort better than EXEC's EXECABORT.
     if let Some(Value::ServerError(e)) = replies.iter().find(|v| matches!(v, Value::ServerError(_)))
     {
-        return Err(Error::from_redis(
-            "transaction exec",
-            Duration::ZERO,
-            e.clone().into(),
-        ));
+        let e: RedisError = e.clone().into();
+        if let Some(r) = redirect(&e, slot) {
+            return Ok(Exec::Redirected(r));
+        }
+        return Err(Error::from_redis("transaction exec", Duration::ZERO, e));
     }
     match replies.last() {
         // Committed; a write that failed inside EXEC did not undo the others (no rollback),
@@ -450,9 +602,9 @@ fn exec_outcome(replies: Vec<Value>, n: usize) -> Result<bool> {
                 Duration::ZERO,
                 e.clone().into(),
             )),
-            None => Ok(true),
+            None => Ok(Exec::Committed),
         },
-        Some(Value::Nil) => Ok(false),
+        Some(Value::Nil) => Ok(Exec::Conflict),
         _ => Err(unexpected(&replies)),
     }
 }
@@ -461,7 +613,9 @@ fn exec_outcome(replies: Vec<Value>, n: usize) -> Result<bool> {
 mod tests {
     use redis::Value;
 
-    use super::exec_outcome;
+    use redis::cluster_routing::Slot;
+
+    use super::{Exec, Redirect, exec_outcome};
     use crate::error::Error;
 
     fn error(code: &str, detail: &str) -> Value {
@@ -473,20 +627,65 @@ mod tests {
     fn every_reply_shape_of_multi_exec_is_read() {
         let queued = || Value::SimpleString("QUEUED".into());
         let committed = vec![Value::Okay, queued(), Value::Array(vec![Value::Okay])];
-        assert!(matches!(exec_outcome(committed, 1), Ok(true)));
+        assert!(matches!(
+            exec_outcome(committed, 1, None),
+            Ok(Exec::Committed)
+        ));
         let conflict = vec![Value::Okay, queued(), Value::Nil];
-        assert!(matches!(exec_outcome(conflict, 1), Ok(false)));
+        assert!(matches!(
+            exec_outcome(conflict, 1, None),
+            Ok(Exec::Conflict)
+        ));
         let failed_inside = vec![
             Value::Okay,
             queued(),
             queued(),
             Value::Array(vec![Value::Okay, error("WRONGTYPE", "not an integer")]),
         ];
-        assert!(exec_outcome(failed_inside, 2).is_err());
+        assert!(exec_outcome(failed_inside, 2, None).is_err());
         let short = vec![Value::Okay, Value::Nil];
         assert!(matches!(
-            exec_outcome(short, 1),
+            exec_outcome(short, 1, None),
             Err(Error::UnexpectedReply { .. })
+        ));
+    }
+
+    #[test]
+    fn a_redirect_for_the_transactions_slot_aborts_it_for_a_retry_and_others_are_errors() {
+        let slot = Slot::for_key("{order:42}:stock");
+        let Some(number) = (0..16384u16).find(|n| Slot::new(*n) == Some(slot)) else {
+            panic!("no slot number");
+        };
+        let moved = |n: u16| {
+            vec![
+                Value::Okay,
+                error("MOVED", &format!("{n} 127.0.0.1:7001")),
+                error(
+                    "EXECABORT",
+                    "Transaction discarded because of previous errors.",
+                ),
+            ]
+        };
+        assert!(matches!(
+            exec_outcome(moved(number), 1, Some(slot)),
+            Ok(Exec::Redirected(Redirect::Moved(s, addr))) if s == slot && addr == "127.0.0.1:7001"
+        ));
+        // A write to a key of another slot is the caller's mistake, not a migration.
+        let other = (number + 1) % 16384;
+        assert!(exec_outcome(moved(other), 1, Some(slot)).is_err());
+        // On one server a MOVED is not followed.
+        assert!(exec_outcome(moved(number), 1, None).is_err());
+        let migrating = vec![
+            Value::Okay,
+            error("TRYAGAIN", "Multiple keys request during rehashing of slot"),
+            error(
+                "EXECABORT",
+                "Transaction discarded because of previous errors.",
+            ),
+        ];
+        assert!(matches!(
+            exec_outcome(migrating, 1, Some(slot)),
+            Ok(Exec::Redirected(Redirect::Busy))
         ));
     }
 }
