@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use redis::Value;
+use redis::cluster_routing::Slot;
 
 use crate::backend::Node;
 use crate::client::Client;
@@ -169,14 +170,15 @@ impl Client {
         let node = self.core().node()?;
         let names = scan_names(node, ns, pattern, "", "string").await?;
         let mut out = Vec::with_capacity(names.len());
-        // One round trip per batch of names, not one per name.
-        for batch in names.chunks(INSPECT_BATCH) {
+        // One round trip per batch of names, not one per name; on a cluster a batch (one
+        // pipeline) stays within one slot.
+        for batch in batches(node, ns, &names) {
             let keys: Vec<LockKeys> = batch.iter().map(|name| LockKeys::new(ns, name)).collect();
             let seen = inspect(node, &keys).await?;
             for (name, seen) in batch.iter().zip(seen) {
                 // Released between the scan and now: not held any more.
                 if seen.owner.is_some() {
-                    out.push(status(name.clone(), seen));
+                    out.push(status((*name).clone(), seen));
                 }
             }
         }
@@ -348,6 +350,29 @@ pub struct GrantStatus {
     pub last_fencing_token: FencingToken,
 }
 
+/// `names` in batches of at most [`INSPECT_BATCH`]; on a cluster, of one hash slot each
+/// (every key of a name shares its `{name}` tag).
+fn batches<'a>(node: &Node, ns: &str, names: &'a [String]) -> Vec<Vec<&'a String>> {
+    if !node.is_cluster() {
+        return names
+            .chunks(INSPECT_BATCH)
+            .map(|c| c.iter().collect())
+            .collect();
+    }
+    let mut by_slot: Vec<(Slot, Vec<&String>)> = Vec::new();
+    for name in names {
+        let slot = Slot::for_key(LockKeys::new(ns, name).lock);
+        match by_slot
+            .iter_mut()
+            .find(|(s, batch)| *s == slot && batch.len() < INSPECT_BATCH)
+        {
+            Some((_, batch)) => batch.push(name),
+            None => by_slot.push((slot, vec![name])),
+        }
+    }
+    by_slot.into_iter().map(|(_, batch)| batch).collect()
+}
+
 /// The names whose key `<ns>{name}<suffix>` of `key_type` exists, matching the glob `pattern`,
 /// sorted and without duplicates (`SCAN` may return a key twice).
 async fn scan_names(
@@ -357,16 +382,8 @@ async fn scan_names(
     suffix: &str,
     key_type: &str,
 ) -> Result<Vec<String>> {
-    if node.is_cluster() {
-        // SCAN walks one node's keys; a listing needs every master's.
-        return Err(crate::error::Error::invalid(
-            "listing names needs one Redis server so far: on a Redis Cluster each master holds only its slots' keys; ask for a name's status instead",
-        ));
-    }
     let match_pattern = format!("{}{{{pattern}}}{suffix}", escape_glob(ns));
-    let mut cursor = 0;
-    let mut names = Vec::new();
-    loop {
+    let scan = |cursor: u64| {
         let mut scan = redis::cmd("SCAN");
         scan.arg(cursor)
             .arg("MATCH")
@@ -375,7 +392,10 @@ async fn scan_names(
             .arg(1000)
             .arg("TYPE")
             .arg(key_type);
-        let (next, keys): (u64, Vec<String>) = node.query("scan", &scan).await?;
+        scan
+    };
+    let mut names = Vec::new();
+    let mut keep = |keys: Vec<String>| {
         for key in keys {
             // `<ns>{name}<suffix>` exactly: names never contain braces, so this is unambiguous.
             if let Some(name) = key
@@ -388,10 +408,39 @@ async fn scan_names(
                 names.push(name.to_owned());
             }
         }
-        if next == 0 {
-            break;
+    };
+    if node.is_cluster() {
+        // Each master holds its own slots' keys: one walk per master, the first steps at once.
+        for (addr, first) in node.on_every_master("scan", &scan(0)).await? {
+            let (mut cursor, keys): (u64, Vec<String>) = match first {
+                // That master refused (a missing permission, say): its own error.
+                Value::ServerError(e) => {
+                    return Err(crate::error::Error::from_redis(
+                        "scan",
+                        Duration::ZERO,
+                        e.into(),
+                    ));
+                }
+                v => redis::from_redis_value(v).map_err(|e| unexpected("scan", e.to_string()))?,
+            };
+            keep(keys);
+            while cursor != 0 {
+                let (next, keys): (u64, Vec<String>) =
+                    node.query_at("scan", &addr, &scan(cursor)).await?;
+                keep(keys);
+                cursor = next;
+            }
         }
-        cursor = next;
+    } else {
+        let mut cursor = 0;
+        loop {
+            let (next, keys): (u64, Vec<String>) = node.query("scan", &scan(cursor)).await?;
+            keep(keys);
+            if next == 0 {
+                break;
+            }
+            cursor = next;
+        }
     }
     names.sort();
     names.dedup();

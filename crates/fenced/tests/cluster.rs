@@ -143,7 +143,47 @@ async fn every_primitive_runs_on_a_cluster_and_what_needs_one_server_says_so() {
             .await,
         Err(Error::InvalidArgument(_))
     ));
-    assert!(matches!(a.locks("*").await, Err(Error::InvalidArgument(_))));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn listings_walk_every_master() {
+    let c = cluster(3, 0);
+    let a = cluster_client(&c).await;
+    // Names on every master, several per slot-owner, so a batch must be split by slot.
+    let mut names: Vec<String> = (0..24).map(|i| format!("listed-{i}")).collect();
+    names.extend(names_on_every_master(&c, 3));
+    names.sort();
+    let mut guards = Vec::new();
+    for name in &names {
+        guards.push(a.lock(name.as_str()).acquire().await.unwrap());
+    }
+    let listed: Vec<String> = a
+        .locks("*")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|s| s.name)
+        .collect();
+    assert_eq!(listed, names);
+    let only: Vec<String> = a
+        .locks("listed-1*")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|s| s.name)
+        .collect();
+    assert_eq!(only.len(), 11, "{only:?}");
+    let granted = a.grants("*").await.unwrap();
+    assert_eq!(granted.len(), names.len());
+    let p = a.semaphore("pool-listed", 3).acquire().await.unwrap();
+    let sems = a.semaphores("*").await.unwrap();
+    assert_eq!(sems.len(), 1);
+    assert_eq!(sems[0].holders, 1);
+    p.release().await.unwrap();
+    for g in guards {
+        g.release().await.unwrap();
+    }
+    assert!(a.locks("*").await.unwrap().is_empty());
 }
 
 /// Reads `key` as a number through a read-only transaction (0 when absent).

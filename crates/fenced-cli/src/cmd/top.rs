@@ -363,6 +363,11 @@ pub fn draw(frame: &mut Frame, snapshot: &Snapshot, server: &str, table: &mut Ta
 /// Subscribes to the fence keys' keyspace events if the server sends them; the counts of
 /// grants per name land in the returned map.
 async fn subscribe_events(global: &Global) -> Option<Arc<Events>> {
+    // Keyspace events are each node's own: on a cluster (or several masters) one node's
+    // count would pass for the whole. The token changes give lower bounds there.
+    if !global.cluster.is_empty() || !global.sentinel.is_empty() || global.redis.len() > 1 {
+        return None;
+    }
     let url = global.redis_url();
     let mut info = redis::IntoConnectionInfo::into_connection_info(url).ok()?;
     if let Ok(Some(password)) = crate::cmd::password(global) {

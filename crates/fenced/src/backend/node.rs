@@ -242,6 +242,67 @@ impl Node {
         .await
     }
 
+    /// Runs `cmd` on every master of a cluster at once: (`host:port`, reply) per master. A
+    /// master's error reply comes back as its value. For listings (`SCAN`), never for writes.
+    pub(crate) async fn on_every_master(
+        &self,
+        operation: &'static str,
+        cmd: &Cmd,
+    ) -> Result<Vec<(String, Value)>> {
+        use redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo};
+        let Conn::Cluster(conn) = &self.conn else {
+            return Err(Error::invalid("only a Redis Cluster has several masters"));
+        };
+        let routing = RoutingInfo::MultiNode((MultipleNodeRoutingInfo::AllMasters, None));
+        let reply = self
+            .bounded(
+                operation,
+                self.resending(|_| {
+                    let mut conn = conn.clone();
+                    let (cmd, routing) = (cmd.clone(), routing.clone());
+                    async move { conn.route_command(cmd, routing).await }
+                }),
+            )
+            .await?;
+        let Value::Map(pairs) = reply else {
+            return Err(unexpected(operation, format!("{reply:?}")));
+        };
+        pairs
+            .into_iter()
+            .map(|(addr, value)| match addr {
+                Value::BulkString(b) => Ok((String::from_utf8_lossy(&b).into_owned(), value)),
+                other => Err(unexpected(operation, format!("{other:?}"))),
+            })
+            .collect()
+    }
+
+    /// Runs `cmd` on the cluster node at `addr` (`host:port`, as
+    /// [`on_every_master`](Self::on_every_master) names it).
+    pub(crate) async fn query_at<T: FromRedisValue>(
+        &self,
+        operation: &'static str,
+        addr: &str,
+        cmd: &Cmd,
+    ) -> Result<T> {
+        use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
+        let Conn::Cluster(conn) = &self.conn else {
+            return Err(Error::invalid("only a Redis Cluster has several nodes"));
+        };
+        let Some((host, port)) = addr
+            .rsplit_once(':')
+            .and_then(|(h, p)| Some((h.to_owned(), p.parse::<u16>().ok()?)))
+        else {
+            return Err(unexpected(operation, format!("node address {addr:?}")));
+        };
+        let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress { host, port });
+        let value = self
+            .bounded(operation, async {
+                conn.clone().route_command(cmd.clone(), routing).await
+            })
+            .await?;
+        redis::from_redis_value(value).map_err(|e| unexpected(operation, e.to_string()))
+    }
+
     /// A pipeline, answered as a whole.
     pub(crate) async fn query_pipe<T: FromRedisValue>(
         &self,
