@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
-use crate::backend::{Backend, Conn, Connector, Dedicated, Failover, Node, Redlock, bounded};
+use crate::backend::{
+    Backend, Conn, Connector, Dedicated, Failover, Node, Redlock, ShardedPubSub, bounded,
+};
 use crate::cache::Cache;
 use crate::core::Core;
 use crate::core::renew::RenewalStats;
@@ -577,21 +579,76 @@ impl ClientBuilder {
             ));
         }
         let timeout = self.options.timeout;
-        let mut infos = Vec::with_capacity(seeds.len());
         let mut clients = Vec::with_capacity(seeds.len());
         for url in seeds {
-            let bad = |e: redis::RedisError| {
+            clients.push(self.redis_client(url).map_err(|e| {
                 Error::invalid(format!("Redis URL {:?} is not usable: {e}", redact(url)))
-            };
-            infos.push(self.connection_info(url).map_err(bad)?);
-            clients.push(self.redis_client(url).map_err(bad)?);
+            })?);
+        }
+        let cluster = self
+            .cluster_client_builder(seeds)?
+            // At most once (backend/node.rs, invariant 4): the node seam resends only what
+            // the cluster says did not run.
+            .retries(0)
+            .build()
+            .map_err(|e| Error::invalid(format!("Redis Cluster seeds are not usable: {e}")))?;
+        let conn = bounded(timeout, "connect", cluster.get_async_connection()).await?;
+        let node = Node::new(Conn::Cluster(conn), timeout).with_acks(self.options.replica_acks);
+        // Sharded pub/sub when the nodes run SPUBLISH (Redis 7+) and the user may: releases
+        // then travel to the channel's slot master only, not over the whole cluster bus.
+        let mut probe = redis::cmd("SPUBLISH");
+        probe
+            .arg(format!(
+                "{}{{fenced-probe}}:released",
+                self.options.namespace
+            ))
+            .arg("probe");
+        let sharded = match node.query::<i64>("sharded pub/sub probe", &probe).await {
+            Ok(_) => {
+                let me = self.clone();
+                let seeds = seeds.to_vec();
+                let make: ShardedPubSub = Arc::new(move |pushes| {
+                    me.cluster_client_builder(&seeds)
+                        .map_err(|e| {
+                            redis::RedisError::from((
+                                redis::ErrorKind::InvalidClientConfig,
+                                "cluster seeds",
+                                e.to_string(),
+                            ))
+                        })?
+                        .use_protocol(redis::ProtocolVersion::RESP3)
+                        .push_sender(pushes)
+                        .build()
+                });
+                Some(make)
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "fenced: no sharded pub/sub on this cluster; releases use PUBLISH");
+                None
+            }
+        };
+        Ok(Backend::Cluster {
+            node: node.with_sharded_pubsub(sharded.is_some()),
+            clients: clients.into_iter().map(Dedicated::Fixed).collect(),
+            sharded,
+        })
+    }
+
+    /// A cluster client builder over `seeds` with this builder's timeout, password and TLS.
+    fn cluster_client_builder(
+        &self,
+        seeds: &[String],
+    ) -> Result<redis::cluster::ClusterClientBuilder> {
+        let timeout = self.options.timeout;
+        let mut infos = Vec::with_capacity(seeds.len());
+        for url in seeds {
+            infos.push(self.connection_info(url).map_err(|e| {
+                Error::invalid(format!("Redis URL {:?} is not usable: {e}", redact(url)))
+            })?);
         }
         let mut builder = redis::cluster::ClusterClientBuilder::new(infos)
             .connection_timeout(timeout)
-            .response_timeout(timeout)
-            // At most once (backend/node.rs, invariant 4): the node seam resends only what
-            // the cluster says did not run.
-            .retries(0);
+            .response_timeout(timeout);
         if let Some(Secret(password)) = &self.password {
             builder = builder.password(password);
         }
@@ -599,14 +656,7 @@ impl ClientBuilder {
         if self.tls_root_certificate.is_some() || self.tls_client.is_some() {
             builder = builder.certs(self.tls_certificates());
         }
-        let cluster = builder
-            .build()
-            .map_err(|e| Error::invalid(format!("Redis Cluster seeds are not usable: {e}")))?;
-        let conn = bounded(timeout, "connect", cluster.get_async_connection()).await?;
-        Ok(Backend::Cluster {
-            node: Node::new(Conn::Cluster(conn), timeout).with_acks(self.options.replica_acks),
-            clients: clients.into_iter().map(Dedicated::Fixed).collect(),
-        })
+        Ok(builder)
     }
 
     /// Several masters: at least 3 distinct URLs, a majority of which answer now (the others

@@ -219,7 +219,23 @@ impl Error {
                 digits.parse::<usize>().ok()
             })
             .and_then(|line| source.lines().nth(line.checked_sub(1)?))
-            .and_then(|line| line.split("redis.call('").nth(1))
+            .and_then(|line| line.split("redis.call(").nth(1))
+            .and_then(|rest| match rest.strip_prefix('\'') {
+                Some(quoted) => Some(quoted.to_owned()),
+                // `redis.call(PUBLISH, ...)`: the command a prelude names, as in
+                // `local PUBLISH = 'SPUBLISH'` (scripts/publish.lua).
+                None => {
+                    let name: String = rest
+                        .chars()
+                        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                        .collect();
+                    let declared = format!("local {name} = '");
+                    source
+                        .lines()
+                        .find_map(|l| l.strip_prefix(declared.as_str()))
+                        .map(str::to_owned)
+                }
+            })
             .and_then(|rest| {
                 // 'PUBSUB', 'NUMSUB', ...: ACL rules name a container's subcommand too.
                 let mut quoted = rest.split('\'');

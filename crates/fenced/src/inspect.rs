@@ -87,7 +87,13 @@ async fn inspect(node: &Node, locks: &[LockKeys]) -> Result<Vec<Inspection>> {
             .cmd("MGET")
             .arg(&keys.fence)
             .cmd("PUBSUB")
-            .arg("NUMSUB")
+            // With sharded pub/sub, the subscribers sit on the channel's slot master: the node
+            // this pipeline goes to (its keys share the slot).
+            .arg(if node.sharded_pubsub() {
+                "SHARDNUMSUB"
+            } else {
+                "NUMSUB"
+            })
             .arg(&keys.channel)
             .cmd("HLEN")
             .arg(&keys.holds);

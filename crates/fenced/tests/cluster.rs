@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use fenced::{CasOutcome, Client, Error, FencedWrite, WaitPolicy};
-use fenced_testkit::{RedisCluster, key_slot};
+use fenced_testkit::{RedisCluster, Reply, key_slot};
 
 use crate::support::{cluster, cluster_client};
 use tokio::time::Instant;
@@ -431,4 +431,88 @@ async fn after_a_master_dies_its_replica_serves_and_tokens_still_increase() {
         "tokens must increase after a failover"
     );
     next.release().await.unwrap();
+}
+
+/// How many clients node `i` counts on `channel`: sharded (`SHARDNUMSUB`) or classic.
+fn subscribers(c: &RedisCluster, i: usize, sharded: bool, channel: &str) -> i64 {
+    let kind = if sharded { "SHARDNUMSUB" } else { "NUMSUB" };
+    match c.run(i, &["PUBSUB", kind, channel]).unwrap() {
+        Reply::Array(pair) => match pair.get(1) {
+            Some(Reply::Int(n)) => *n,
+            other => panic!("PUBSUB {kind}: {other:?}"),
+        },
+        other => panic!("PUBSUB {kind}: {other:?}"),
+    }
+}
+
+/// Waits (5 s at most) until node `i` counts `n` sharded subscribers on `channel`.
+async fn until_sharded_subscribers(c: &RedisCluster, i: usize, channel: &str, n: i64) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while subscribers(c, i, true, channel) != n {
+        assert!(
+            Instant::now() < deadline,
+            "node {i} never counted {n} sharded subscribers on {channel}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_subscribe_on_their_slots_master_and_follow_the_slot_when_it_moves() {
+    let c = cluster(3, 0);
+    let a = cluster_client(&c).await;
+    let b = Client::cluster_builder(&c.urls())
+        // Polling alone would take 10 s: a wake-up within the bound below is pub/sub's.
+        .poll_interval(Duration::from_secs(10), Duration::from_secs(10))
+        .connect()
+        .await
+        .unwrap();
+    let channel = "fenced:{sharded}:released";
+    let slot = key_slot(channel);
+    let from = c.owner_of(slot, 0).unwrap();
+    let to = (0..3).find(|&m| m != from).unwrap();
+
+    let g = a.lock("sharded").acquire().await.unwrap();
+    let waiter = tokio::spawn({
+        let lock = b
+            .lock("sharded")
+            .with_wait(WaitPolicy::up_to(Duration::from_secs(20)));
+        async move {
+            let g = lock.acquire().await?;
+            let at = Instant::now();
+            g.release().await?;
+            Ok::<_, Error>(at)
+        }
+    });
+    // The waiter's subscription sits on the slot's master, sharded; no node has a classic one.
+    until_sharded_subscribers(&c, from, channel, 1).await;
+    for i in 0..3 {
+        assert_eq!(subscribers(&c, i, false, channel), 0, "node {i}");
+    }
+
+    // The slot moves: its old master drops the subscription, the client subscribes on the
+    // new one.
+    tokio::task::block_in_place(|| c.migrate_slot(slot, to)).unwrap();
+    until_sharded_subscribers(&c, to, channel, 1).await;
+    assert_eq!(subscribers(&c, from, true, channel), 0);
+
+    // The release is announced on the new master alone, and the waiter hears it.
+    let released = Instant::now();
+    g.release().await.unwrap();
+    let woke = tokio::time::timeout(Duration::from_secs(5), waiter)
+        .await
+        .expect("the waiter was not woken")
+        .unwrap()
+        .unwrap();
+    assert!(
+        woke.duration_since(released) < Duration::from_secs(2),
+        "woken after {:?}",
+        woke.duration_since(released)
+    );
+    let stats = c.run(to, &["INFO", "commandstats"]).unwrap();
+    assert!(
+        stats.text().contains("cmdstat_spublish:calls="),
+        "the release must SPUBLISH: {}",
+        stats.text()
+    );
 }

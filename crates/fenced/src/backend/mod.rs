@@ -48,12 +48,33 @@ pub(crate) enum Backend {
     Cluster {
         /// Commands and scripts, routed by slot.
         node: Node,
-        /// One client per seed node, for pub/sub (a release published on any node of a
-        /// cluster reaches subscribers on every node) and dedicated connections.
+        /// One client per seed node, for classic pub/sub (a release published on any node of
+        /// a cluster reaches subscribers on every node) and dedicated connections.
         clients: Vec<Dedicated>,
+        /// With sharded pub/sub (Redis 7+): the client that carries the subscriptions, each
+        /// on its slot's master. Scripts then announce with `SPUBLISH`.
+        sharded: Option<ShardedPubSub>,
     },
     /// Several independent masters; lease steps decided by a majority (`redlock.rs`).
     Redlock(Arc<Redlock>),
+}
+
+/// Makes the cluster client that carries sharded subscriptions, its pushes (messages,
+/// dropped subscriptions) going to the given sender.
+pub(crate) type ShardedPubSub = Arc<
+    dyn Fn(
+            tokio::sync::mpsc::UnboundedSender<redis::PushInfo>,
+        ) -> redis::RedisResult<redis::cluster::ClusterClient>
+        + Send
+        + Sync,
+>;
+
+/// Where a client's subscriptions go (`core/feed.rs`).
+pub(crate) enum PubSubRoute {
+    /// Classic pub/sub on one connection, to the first of these that answers.
+    Rotating(Vec<Dedicated>),
+    /// Sharded pub/sub on a Redis Cluster.
+    Sharded(ShardedPubSub),
 }
 
 /// Where a dedicated connection (pub/sub, a transaction's `WATCH`) goes: a fixed server, or
@@ -100,14 +121,20 @@ impl Backend {
         }
     }
 
-    /// Where the pub/sub connection may go, tried in turn when one is down: the server; any
-    /// node of a cluster (`PUBLISH` reaches every node's subscribers); Redlock's first node
-    /// (every release publishes there).
-    pub(crate) fn pubsub_clients(&self) -> Vec<Dedicated> {
+    /// Where subscriptions go: the server; on a cluster, each channel's slot master (sharded
+    /// pub/sub), or else any node, tried in turn while one is down (`PUBLISH` reaches every
+    /// node's subscribers); Redlock's first node (every release publishes there).
+    pub(crate) fn pubsub(&self) -> PubSubRoute {
         match self {
-            Backend::Single { client, .. } => vec![client.clone()],
-            Backend::Cluster { clients, .. } => clients.clone(),
-            Backend::Redlock(r) => vec![Dedicated::Fixed(r.first_client().clone())],
+            Backend::Single { client, .. } => PubSubRoute::Rotating(vec![client.clone()]),
+            Backend::Cluster {
+                sharded: Some(make),
+                ..
+            } => PubSubRoute::Sharded(make.clone()),
+            Backend::Cluster { clients, .. } => PubSubRoute::Rotating(clients.clone()),
+            Backend::Redlock(r) => {
+                PubSubRoute::Rotating(vec![Dedicated::Fixed(r.first_client().clone())])
+            }
         }
     }
 

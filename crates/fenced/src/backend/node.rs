@@ -100,6 +100,8 @@ pub(crate) struct Node {
     timeout: Duration,
     /// `WAIT` after writes that must survive a failover: this many replicas, this long.
     acks: Option<(usize, Duration)>,
+    /// Scripts announce releases with `SPUBLISH` (sharded pub/sub on a cluster).
+    sharded: bool,
 }
 
 /// Too few replicas acknowledged a write (`WAIT`).
@@ -126,7 +128,19 @@ impl Node {
             conn,
             timeout,
             acks: None,
+            sharded: false,
         }
+    }
+
+    /// Scripts announce with `SPUBLISH`: on a Redis Cluster whose nodes run it (Redis 7+).
+    pub(crate) fn with_sharded_pubsub(mut self, sharded: bool) -> Self {
+        self.sharded = sharded;
+        self
+    }
+
+    /// Whether scripts announce on sharded pub/sub.
+    pub(crate) fn sharded_pubsub(&self) -> bool {
+        self.sharded
     }
 
     /// With `WAIT replicas wait` after acknowledged writes (invariant 5).
@@ -152,10 +166,11 @@ impl Node {
             return Ok((self.run(call).await?, None));
         };
         let operation = call.lua.operation;
-        let source = call.lua.source();
+        let body = call.lua.body(self.sharded);
+        let source = body.source();
         let mut pipe = redis::pipe();
         pipe.ignore_errors();
-        pipe.add_command(call.evalsha()).add_command(wait);
+        pipe.add_command(call.evalsha(body)).add_command(wait);
         let pipe = &pipe;
         let cluster = self.is_cluster();
         let (value, acked) = self
@@ -165,7 +180,7 @@ impl Node {
                     let mut replies: Vec<Result<Value, RedisError>> =
                         pipe.query_async(&mut conn).await?;
                     if matches!(replies.first(), Some(Err(e)) if is_noscript(e)) {
-                        call.lua.load_cmd().query_async::<()>(&mut conn).await?;
+                        body.load_cmd().query_async::<()>(&mut conn).await?;
                         replies = pipe.query_async(&mut conn).await?;
                     }
                     if cluster
@@ -319,14 +334,15 @@ impl Node {
     /// Runs one script call, loading the script first if the server does not know it.
     pub(crate) async fn run<T: FromRedisValue>(&self, call: &ScriptCall) -> Result<T> {
         let operation = call.lua.operation;
-        let source = call.lua.source();
-        let cmd = &call.evalsha();
+        let body = call.lua.body(self.sharded);
+        let source = body.source();
+        let cmd = &call.evalsha(body);
         self.bounded(
             operation,
             self.resending(|mut conn| async move {
                 match cmd.query_async(&mut conn).await {
                     Err(e) if is_noscript(&e) => {
-                        call.lua.load_cmd().query_async::<()>(&mut conn).await?;
+                        body.load_cmd().query_async::<()>(&mut conn).await?;
                         cmd.query_async(&mut conn).await
                     }
                     other => other,
@@ -394,7 +410,7 @@ impl Node {
         let mut pipe = redis::pipe();
         pipe.ignore_errors();
         for call in calls {
-            pipe.add_command(call.evalsha());
+            pipe.add_command(call.evalsha(call.lua.body(self.sharded)));
         }
         // One WAIT for the whole batch (invariant 5): renewals count only once replicated.
         let wait = self.wait_cmd();
@@ -413,9 +429,10 @@ impl Node {
                         // pipeline cannot fall back by itself, so load its scripts and resend.
                         let mut loaded: Vec<&str> = Vec::new();
                         for call in calls {
-                            if !loaded.contains(&call.lua.hash()) {
-                                loaded.push(call.lua.hash());
-                                call.lua.load_cmd().query_async::<()>(&mut conn).await?;
+                            let body = call.lua.body(self.sharded);
+                            if !loaded.contains(&body.hash()) {
+                                loaded.push(body.hash());
+                                body.load_cmd().query_async::<()>(&mut conn).await?;
                             }
                         }
                         return pipe.query_async(&mut conn).await;
@@ -447,7 +464,8 @@ impl Node {
             .zip(calls)
             .map(|(r, call)| {
                 r.map_err(|e| {
-                    Error::from_redis(operation, timeout, e).in_script(operation, call.lua.source())
+                    Error::from_redis(operation, timeout, e)
+                        .in_script(operation, call.lua.body(self.sharded).source())
                 })
             })
             .collect())

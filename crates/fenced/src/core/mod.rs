@@ -17,6 +17,7 @@
 
 pub(crate) mod acquire;
 pub(crate) mod cleanup;
+mod feed;
 pub(crate) mod handover;
 pub mod held;
 pub(crate) mod lease;
@@ -53,7 +54,7 @@ impl Core {
         options: ClientOptions,
         client_id: Arc<str>,
     ) -> Arc<Core> {
-        let waiters = notify::start(backend.pubsub_clients(), client_id, options.timeout);
+        let waiters = notify::start(backend.pubsub(), client_id, options.timeout);
         let renewer = Renewer::start(backend.clone(), waiters.clone());
         Arc::new(Core {
             backend,

@@ -36,12 +36,11 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use futures_util::StreamExt;
-use redis::aio::{PubSubSink, PubSubStream};
 use tokio::sync::{Notify, Semaphore, SemaphorePermit, mpsc, oneshot};
 use tokio::time::Instant;
 
-use crate::backend::Dedicated;
+use crate::backend::PubSubRoute;
+use crate::core::feed::{Event, Feed, Source};
 use crate::core::handover::{MAX_IN_A_ROW, Offer};
 use crate::util::{Backoff, lock_unpoisoned, sleep_until_opt};
 
@@ -439,11 +438,10 @@ impl LocalWaiters {
 /// The most heads one queue lets talk to Redis at once, however many permits a semaphore has.
 const MAX_HEADS: usize = 64;
 
-/// Starts the pub/sub task of one client and returns the registry it serves.
-/// `clients`: where the one pub/sub connection may go, tried in turn while one is down (the
-/// nodes of a cluster; one server otherwise). Never empty.
+/// Starts the pub/sub task of one client and returns the registry it serves. `route`:
+/// where subscriptions go (`core/feed.rs`).
 pub(crate) fn start(
-    clients: Vec<Dedicated>,
+    route: PubSubRoute,
     client_id: Arc<str>,
     timeout: Duration,
 ) -> Arc<LocalWaiters> {
@@ -456,7 +454,7 @@ pub(crate) fn start(
         commands,
     });
     tokio::spawn(run(
-        Rotation { clients, next: 0 },
+        Source::from(route),
         Arc::downgrade(&local),
         rx,
         timeout,
@@ -467,16 +465,20 @@ pub(crate) fn start(
 /// The pub/sub task: owns the one pub/sub connection, (re)subscribes, and routes messages.
 /// It ends when the client (the last sender of commands) is gone.
 async fn run(
-    mut client: Rotation,
+    mut source: Source,
     local: std::sync::Weak<LocalWaiters>,
     mut commands: mpsc::UnboundedReceiver<Command>,
     timeout: Duration,
 ) {
     let mut wanted: HashSet<String> = HashSet::new();
-    let mut sink: Option<PubSubSink> = None;
-    let mut stream: Option<PubSubStream> = None;
+    let mut feed: Option<Feed> = None;
     let mut reconnect_at: Option<Instant> = None;
     let mut reconnect = Backoff::new(Duration::from_millis(50), Duration::from_secs(2));
+    let wake_all = |local: &std::sync::Weak<LocalWaiters>| {
+        if let Some(local) = local.upgrade() {
+            local.wake_all_heads();
+        }
+    };
 
     loop {
         tokio::select! {
@@ -485,13 +487,20 @@ async fn run(
                 match command {
                     Command::Subscribe(channel, ack) => {
                         let fresh = wanted.insert(channel.clone());
-                        let ok = if sink.is_none() {
+                        let ok = match feed.as_mut() {
                             // Connecting subscribes to everything wanted, this channel included.
-                            connect(&mut client, &wanted, timeout, &mut sink, &mut stream).await
-                        } else if fresh {
-                            subscribe_one(&mut sink, &mut stream, &channel, timeout).await
-                        } else {
-                            true
+                            None => {
+                                feed = source.connect(&wanted, timeout).await;
+                                feed.is_some()
+                            }
+                            Some(f) if fresh => {
+                                let ok = f.subscribe(&[&channel], timeout).await;
+                                if !ok {
+                                    feed = None;
+                                }
+                                ok
+                            }
+                            Some(_) => true,
                         };
                         if !ok {
                             reconnect_at = Some(Instant::now() + reconnect.next_wait());
@@ -500,41 +509,51 @@ async fn run(
                     }
                     Command::Unsubscribe(channel) => {
                         wanted.remove(&channel);
-                        if let Some(s) = sink.as_mut()
-                            && !matches!(tokio::time::timeout(timeout, s.unsubscribe(&channel)).await, Ok(Ok(())))
+                        if let Some(f) = feed.as_mut()
+                            && !f.unsubscribe(&channel, timeout).await
                         {
-                            sink = None;
-                            stream = None;
+                            feed = None;
                             // Other channels still need their subscriptions: reconnect.
                             reconnect_at = Some(Instant::now());
                         }
                     }
                 }
             }
-            message = next_message(&mut stream) => {
-                match message {
-                    Some(msg) => {
+            event = next_event(&mut feed) => {
+                match event {
+                    Event::Message(msg) => {
                         if let Some(local) = local.upgrade() {
                             local.on_message(msg.get_channel_name(), msg.get_payload_bytes());
                         }
                     }
-                    None => {
+                    // Its slot moved (feed invariant 2): subscribe on the new master, and let
+                    // the heads retry, since a release may have gone by meanwhile.
+                    Event::Dropped(channel) => {
+                        if wanted.contains(&channel)
+                            && let Some(f) = feed.as_mut()
+                            && !f.subscribe(&[&channel], timeout).await
+                        {
+                            feed = None;
+                            reconnect_at = Some(Instant::now() + reconnect.next_wait());
+                        }
+                        wake_all(&local);
+                    }
+                    Event::Reconnecting => wake_all(&local),
+                    Event::Closed => {
                         tracing::debug!("fenced: pub/sub connection closed; waiters poll until it is back");
-                        sink = None;
-                        stream = None;
+                        feed = None;
                         reconnect_at = Some(Instant::now());
                     }
                 }
             }
-            _ = sleep_until_opt(reconnect_at), if reconnect_at.is_some() && sink.is_none() && !wanted.is_empty() => {
-                if connect(&mut client, &wanted, timeout, &mut sink, &mut stream).await {
+            _ = sleep_until_opt(reconnect_at), if reconnect_at.is_some() && feed.is_none() && !wanted.is_empty() => {
+                feed = source.connect(&wanted, timeout).await;
+                if feed.is_some() {
                     reconnect_at = None;
                     reconnect.reset();
                     // A release may have been published while we were away: let every head
                     // retry now instead of waiting out its poll interval.
-                    if let Some(local) = local.upgrade() {
-                        local.wake_all_heads();
-                    }
+                    wake_all(&local);
                 } else {
                     reconnect_at = Some(Instant::now() + reconnect.next_wait());
                 }
@@ -543,92 +562,11 @@ async fn run(
     }
 }
 
-async fn next_message(stream: &mut Option<PubSubStream>) -> Option<redis::Msg> {
-    match stream {
-        Some(s) => s.next().await,
+async fn next_event(feed: &mut Option<Feed>) -> Event {
+    match feed {
+        Some(f) => f.next().await,
         None => std::future::pending().await,
     }
-}
-
-/// The places the pub/sub connection may go, and which one to try next.
-struct Rotation {
-    clients: Vec<Dedicated>,
-    next: usize,
-}
-
-impl Rotation {
-    /// The client to try now.
-    fn current(&self) -> Option<&Dedicated> {
-        self.clients.get(self.next % self.clients.len().max(1))
-    }
-
-    /// After a failure: the next one (a cluster node that is down must not keep every waiter
-    /// polling while the others are up).
-    fn advance(&mut self) {
-        self.next = self.next.wrapping_add(1);
-    }
-}
-
-async fn connect(
-    rotation: &mut Rotation,
-    wanted: &HashSet<String>,
-    timeout: Duration,
-    sink: &mut Option<PubSubSink>,
-    stream: &mut Option<PubSubStream>,
-) -> bool {
-    let Some(target) = rotation.current().cloned() else {
-        return false;
-    };
-    // Through Sentinel, the master is located now: a failover moves the subscriptions too.
-    let pubsub = async {
-        let client = target.client().await?;
-        client.get_async_pubsub().await
-    };
-    let pubsub = match tokio::time::timeout(timeout, pubsub).await {
-        Ok(Ok(p)) => p,
-        Ok(Err(e)) => {
-            tracing::debug!(error = %e, "fenced: pub/sub connect failed");
-            rotation.advance();
-            return false;
-        }
-        Err(_) => {
-            tracing::debug!("fenced: pub/sub connect timed out");
-            rotation.advance();
-            return false;
-        }
-    };
-    let (mut s, st) = pubsub.split();
-    if !wanted.is_empty() {
-        let channels: Vec<&String> = wanted.iter().collect();
-        if !matches!(
-            tokio::time::timeout(timeout, s.subscribe(channels)).await,
-            Ok(Ok(()))
-        ) {
-            rotation.advance();
-            return false;
-        }
-    }
-    *sink = Some(s);
-    *stream = Some(st);
-    true
-}
-
-async fn subscribe_one(
-    sink: &mut Option<PubSubSink>,
-    stream: &mut Option<PubSubStream>,
-    channel: &str,
-    timeout: Duration,
-) -> bool {
-    let Some(s) = sink.as_mut() else { return false };
-    if matches!(
-        tokio::time::timeout(timeout, s.subscribe(channel)).await,
-        Ok(Ok(()))
-    ) {
-        return true;
-    }
-    *sink = None;
-    *stream = None;
-    false
 }
 
 #[cfg(test)]

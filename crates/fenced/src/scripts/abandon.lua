@@ -19,7 +19,7 @@
 --         0 it had not: a tombstone now voids it.
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('DEL', KEYS[1])
-  redis.call('PUBLISH', ARGV[2], ARGV[3])
+  redis.call(PUBLISH, ARGV[2], ARGV[3])
   return 1
 end
 redis.call('SET', KEYS[2], 1, 'PX', ARGV[4])

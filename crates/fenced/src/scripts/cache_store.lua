@@ -29,5 +29,5 @@ else
   redis.call('HSET', KEYS[1], 'd', ARGV[3], 's', ARGV[4])
 end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
-redis.call('PUBLISH', ARGV[5], ARGV[6])
+redis.call(PUBLISH, ARGV[5], ARGV[6])
 return 1

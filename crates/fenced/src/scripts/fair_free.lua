@@ -10,7 +10,7 @@ local function free_fair(lock, queue, owner, prefix)
   redis.call('DEL', lock)
   local head = redis.call('LINDEX', queue, 0)
   if head then
-    redis.call('PUBLISH', prefix .. head, 'fair 1')
+    redis.call(PUBLISH, prefix .. head, 'fair 1')
   end
   return true
 end

@@ -11,5 +11,5 @@ if not owner then
   return false
 end
 redis.call('DEL', KEYS[1], KEYS[2])
-redis.call('PUBLISH', ARGV[1], ARGV[2])
+redis.call(PUBLISH, ARGV[1], ARGV[2])
 return owner

@@ -15,6 +15,6 @@ if left == 0 then
 end
 left = redis.call('DECR', KEYS[1])
 if left == 0 then
-  redis.call('PUBLISH', ARGV[1], ARGV[2])
+  redis.call(PUBLISH, ARGV[1], ARGV[2])
 end
 return left

@@ -19,11 +19,19 @@ use redis::{Cmd, Script, ToRedisArgs};
 pub(crate) struct Lua {
     /// The operation, as shown in errors and logs ("acquire", "release", ...).
     pub(crate) operation: &'static str,
+    classic: Body,
+    /// For a script that announces releases: the same script announcing with `SPUBLISH`
+    /// (sharded pub/sub on a Redis Cluster, `spublish.lua`). `None` for the others.
+    sharded: Option<Body>,
+}
+
+/// One script text as sent to Redis.
+pub(crate) struct Body {
     source: &'static str,
     script: LazyLock<Script>,
 }
 
-impl Lua {
+impl Body {
     /// The script's SHA-1, as `EVALSHA` wants it.
     pub(crate) fn hash(&self) -> &str {
         self.script.get_hash()
@@ -42,13 +50,45 @@ impl Lua {
     }
 }
 
+impl Lua {
+    /// The text to send: the sharded one when the node announces on sharded pub/sub and the
+    /// script announces anything.
+    pub(crate) fn body(&self, sharded: bool) -> &Body {
+        match (&self.sharded, sharded) {
+            (Some(body), true) => body,
+            _ => &self.classic,
+        }
+    }
+}
+
 macro_rules! lua {
+    ($(#[$doc:meta])* $name:ident, $operation:literal, announces, $($file:literal),+) => {
+        $(#[$doc])*
+        pub(crate) static $name: Lua = Lua {
+            operation: $operation,
+            classic: Body {
+                source: concat!(include_str!("publish.lua"), $(include_str!($file)),+),
+                script: LazyLock::new(|| {
+                    Script::new(concat!(include_str!("publish.lua"), $(include_str!($file)),+))
+                }),
+            },
+            sharded: Some(Body {
+                source: concat!(include_str!("spublish.lua"), $(include_str!($file)),+),
+                script: LazyLock::new(|| {
+                    Script::new(concat!(include_str!("spublish.lua"), $(include_str!($file)),+))
+                }),
+            }),
+        };
+    };
     ($(#[$doc:meta])* $name:ident, $operation:literal, $($file:literal),+) => {
         $(#[$doc])*
         pub(crate) static $name: Lua = Lua {
             operation: $operation,
-            source: concat!($(include_str!($file)),+),
-            script: LazyLock::new(|| Script::new(concat!($(include_str!($file)),+))),
+            classic: Body {
+                source: concat!($(include_str!($file)),+),
+                script: LazyLock::new(|| Script::new(concat!($(include_str!($file)),+))),
+            },
+            sharded: None,
         };
     };
 }
@@ -58,31 +98,31 @@ lua!(/// Take a lock and a fencing token.
 lua!(/// Give a held lock straight to a waiter of the same client.
     HAND_OVER, "hand over", "fence.lua", "hand_over.lua");
 lua!(/// Compare-and-delete a lock, then publish.
-    RELEASE, "release", "release.lua");
+    RELEASE, "release", announces, "release.lua");
 lua!(/// Void an acquire attempt of unknown outcome.
-    ABANDON, "abandon", "abandon.lua");
+    ABANDON, "abandon", announces, "abandon.lua");
 lua!(/// Renew or re-time a lease, in epoch order.
     EXTEND, "extend", "extend.lua");
 lua!(/// Raise a fence to a Redlock quorum's token.
     FENCE_RAISE, "fence write-back", "fence_raise.lua");
 lua!(/// Break a lock whoever holds it.
-    FORCE_RELEASE, "force release", "force_release.lua");
+    FORCE_RELEASE, "force release", announces, "force_release.lua");
 lua!(/// Take or re-enter a reentrant lock.
     REENTRANT_ACQUIRE, "acquire", "fence.lua", "reentrant_acquire.lua");
 lua!(/// Renew one hold of a reentrant lock (never shortens it).
     REENTRANT_EXTEND, "extend", "reentrant_extend.lua");
 lua!(/// Give back one hold of a reentrant lock.
-    REENTRANT_RELEASE, "release", "reentrant_release.lua");
+    REENTRANT_RELEASE, "release", announces, "reentrant_release.lua");
 lua!(/// Void a reentrant acquire attempt of unknown outcome.
-    REENTRANT_ABANDON, "abandon", "reentrant_abandon.lua");
+    REENTRANT_ABANDON, "abandon", announces, "reentrant_abandon.lua");
 lua!(/// Take leased permits of a semaphore.
     SEMAPHORE_ACQUIRE, "acquire", "fence.lua", "semaphore_acquire.lua");
 lua!(/// Renew or re-time a semaphore holder's lease.
     SEMAPHORE_EXTEND, "extend", "semaphore_extend.lua");
 lua!(/// Give back a holder's permits.
-    SEMAPHORE_RELEASE, "release", "semaphore_release.lua");
+    SEMAPHORE_RELEASE, "release", announces, "semaphore_release.lua");
 lua!(/// Void a semaphore acquire attempt of unknown outcome.
-    SEMAPHORE_ABANDON, "abandon", "semaphore_abandon.lua");
+    SEMAPHORE_ABANDON, "abandon", announces, "semaphore_abandon.lua");
 lua!(/// Raise a semaphore's fence to a Redlock quorum's token.
     SEMAPHORE_FENCE_RAISE, "fence write-back", "semaphore_fence_raise.lua");
 lua!(/// Count a semaphore's live permits.
@@ -92,9 +132,9 @@ lua!(/// Take several locks, all or nothing, with one token.
 lua!(/// Renew every lock of a multi-lock, all or nothing.
     MULTI_EXTEND, "extend", "multi_extend.lua");
 lua!(/// Give back every lock of a multi-lock.
-    MULTI_RELEASE, "release", "multi_free.lua", "multi_release.lua");
+    MULTI_RELEASE, "release", announces, "multi_free.lua", "multi_release.lua");
 lua!(/// Void a multi-lock attempt of unknown outcome.
-    MULTI_ABANDON, "abandon", "multi_free.lua", "multi_abandon.lua");
+    MULTI_ABANDON, "abandon", announces, "multi_free.lua", "multi_abandon.lua");
 lua!(/// Take a read lease of a read-write lock (writer-preferring).
     RW_READ_ACQUIRE, "acquire", "fence.lua", "rw_read_acquire.lua");
 lua!(/// Take the write lease of a read-write lock, or register as a waiting writer.
@@ -104,17 +144,17 @@ lua!(/// Count a read-write lock's live readers and waiting writers.
 lua!(/// Take a fair lock at the head of its FIFO queue, or queue.
     FAIR_ACQUIRE, "acquire", "fence.lua", "fair_acquire.lua");
 lua!(/// Give a fair lock back and wake the head of its queue.
-    FAIR_RELEASE, "release", "fair_free.lua", "fair_release.lua");
+    FAIR_RELEASE, "release", announces, "fair_free.lua", "fair_release.lua");
 lua!(/// Leave a fair lock's queue; void an attempt of unknown outcome.
-    FAIR_ABANDON, "abandon", "fair_free.lua", "fair_abandon.lua");
+    FAIR_ABANDON, "abandon", announces, "fair_free.lua", "fair_abandon.lua");
 lua!(/// Arm a countdown latch.
     LATCH_ARM, "latch arm", "latch_arm.lua");
 lua!(/// Count a latch down; opening it wakes every waiter.
-    LATCH_COUNT_DOWN, "latch count down", "latch_count_down.lua");
+    LATCH_COUNT_DOWN, "latch count down", announces, "latch_count_down.lua");
 lua!(/// Read a cache entry and its remaining life, atomically.
     CACHE_READ, "cache read", "cache_read.lua");
 lua!(/// Store a computed cache entry unless a newer grant or invalidation came first.
-    CACHE_STORE, "cache store", "cache_store.lua");
+    CACHE_STORE, "cache store", announces, "cache_store.lua");
 lua!(/// Drop a cached entry and raise its fence past every running compute.
     CACHE_INVALIDATE, "cache invalidate", "fence.lua", "cache_invalidate.lua");
 lua!(/// Write to a resource with a current fencing token.
@@ -184,10 +224,10 @@ impl ScriptCall {
         self
     }
 
-    /// The `EVALSHA` command.
-    pub(crate) fn evalsha(&self) -> Cmd {
+    /// The `EVALSHA` command of `body` (see [`Lua::body`]).
+    pub(crate) fn evalsha(&self, body: &Body) -> Cmd {
         let mut cmd = redis::cmd("EVALSHA");
-        cmd.arg(self.lua.hash()).arg(self.keys.args_iter().len());
+        cmd.arg(body.hash()).arg(self.keys.args_iter().len());
         for part in self.keys.args_iter().chain(self.args.args_iter()) {
             if let redis::Arg::Simple(bytes) = part {
                 cmd.arg(bytes);
@@ -209,16 +249,52 @@ mod tests {
 
     #[test]
     fn shared_lua_is_prepended_and_user_data_stays_out_of_bodies() {
-        assert!(FENCED_READ.source.contains("local function older"));
-        assert!(FENCED_WRITE.source.contains("local function older"));
+        assert!(FENCED_READ.classic.source.contains("local function older"));
+        assert!(FENCED_WRITE.classic.source.contains("local function older"));
         let call = ScriptCall::new(&ACQUIRE)
             .key("k{x}")
             .arg("v'); evil")
             .arg(5u64);
-        let packed = call.evalsha().get_packed_command();
+        let packed = call.evalsha(ACQUIRE.body(false)).get_packed_command();
         let text = String::from_utf8_lossy(&packed);
-        assert!(text.contains(ACQUIRE.hash()));
+        assert!(text.contains(ACQUIRE.body(false).hash()));
         assert_eq!(call.key_count(), 1);
         assert!(text.contains("v'); evil"), "arguments travel as data");
+    }
+
+    #[test]
+    fn scripts_that_announce_have_a_sharded_twin_and_the_others_do_not() {
+        // Every script whose text publishes declares it, so a cluster with sharded pub/sub
+        // never runs a classic PUBLISH it would relay to every node.
+        for lua in [
+            &RELEASE,
+            &ABANDON,
+            &FORCE_RELEASE,
+            &REENTRANT_RELEASE,
+            &REENTRANT_ABANDON,
+            &SEMAPHORE_RELEASE,
+            &SEMAPHORE_ABANDON,
+            &MULTI_RELEASE,
+            &MULTI_ABANDON,
+            &FAIR_RELEASE,
+            &FAIR_ABANDON,
+            &LATCH_COUNT_DOWN,
+            &CACHE_STORE,
+        ] {
+            let (classic, sharded) = (lua.body(false), lua.body(true));
+            assert!(classic.source().starts_with(include_str!("publish.lua")));
+            assert!(sharded.source().starts_with(include_str!("spublish.lua")));
+            assert_ne!(classic.hash(), sharded.hash());
+        }
+        for lua in [
+            &ACQUIRE,
+            &EXTEND,
+            &HAND_OVER,
+            &FENCED_WRITE,
+            &CACHE_INVALIDATE,
+        ] {
+            assert!(!lua.body(false).source().contains("PUBLISH"));
+            assert!(std::ptr::eq(lua.body(true), lua.body(false)));
+        }
     }
 }

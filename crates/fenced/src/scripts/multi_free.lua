@@ -8,7 +8,7 @@ local function free_all(owner, message, first_key, first_channel)
   for i = first_key, #KEYS do
     if redis.call('GET', KEYS[i]) == owner then
       redis.call('DEL', KEYS[i])
-      redis.call('PUBLISH', ARGV[first_channel + i - first_key], message)
+      redis.call(PUBLISH, ARGV[first_channel + i - first_key], message)
       freed = true
     end
   end

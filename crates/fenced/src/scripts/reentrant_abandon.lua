@@ -19,7 +19,7 @@ end
 if ours then
   if redis.call('HLEN', KEYS[2]) <= 1 then
     redis.call('DEL', KEYS[1], KEYS[2])
-    redis.call('PUBLISH', ARGV[3], ARGV[4])
+    redis.call(PUBLISH, ARGV[3], ARGV[4])
   end
   return 1
 end

@@ -21,7 +21,7 @@ if last_hold then
 end
 if last_hold then
   redis.call('DEL', KEYS[1], KEYS[2])
-  redis.call('PUBLISH', ARGV[3], ARGV[4])
+  redis.call(PUBLISH, ARGV[3], ARGV[4])
   return 1
 end
 return 3

@@ -14,7 +14,7 @@
 -- (core/cleanup.rs, invariant 2). Redis writes nothing but the DEL.
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('DEL', KEYS[1])
-  redis.call('PUBLISH', ARGV[2], ARGV[3])
+  redis.call(PUBLISH, ARGV[2], ARGV[3])
   return 1
 end
 return 0

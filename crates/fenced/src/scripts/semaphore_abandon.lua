@@ -12,7 +12,7 @@
 -- Returns 1 the attempt had taken permits, now given back; 0 a tombstone now voids it.
 if redis.call('ZREM', KEYS[1], ARGV[1]) == 1 then
   redis.call('HDEL', KEYS[2], ARGV[1])
-  redis.call('PUBLISH', ARGV[2], ARGV[3])
+  redis.call(PUBLISH, ARGV[2], ARGV[3])
   return 1
 end
 redis.call('SET', KEYS[3], 1, 'PX', ARGV[4])

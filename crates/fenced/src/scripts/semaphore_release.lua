@@ -15,7 +15,7 @@ if lease_end then
   redis.call('ZREM', KEYS[1], ARGV[1])
   redis.call('HDEL', KEYS[2], ARGV[1])
   if tonumber(lease_end) > now then
-    redis.call('PUBLISH', ARGV[2], ARGV[3])
+    redis.call(PUBLISH, ARGV[2], ARGV[3])
     return 1
   end
   return 0
