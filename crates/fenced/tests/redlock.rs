@@ -425,6 +425,45 @@ async fn a_release_is_heard_on_the_first_master_even_when_it_did_not_hold_the_lo
 }
 
 #[tokio::test]
+async fn a_release_is_heard_while_the_first_master_is_down() {
+    let mut s = servers(3);
+    s[0].kill().unwrap();
+    let holder = redlock(&urls(&s)).await;
+    // A waiter that polls only every 10 s: only the release's message can wake it in time.
+    let waiter = Client::redlock_builder(&urls(&s))
+        .poll_interval(Duration::from_secs(10), Duration::from_secs(20))
+        .connect()
+        .await
+        .unwrap();
+    let g = holder.lock("report").acquire().await.unwrap();
+    let waiting = tokio::spawn(async move { waiter.lock("report").acquire().await });
+    // The waiter's subscription went to the next master that answers.
+    let conn = raw(&s[1]).await;
+    assert!(
+        eventually(Duration::from_secs(5), || {
+            let mut conn = conn.clone();
+            async move {
+                let subs: Vec<(String, i64)> = redis::cmd("PUBSUB")
+                    .arg("NUMSUB")
+                    .arg("fenced:{report}:released")
+                    .query_async(&mut conn)
+                    .await
+                    .unwrap();
+                subs.first().is_some_and(|(_, n)| *n >= 1)
+            }
+        })
+        .await
+    );
+    g.release().await.unwrap();
+    let got = tokio::time::timeout(Duration::from_secs(3), waiting)
+        .await
+        .expect("the waiter was not woken by the release")
+        .unwrap()
+        .unwrap();
+    got.release().await.unwrap();
+}
+
+#[tokio::test]
 async fn a_semaphore_of_two_permits_admits_at_most_two_holders_and_needs_every_master() {
     let mut s = servers(3);
     let c = Arc::new(redlock(&urls(&s)).await);

@@ -117,13 +117,14 @@ impl Backend {
         match self {
             Backend::Single { client, .. } => client.clone(),
             Backend::Cluster { clients, .. } => clients[0].clone(),
-            Backend::Redlock(r) => Dedicated::Fixed(r.first_client().clone()),
+            Backend::Redlock(r) => Dedicated::Fixed(r.clients()[0].clone()),
         }
     }
 
     /// Where subscriptions go: the server; on a cluster, each channel's slot master (sharded
     /// pub/sub), or else any node, tried in turn while one is down (`PUBLISH` reaches every
-    /// node's subscribers); Redlock's first node (every release publishes there).
+    /// node's subscribers); on Redlock, any master, tried in turn (every release is announced
+    /// on every master).
     pub(crate) fn pubsub(&self) -> PubSubRoute {
         match self {
             Backend::Single { client, .. } => PubSubRoute::Rotating(vec![client.clone()]),
@@ -133,7 +134,7 @@ impl Backend {
             } => PubSubRoute::Sharded(make.clone()),
             Backend::Cluster { clients, .. } => PubSubRoute::Rotating(clients.clone()),
             Backend::Redlock(r) => {
-                PubSubRoute::Rotating(vec![Dedicated::Fixed(r.first_client().clone())])
+                PubSubRoute::Rotating(r.clients().iter().cloned().map(Dedicated::Fixed).collect())
             }
         }
     }

@@ -151,9 +151,10 @@ impl Redlock {
             .is_none_or(|at| at.elapsed() >= self.restart_grace)
     }
 
-    /// The client of the first node: pub/sub goes there (releases publish on every node).
-    pub(crate) fn first_client(&self) -> &redis::Client {
-        &self.clients[0]
+    /// The clients of the nodes, in order: pub/sub goes to the first that answers (every
+    /// release is announced on every node), transactions' connections to the first.
+    pub(crate) fn clients(&self) -> &[redis::Client] {
+        &self.clients
     }
 
     fn n(&self) -> usize {
@@ -390,8 +391,10 @@ impl Redlock {
     }
 
     /// Gives a lease back everywhere. `Released` needs a majority that released it (a retry
-    /// reads "not held" by the core's rule); waiters hear it on the first node, which is told
-    /// even if it did not hold the lease (`announce`: the channel and message).
+    /// reads "not held" by the core's rule). Waiters subscribe on any one master (the first
+    /// that answers), so every master hears the release once: from the script where it
+    /// released the lease, from an explicit `PUBLISH` elsewhere (`announce`: the channel and
+    /// message), sent in the background as the last replies come in.
     pub(crate) async fn release(
         &self,
         call: &ScriptCall,
@@ -401,7 +404,7 @@ impl Redlock {
         let n = self.n();
         let mut replies = self.fan_out(call);
         let (mut released, mut not_held, mut tally) = (0, 0, Tally::default());
-        let mut first_published = false;
+        let mut published = vec![false; n];
         while tally.answered < n && released < needed && not_held < needed {
             let Some((i, reply)) = replies.recv().await else {
                 break;
@@ -410,21 +413,38 @@ impl Redlock {
             match reply.and_then(release_reply) {
                 Ok(ReleaseReply::Released | ReleaseReply::AlreadyReleased) => {
                     released += 1;
-                    first_published |= i == 0;
+                    published[i] = true;
                 }
                 Ok(ReleaseReply::NotHeld | ReleaseReply::Retained) => not_held += 1,
                 Err(e) => tally.fail(e),
             }
         }
         if released >= needed {
-            if !first_published {
-                let node = self.nodes[0].clone();
-                let mut publish = redis::cmd("PUBLISH");
-                publish.arg(announce.0).arg(announce.1);
-                tokio::spawn(async move {
-                    let _ = node.query::<i64>("release", &publish).await;
-                });
-            }
+            let nodes = self.nodes.clone();
+            let mut publish = redis::cmd("PUBLISH");
+            publish.arg(announce.0).arg(announce.1);
+            tokio::spawn(async move {
+                let announce = |i: usize| {
+                    let (node, publish) = (nodes[i].clone(), publish.clone());
+                    tokio::spawn(async move {
+                        let _ = node.query::<i64>("release", &publish).await;
+                    });
+                };
+                // Every node not known to have published: those that answered otherwise,
+                // now; the others once they answer (each reply is bounded by the timeout).
+                let mut pending: Vec<bool> = published.iter().map(|p| !p).collect();
+                while let Some((i, reply)) = replies.recv().await {
+                    if matches!(
+                        reply.and_then(release_reply),
+                        Ok(ReleaseReply::Released | ReleaseReply::AlreadyReleased)
+                    ) {
+                        pending[i] = false;
+                    }
+                }
+                for (i, _) in pending.iter().enumerate().filter(|(_, p)| **p) {
+                    announce(i);
+                }
+            });
             Ok(ReleaseReply::Released)
         } else if not_held >= needed || (tally.failed == 0 && tally.answered == n) {
             Ok(ReleaseReply::NotHeld)
