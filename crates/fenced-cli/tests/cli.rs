@@ -1621,4 +1621,45 @@ async fn run_works_on_a_cluster_behind_sentinel_and_on_redlock_over_several_mast
         "{}",
         on_redlock.stdout
     );
+
+    // `status` shows each master's view, and who holds the lock on a majority.
+    let urls: Vec<String> = masters.iter().map(RedisServer::url).collect();
+    let holder = fenced::Client::redlock_builder(&urls)
+        .connect()
+        .await
+        .unwrap();
+    let held = holder.lock("job").acquire().await.unwrap();
+    let mut masters = masters;
+    masters[2].kill().unwrap();
+    let mut status_args = args[..6].to_vec();
+    status_args.extend(["status", "job"]);
+    let status = finish(fenced_bare(&status_args), Duration::from_secs(20)).await;
+    assert_eq!(status.code, Some(0), "{}", status.stderr);
+    assert_eq!(
+        status.stdout.matches("held by ").count(),
+        3,
+        "two masters and the verdict: {}",
+        status.stdout
+    );
+    assert!(status.stdout.contains("unreadable"), "{}", status.stdout);
+    assert!(status.stdout.contains("on a majority"), "{}", status.stdout);
+    status_args.insert(0, "--json");
+    let json = finish(fenced_bare(&status_args), Duration::from_secs(20)).await;
+    let value: serde_json::Value = serde_json::from_str(json.stdout.trim()).unwrap();
+    assert_eq!(value["held"], true, "{value}");
+    assert_eq!(value["nodes"].as_array().map(Vec::len), Some(3), "{value}");
+    held.release().await.unwrap();
+
+    // On a cluster, the one node that keeps the name: the master of its slot.
+    let on_cluster = finish(
+        fenced_bare(&["--cluster", seed, "status", "job"]),
+        Duration::from_secs(20),
+    )
+    .await;
+    assert_eq!(on_cluster.code, Some(0), "{}", on_cluster.stderr);
+    assert!(
+        on_cluster.stdout.contains("(master of slot "),
+        "{}",
+        on_cluster.stdout
+    );
 }

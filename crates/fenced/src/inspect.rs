@@ -42,6 +42,17 @@ pub struct LockStatus {
     pub holds: u64,
 }
 
+/// One node's view of a lock, from [`Lock::status_by_node`].
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct NodeStatus {
+    /// The node: its address, and its role where it has one (the master of a slot, of a
+    /// Sentinel service).
+    pub node: String,
+    /// What it keeps for the lock, or why it could not be read.
+    pub status: Result<LockStatus>,
+}
+
 /// The current holder of a lock.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -132,6 +143,44 @@ impl Lock {
             .pop()
             .ok_or_else(|| unexpected("inspect", "no reply".into()))?;
         Ok(status(self.name().to_owned(), seen))
+    }
+
+    /// The lock as each node that keeps it sees it: the server (its address); on a cluster,
+    /// the master of its slot; through Sentinel, the master now; on Redlock, every master,
+    /// read at once. A node that cannot be read has its error in place of a status, so one
+    /// master down does not hide the others.
+    ///
+    /// ```
+    /// # fenced_testkit::doctest(|url| async move {
+    /// let client = fenced::Client::connect(&url).await?;
+    /// let _held = client.lock("report").acquire().await?;
+    /// for node in client.lock("report").status_by_node().await? {
+    ///     let held = node.status.as_ref().is_ok_and(|s| s.holder.is_some());
+    ///     println!("{}: {}", node.node, if held { "held" } else { "free or unknown" });
+    ///     assert!(held);
+    /// }
+    /// # Ok(()) });
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a bad name.
+    pub async fn status_by_node(&self) -> Result<Vec<NodeStatus>> {
+        validate_name("lock", self.name())?;
+        let nodes = self.core().backend().nodes_of(&self.keys().lock).await;
+        let reads = nodes.into_iter().map(|(label, node)| async move {
+            let seen = inspect(&node, std::slice::from_ref(self.keys()))
+                .await
+                .and_then(|mut seen| {
+                    seen.pop()
+                        .ok_or_else(|| unexpected("inspect", "no reply".into()))
+                });
+            NodeStatus {
+                node: label,
+                status: seen.map(|seen| status(self.name().to_owned(), seen)),
+            }
+        });
+        Ok(futures_util::future::join_all(reads).await)
     }
 
     /// Deletes the lock whoever holds it and wakes its waiters: break-glass for operators,

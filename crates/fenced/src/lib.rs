@@ -252,7 +252,8 @@ pub use fair::FairLock;
 pub use fenced_macros::locked;
 pub use guard::{Lease, LockGuard};
 pub use inspect::{
-    FairQueueStatus, GrantStatus, Holder, LatchStatus, LockStatus, OWNER_PREFIX_LEN, RwLockStatus,
+    FairQueueStatus, GrantStatus, Holder, LatchStatus, LockStatus, NodeStatus, OWNER_PREFIX_LEN,
+    RwLockStatus,
 };
 pub use keys::{MAX_NAME_LEN, MAX_NAMESPACE_LEN};
 pub use latch::Latch;

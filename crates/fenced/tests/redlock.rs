@@ -163,6 +163,28 @@ async fn a_slow_node_does_not_slow_the_grant() {
 }
 
 #[tokio::test]
+async fn flush_waits_for_the_releases_still_on_their_way_to_the_slow_master() {
+    let s = servers(3);
+    let proxy = Proxy::start(s[2].addr()).unwrap();
+    let urls = vec![s[0].url(), s[1].url(), proxy.url()];
+    let c = redlock(&urls).await;
+    let g = c.lock("report").acquire().await.unwrap();
+    proxy.set(Fault::DelayReplies(Duration::from_millis(300)));
+    let started = Instant::now();
+    g.release().await.unwrap();
+    // Decided by the two fast masters...
+    assert!(started.elapsed() < Duration::from_millis(250));
+    // ...while the third one's release is still out: a process exiting now could cut it
+    // off, and leave the lock on that master in the next holder's way until its ttl.
+    c.flush().await;
+    assert!(
+        started.elapsed() >= Duration::from_millis(300),
+        "flush returned after {:?}, before the slow master answered",
+        started.elapsed()
+    );
+}
+
+#[tokio::test]
 async fn a_partial_grant_is_given_back() {
     let s = servers(3);
     let c = redlock(&urls(&s)).await;

@@ -1,6 +1,6 @@
 //! `fenced status`, `fenced list`, `fenced release --force`.
 
-use fenced::{LockStatus, SemaphoreStatus};
+use fenced::{LockStatus, NodeStatus, SemaphoreStatus};
 use serde_json::{Value, json};
 
 use crate::args::Global;
@@ -12,6 +12,11 @@ pub async fn status(global: &Global, name: &str) -> Result<u8, Failure> {
     check_url(global.redis_url())?;
     let client = connect(global).await?;
     let fail = |e| Failure::from_lib(e, &address(global.redis_url()));
+    let nodes = client.lock(name).status_by_node().await.map_err(fail)?;
+    if nodes.len() > 1 {
+        // Redlock: each master's view, and the verdict of a majority.
+        return Ok(by_node(global, name, &nodes));
+    }
     let status = client.lock(name).status().await.map_err(fail)?;
     let permits = client.semaphore(name, 1).status().await.map_err(fail)?;
     let rw = client.rw_lock(name).readers().await.map_err(fail)?;
@@ -24,9 +29,13 @@ pub async fn status(global: &Global, name: &str) -> Result<u8, Failure> {
         value["waiting_writers"] = json!(rw.waiting_writers);
         value["latch_count"] = json!(latch);
         value["fair_queue"] = json!(queued);
+        value["node"] = json!(nodes.first().map(|n| n.node.clone()));
         say!("{value}");
     } else {
         say!("lock:     {}", status.name);
+        if let Some(n) = nodes.first() {
+            say!("node:     {}", n.node);
+        }
         match &status.holder {
             Some(h) => say!(
                 "state:    held by {} ({})",
@@ -78,6 +87,80 @@ pub async fn status(global: &Global, name: &str) -> Result<u8, Failure> {
         }
     }
     Ok(exit::OK)
+}
+
+/// `fenced status` on several masters (Redlock): one line per master, then who holds the
+/// lock on a majority, if anyone.
+fn by_node(global: &Global, name: &str, nodes: &[NodeStatus]) -> u8 {
+    let quorum = nodes.len() / 2 + 1;
+    let owners: Vec<Option<&str>> = nodes
+        .iter()
+        .map(|n| {
+            n.status
+                .as_ref()
+                .ok()
+                .and_then(|s| s.holder.as_ref())
+                .map(|h| h.owner_prefix.as_str())
+        })
+        .collect();
+    let on_quorum = owners
+        .iter()
+        .flatten()
+        .find(|o| owners.iter().filter(|x| x == &&Some(**o)).count() >= quorum)
+        .copied();
+    let free = nodes
+        .iter()
+        .filter(|n| n.status.as_ref().is_ok_and(|s| s.holder.is_none()))
+        .count();
+    let one_line = |e: &fenced::Error| e.to_string().replace('\n', " ");
+    if global.json {
+        let each: Vec<Value> = nodes
+            .iter()
+            .map(|n| match &n.status {
+                Ok(s) => {
+                    let mut v = to_json(s);
+                    v["node"] = json!(n.node);
+                    v
+                }
+                Err(e) => json!({"node": n.node, "error": one_line(e)}),
+            })
+            .collect();
+        say!(
+            "{}",
+            json!({"kind": "lock", "name": name, "masters": nodes.len(), "quorum": quorum,
+                   "held": on_quorum.is_some(), "holder": on_quorum, "nodes": each})
+        );
+        return exit::OK;
+    }
+    say!(
+        "lock:     {name} (Redlock over {} masters, quorum {quorum})",
+        nodes.len()
+    );
+    for n in nodes {
+        match &n.status {
+            Ok(s) => say!(
+                "  {}: {}{}",
+                n.node,
+                s.holder.as_ref().map_or("free".to_owned(), |h| format!(
+                    "held by {} ({})",
+                    h.owner_prefix,
+                    h.ttl_left
+                        .map_or("no expiry".into(), |t| format!("{} left", show(t)))
+                )),
+                s.last_fencing_token
+                    .map_or(String::new(), |t| format!(", last token {t}"))
+            ),
+            Err(e) => say!("  {}: unreadable: {}", n.node, one_line(e)),
+        }
+    }
+    match on_quorum {
+        Some(owner) => say!("state:    held by {owner} on a majority"),
+        None if free >= quorum => say!("state:    free on a majority"),
+        None => say!(
+            "state:    no majority agrees (masters unreadable, or holding for different owners)"
+        ),
+    }
+    exit::OK
 }
 
 pub async fn list(global: &Global, pattern: &str) -> Result<u8, Failure> {

@@ -139,6 +139,50 @@ impl Backend {
         }
     }
 
+    /// The nodes that keep `key`, each with a label for operators: the server's address; on
+    /// a cluster, the master of the key's slot; through Sentinel, the master now; on Redlock,
+    /// every master. A node whose address cannot be read is labelled with the error.
+    pub(crate) async fn nodes_of(&self, key: &str) -> Vec<(String, Node)> {
+        fn addr(client: &redis::Client) -> String {
+            client.get_connection_info().addr().to_string()
+        }
+        match self {
+            Backend::Single {
+                node,
+                client: Dedicated::Fixed(c),
+            } => vec![(addr(c), node.clone())],
+            Backend::Single {
+                node,
+                client: Dedicated::Sentinel(f),
+            } => {
+                let label = match f.conn().await {
+                    Ok((_, (host, port))) => format!("{host}:{port} (master of {})", f.service()),
+                    Err(e) => format!("master of {} unknown: {e}", f.service()),
+                };
+                vec![(label, node.clone())]
+            }
+            Backend::Cluster { node, .. } => {
+                let label = match node.slot_owner(key).await {
+                    Ok((slot, owner)) => format!("{owner} (master of slot {slot})"),
+                    Err(e) => format!("the master of its slot is unknown: {e}"),
+                };
+                vec![(label, node.clone())]
+            }
+            Backend::Redlock(r) => r
+                .each_node()
+                .map(|(node, client)| (addr(client), node.clone()))
+                .collect(),
+        }
+    }
+
+    /// Waits for the calls still running in the background (Redlock's replies after a
+    /// majority decided); nothing to wait for elsewhere.
+    pub(crate) async fn settle(&self) {
+        if let Backend::Redlock(r) = self {
+            r.settle().await;
+        }
+    }
+
     /// Whether this is a Redis Cluster (its keys live on several nodes).
     pub(crate) fn is_cluster(&self) -> bool {
         matches!(self, Backend::Cluster { .. })

@@ -291,6 +291,41 @@ impl Node {
             .collect()
     }
 
+    /// On a cluster: `key`'s slot and the address of its master (`CLUSTER KEYSLOT`, then
+    /// `CLUSTER SLOTS`), for operators.
+    pub(crate) async fn slot_owner(&self, key: &str) -> Result<(u16, String)> {
+        let slot: u16 = self
+            .query(
+                "cluster keyslot",
+                redis::cmd("CLUSTER").arg("KEYSLOT").arg(key),
+            )
+            .await?;
+        let ranges: Vec<Value> = self
+            .query("cluster slots", redis::cmd("CLUSTER").arg("SLOTS"))
+            .await?;
+        for range in ranges {
+            let Value::Array(parts) = range else { continue };
+            let bound = |i: usize| match parts.get(i) {
+                Some(Value::Int(n)) => u16::try_from(*n).ok(),
+                _ => None,
+            };
+            let (Some(start), Some(end)) = (bound(0), bound(1)) else {
+                continue;
+            };
+            if (start..=end).contains(&slot)
+                && let Some(Value::Array(master)) = parts.get(2)
+                && let (Some(Value::BulkString(ip)), Some(Value::Int(port))) =
+                    (master.first(), master.get(1))
+            {
+                return Ok((slot, format!("{}:{port}", String::from_utf8_lossy(ip))));
+            }
+        }
+        Err(unexpected(
+            "cluster slots",
+            format!("no master serves slot {slot}"),
+        ))
+    }
+
     /// Runs `cmd` on the cluster node at `addr` (`host:port`, as
     /// [`on_every_master`](Self::on_every_master) names it).
     pub(crate) async fn query_at<T: FromRedisValue>(

@@ -36,6 +36,7 @@ use std::time::Duration;
 use redis::Value;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
+use tokio_util::task::TaskTracker;
 
 use crate::backend::Node;
 use crate::core::lease::ExpiryReply;
@@ -55,6 +56,10 @@ pub(crate) struct Redlock {
     /// Per node: its `run_id` as last seen, and when a change of it was seen (invariant 6).
     lives: Mutex<Vec<Life>>,
     restart_grace: Duration,
+    /// Every call sent to a node, and every background tail (late replies, announcements):
+    /// a step decided by a majority leaves the others running (invariant 1), and
+    /// [`settle`](Redlock::settle) waits for them before a process exits.
+    tails: TaskTracker,
 }
 
 #[derive(Clone, Default)]
@@ -94,6 +99,7 @@ impl Redlock {
             clients,
             lives,
             restart_grace,
+            tails: TaskTracker::new(),
         }
     }
 
@@ -151,6 +157,20 @@ impl Redlock {
             .is_none_or(|at| at.elapsed() >= self.restart_grace)
     }
 
+    /// Waits until every call and background tail started so far has ended (each is bounded
+    /// by the timeout): a process about to exit then leaves no release half done on a
+    /// minority of the masters, where it would stand in the next holder's way until its ttl.
+    pub(crate) async fn settle(&self) {
+        self.tails.close();
+        self.tails.wait().await;
+        self.tails.reopen();
+    }
+
+    /// The nodes, in order, each with its client (for its address).
+    pub(crate) fn each_node(&self) -> impl Iterator<Item = (&Node, &redis::Client)> {
+        self.nodes.iter().zip(&self.clients)
+    }
+
     /// The clients of the nodes, in order: pub/sub goes to the first that answers (every
     /// release is announced on every node), transactions' connections to the first.
     pub(crate) fn clients(&self) -> &[redis::Client] {
@@ -186,7 +206,7 @@ impl Redlock {
     /// Sends `call` to every node at once; replies arrive in the order they come
     /// (invariant 1: the calls run to their end even if nobody reads their replies).
     fn fan_out(&self, call: &ScriptCall) -> mpsc::UnboundedReceiver<(usize, Result<Value>)> {
-        fan_out(&self.nodes, call)
+        fan_out(&self.tails, &self.nodes, call)
     }
 
     /// Whether `kind` runs here: checked before anything is sent, so a refused primitive
@@ -223,7 +243,7 @@ impl Redlock {
         let (tx, mut replies) = mpsc::unbounded_channel();
         for (i, node) in self.nodes.iter().enumerate() {
             let (node, call, tx) = (node.clone(), call.clone(), tx.clone());
-            tokio::spawn(async move {
+            self.tails.spawn(async move {
                 let info = redis::cmd("INFO").arg("server").to_owned();
                 let (reply, info) = tokio::join!(
                     node.run::<Value>(&call),
@@ -270,7 +290,7 @@ impl Redlock {
             }
             let clean = tokens.is_empty() && excluded == 0 && tally.failed == 0;
             if clean && tally.answered < n {
-                drain_late_replies(replies, self.nodes.clone(), abandon());
+                drain_late_replies(&self.tails, replies, self.nodes.clone(), abandon());
             }
             return Ok((
                 AcquireReply::Busy {
@@ -348,7 +368,7 @@ impl Redlock {
         let (tx, mut rx) = mpsc::unbounded_channel();
         for node in &self.nodes {
             let (node, calls, tx) = (node.clone(), calls.to_vec(), tx.clone());
-            tokio::spawn(async move {
+            self.tails.spawn(async move {
                 let _ = tx.send(node.run_batch("renew", &calls).await);
             });
         }
@@ -423,10 +443,11 @@ impl Redlock {
             let nodes = self.nodes.clone();
             let mut publish = redis::cmd("PUBLISH");
             publish.arg(announce.0).arg(announce.1);
-            tokio::spawn(async move {
+            let tails = self.tails.clone();
+            self.tails.spawn(async move {
                 let announce = |i: usize| {
                     let (node, publish) = (nodes[i].clone(), publish.clone());
-                    tokio::spawn(async move {
+                    tails.spawn(async move {
                         let _ = node.query::<i64>("release", &publish).await;
                     });
                 };
@@ -482,11 +503,15 @@ impl Redlock {
 
 /// Sends `call` to every node at once; replies (with the node's index) arrive in the order
 /// they come (invariant 1: the calls run to their end even if nobody reads their replies).
-fn fan_out(nodes: &[Node], call: &ScriptCall) -> mpsc::UnboundedReceiver<(usize, Result<Value>)> {
+fn fan_out(
+    tails: &TaskTracker,
+    nodes: &[Node],
+    call: &ScriptCall,
+) -> mpsc::UnboundedReceiver<(usize, Result<Value>)> {
     let (tx, rx) = mpsc::unbounded_channel();
     for (i, node) in nodes.iter().enumerate() {
         let (node, call, tx) = (node.clone(), call.clone(), tx.clone());
-        tokio::spawn(async move {
+        tails.spawn(async move {
             let _ = tx.send((i, node.run::<Value>(&call).await));
         });
     }
@@ -496,18 +521,21 @@ fn fan_out(nodes: &[Node], call: &ScriptCall) -> mpsc::UnboundedReceiver<(usize,
 /// Reads the replies of a busy attempt that was decided early; should a late one be a grant
 /// (or unknown), the attempt is abandoned on every node (invariant 4).
 fn drain_late_replies(
+    tails: &TaskTracker,
     mut replies: mpsc::UnboundedReceiver<(usize, Result<Value>, Option<String>)>,
     nodes: Vec<Node>,
     abandon: ScriptCall,
 ) {
-    tokio::spawn(async move {
+    let inner = tails.clone();
+    tails.spawn(async move {
+        let tails = inner;
         while let Some((_, reply, _)) = replies.recv().await {
             let harmless = matches!(
                 reply.and_then(acquire_reply),
                 Ok(AcquireReply::Busy { .. } | AcquireReply::Abandoned | AcquireReply::NotHeld)
             );
             if !harmless {
-                let mut answers = fan_out(&nodes, &abandon);
+                let mut answers = fan_out(&tails, &nodes, &abandon);
                 while answers.recv().await.is_some() {}
                 return;
             }

@@ -137,6 +137,11 @@ impl Failover {
         Ok((m.conn, m.addr))
     }
 
+    /// The service's name, as Sentinel knows it.
+    pub(crate) fn service(&self) -> &str {
+        &self.service
+    }
+
     /// A client of the master now, for a dedicated connection (invariant 3).
     pub(crate) async fn client(&self) -> RedisResult<redis::Client> {
         Ok(self.master().await?.client)

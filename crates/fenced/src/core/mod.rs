@@ -123,10 +123,12 @@ impl Core {
     /// timeout.
     pub(crate) async fn flush(&self) {
         let bound = self.options.timeout * 2;
-        if tokio::time::timeout(bound, self.renewer.flush())
-            .await
-            .is_err()
-        {
+        let flush = async {
+            self.renewer.flush().await;
+            // Then what the clean-ups and releases left running on other nodes (Redlock).
+            self.backend.settle().await;
+        };
+        if tokio::time::timeout(bound, flush).await.is_err() {
             tracing::debug!(
                 "fenced: flush gave up waiting; leases left behind expire by their ttl"
             );
