@@ -26,8 +26,9 @@
 //!   20 ms query: `fenced-cache` (`Cache::get_or_compute`) against `cache-aside` (GET, and on
 //!   a miss query and SET); database queries per round and request latency;
 //! - `redlock-3`: one task's lock cycles over 3 independent masters, each behind a proxy that
-//!   delays its replies by 1 ms: `fenced` (`Client::redlock_builder`) against rslock and
-//!   redlock-rs given the same 3 URLs; `redlock-5` the same over 5 masters, and
+//!   delays its replies by 1 ms: `fenced` (`Client::redlock_builder`) against the raw floor
+//!   (parallel `SET NX PX` decided at the majority, no tokens), rslock and redlock-rs given
+//!   the same 3 URLs; `redlock-5` the same over 5 masters, and
 //!   `redlock-5-slow` with one of the 5 masters 50 ms away instead of 1 ms;
 //! - `cluster-uncontended-32`: `uncontended-32`'s cycles by `fenced` on a Redis Cluster of 3
 //!   masters (`Client::cluster_builder`), to set against the same run's one-server row. rslock

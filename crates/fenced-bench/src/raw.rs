@@ -14,6 +14,7 @@ static RELEASE: LazyLock<Script> = LazyLock::new(|| {
 });
 
 /// One raw lock on one name.
+#[derive(Clone)]
 pub(crate) struct RawLock {
     conn: MultiplexedConnection,
     key: String,
@@ -30,15 +31,20 @@ impl RawLock {
     /// One `SET NX PX`; the token when it took the lock.
     pub(crate) async fn try_acquire(&mut self) -> redis::RedisResult<Option<String>> {
         let token = random_token();
+        Ok(self.set_nx(&token).await?.then_some(token))
+    }
+
+    /// One `SET NX PX` with `token`; true when it took the lock.
+    pub(crate) async fn set_nx(&mut self, token: &str) -> redis::RedisResult<bool> {
         let ok: Option<String> = redis::cmd("SET")
             .arg(&self.key)
-            .arg(&token)
+            .arg(token)
             .arg("NX")
             .arg("PX")
             .arg(30_000)
             .query_async(&mut self.conn)
             .await?;
-        Ok(ok.map(|_| token))
+        Ok(ok.is_some())
     }
 
     /// Polls every millisecond until it takes the lock.
@@ -62,7 +68,7 @@ impl RawLock {
     }
 }
 
-fn random_token() -> String {
+pub(crate) fn random_token() -> String {
     let mut bytes = [0u8; 16];
     // The OS source does not fail on Linux; a zero token would still work for the benchmark.
     let _ = getrandom::fill(&mut bytes);

@@ -65,6 +65,22 @@ pub(crate) async fn redlock(
             }
             hist
         }
+        Library::Raw => {
+            let masters = RawMasters::connect(&urls, &name).await?;
+            let mut hist = histogram()?;
+            while Instant::now() < window.end {
+                let started = Instant::now();
+                let token = masters
+                    .try_acquire()
+                    .await
+                    .ok_or("raw redlock unexpectedly held")?;
+                masters.release(&token).await;
+                if window.measures(started) {
+                    hist.record(micros(started.elapsed()))?;
+                }
+            }
+            hist
+        }
         Library::Rslock => {
             let manager = rslock::LockManager::new(urls.clone());
             let mut hist = histogram()?;
@@ -109,4 +125,75 @@ pub(crate) async fn redlock(
         p99_us: hist.value_at_quantile(0.99) as f64,
         ..Row::default()
     })
+}
+
+/// The floor of a Redlock: written by hand with redis-rs, as a careful user would, without
+/// fencing tokens. `SET NX PX` sent to every master at once on kept connections, decided as
+/// soon as a majority answered; the release (compare-and-delete) the same way.
+struct RawMasters {
+    locks: Vec<crate::raw::RawLock>,
+}
+
+impl RawMasters {
+    async fn connect(urls: &[String], name: &str) -> Result<Self, BoxError> {
+        let mut locks = Vec::with_capacity(urls.len());
+        for url in urls {
+            let conn = redis::Client::open(url.as_str())?
+                .get_multiplexed_async_connection()
+                .await?;
+            locks.push(crate::raw::RawLock::new(conn, name));
+        }
+        Ok(RawMasters { locks })
+    }
+
+    fn quorum(&self) -> usize {
+        self.locks.len() / 2 + 1
+    }
+
+    /// The token, once a majority granted it; `None` when a majority refused.
+    async fn try_acquire(&self) -> Option<String> {
+        let token = crate::raw::random_token();
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        for lock in &self.locks {
+            let (mut lock, token, tx) = (lock.clone(), token.clone(), tx.clone());
+            tokio::spawn(async move {
+                let _ = tx.send(lock.set_nx(&token).await.unwrap_or(false));
+            });
+        }
+        drop(tx);
+        let (mut yes, mut no) = (0, 0);
+        while let Some(granted) = rx.recv().await {
+            if granted {
+                yes += 1;
+            } else {
+                no += 1;
+            }
+            if yes >= self.quorum() {
+                return Some(token);
+            }
+            if no > self.locks.len() - self.quorum() {
+                return None;
+            }
+        }
+        None
+    }
+
+    /// Compare-and-delete everywhere, done once a majority answered.
+    async fn release(&self, token: &str) {
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        for lock in &self.locks {
+            let (mut lock, token, tx) = (lock.clone(), token.to_owned(), tx.clone());
+            tokio::spawn(async move {
+                let _ = tx.send(lock.release(&token).await.is_ok());
+            });
+        }
+        drop(tx);
+        let mut answered = 0;
+        while rx.recv().await.is_some() {
+            answered += 1;
+            if answered >= self.quorum() {
+                return;
+            }
+        }
+    }
 }

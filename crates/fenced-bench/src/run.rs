@@ -140,7 +140,7 @@ impl Scenario {
             Scenario::CounterContended => &[FencedTx, FencedScript],
             Scenario::Stampede1000 => &[FencedCache, CacheAside],
             Scenario::Redlock3 | Scenario::Redlock5 | Scenario::Redlock5Slow => {
-                &[Fenced, Rslock, Redlock]
+                &[Fenced, Raw, Rslock, Redlock]
             }
             Scenario::ClusterUncontended32 => &[Fenced],
         }

@@ -549,7 +549,12 @@ impl ClientBuilder {
         let timeout = self.options.timeout;
         let mut clients = Vec::with_capacity(sentinels.len());
         for url in sentinels {
-            clients.push(redis::Client::open(url.as_str()).map_err(|e| {
+            // The builder's TLS settings (a private CA, a client certificate) apply to the
+            // sentinels too; its password does not (sentinels often have none, and an AUTH
+            // they do not expect fails the connection): give theirs in their URLs.
+            use redis::IntoConnectionInfo;
+            let info = url.as_str().into_connection_info();
+            clients.push(info.and_then(|info| self.client_of(info)).map_err(|e| {
                 Error::invalid(format!("Sentinel URL {:?} is not usable: {e}", redact(url)))
             })?);
         }

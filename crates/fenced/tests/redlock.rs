@@ -62,6 +62,54 @@ async fn a_lock_is_granted_by_a_majority_and_released_everywhere() {
     assert!(c.lock("report").try_acquire().await.unwrap().is_some());
 }
 
+/// How many scripts node `server` has run (`EVALSHA` calls).
+async fn scripts_run(server: &RedisServer) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut raw(server).await)
+        .await
+        .unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |n| n.parse().unwrap())
+}
+
+#[tokio::test]
+async fn masters_that_agree_on_the_proposed_token_need_no_write_back() {
+    let s = servers(3);
+    let c = redlock(&urls(&s)).await;
+    // A first cycle loads the scripts (the NOSCRIPT attempt counts as a call).
+    let first = c.lock("report").acquire().await.unwrap();
+    let mut last = first.fencing_token().get();
+    first.release().await.unwrap();
+    c.flush().await;
+    for _ in 0..3 {
+        let before: Vec<u64> = futures_util::future::join_all(s.iter().map(scripts_run)).await;
+        let g = c.lock("report").acquire().await.unwrap();
+        let token = g.fencing_token().get();
+        assert!(token > last, "tokens must increase: {last} then {token}");
+        last = token;
+        // Every master took the proposal: its fence holds the very token handed out.
+        for server in &s {
+            let fence: u64 = get(&mut raw(server).await, FENCE)
+                .await
+                .unwrap()
+                .parse()
+                .unwrap();
+            assert_eq!(fence, token);
+        }
+        c.flush().await;
+        let after: Vec<u64> = futures_util::future::join_all(s.iter().map(scripts_run)).await;
+        // One script per master: the grant, and no write-back.
+        for (b, a) in before.iter().zip(&after) {
+            assert_eq!(a - b, 1, "scripts run on a master for one grant");
+        }
+        g.release().await.unwrap();
+        c.flush().await;
+    }
+}
+
 #[tokio::test]
 async fn the_quorum_token_is_written_back_so_the_next_holder_gets_a_larger_one() {
     // Node 0's counter runs far ahead of the others (its clock was ahead, say), and node 1 is

@@ -10,15 +10,19 @@
 //! 2. A grant needs a strict majority within the validity: the quorum, and the write-back of
 //!    invariant 3, must complete before `ttl − drift` has passed since the request was sent
 //!    (the core's validity deadline starts at the same instant). Otherwise it is no grant.
-//! 3. The fencing token handed out is the largest of the granting nodes' tokens, and it is
+//! 3. The fencing token handed out is the largest of the granting nodes' tokens, and a
+//!    majority of nodes holds it as its fence before it is handed out: either a majority of
+//!    the granting nodes already answered that very token (the attempt proposes one, a little
+//!    ahead of the client's clock, which each node takes if it is above its own next token
+//!    and at most 1 s ahead of its clock: one round trip in the common case), or it is
 //!    written back (`fence = max(fence, token)`) to a majority of nodes that still hold the
-//!    lease when the write-back runs there, before it is handed out. Any later grant's
-//!    majority shares a node with that majority; on that node the later grant needed the lock
-//!    key free, so it came after the write-back, and its token is larger. So the tokens of
+//!    lease when the write-back runs there. Any later grant's majority shares a node with
+//!    that majority; on that node the later grant needed the lock key free, so it came after
+//!    the fence held the token, and its own token is larger. So the tokens of
 //!    successive holders strictly increase even when Redlock's timing assumptions fail (a
 //!    paused holder, a slow network, skewed clocks). Limit: nodes of that majority losing
 //!    their data (a restart without persistence within the fence retention) while their
-//!    clocks are behind the token; the restart rule (invariant 6) and persistence guard it.
+//!    clocks are behind the token (at most 1 s with a proposal); the restart rule (invariant 6) and persistence guard it.
 //! 4. An attempt that ends without a grant is reported "unclean" unless every node answered
 //!    and none granted; the core then abandons it on every node (release where it took the
 //!    lease, a tombstone where its request may still arrive).
@@ -238,6 +242,10 @@ impl Redlock {
     ) -> Result<(AcquireReply, bool)> {
         self.supports(kind)?;
         let (n, needed) = (self.n(), kind.quorum(self.n()));
+        // Propose a token, so that a quorum may agree on it without a write-back
+        // (invariant 3).
+        let proposed = kind.propose_token(call, proposal());
+        let call = proposed.as_ref().unwrap_or(call);
         // Each node's attempt goes with an `INFO server` on the same connection: one round
         // trip, and its run_id (invariant 6).
         let (tx, mut replies) = mpsc::unbounded_channel();
@@ -305,7 +313,12 @@ impl Redlock {
         if !valid(Instant::now()) {
             return Ok((AcquireReply::Busy { remaining: None }, false));
         }
-        // Invariant 3: the token reaches a majority before anybody may use it.
+        // Invariant 3: the token is on a majority before anybody may use it. Where a majority
+        // of the granting nodes took the proposal, their fences hold it already.
+        if tokens.iter().filter(|t| **t == token).count() >= self.needed() {
+            return Ok((AcquireReply::Acquired(token), true));
+        }
+        // Otherwise it is written back.
         let Some(raise) = kind.raise_fence(owner, token) else {
             return Err(self.no_quorum(0));
         };
@@ -499,6 +512,23 @@ impl Redlock {
             Err(tally.permanent.unwrap_or_else(|| self.no_quorum(ok)))
         }
     }
+}
+
+/// How far ahead of this client's clock a proposed token is, so that it is above the masters'
+/// `TIME` floor despite a small clock difference (fence.lua takes it up to 1 s ahead of its
+/// own clock).
+const PROPOSAL_LEAD: Duration = Duration::from_millis(100);
+
+/// The token to propose: this client's clock in µs since the epoch, a little ahead. Only a
+/// proposal: the masters bound it by their own clocks, the token is whatever a majority
+/// agrees on or is written back, and a wrong clock costs the write-back's round trip, never
+/// the order of tokens (invariant 3).
+fn proposal() -> u64 {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        + PROPOSAL_LEAD;
+    u64::try_from(now.as_micros()).unwrap_or(0)
 }
 
 /// Sends `call` to every node at once; replies (with the node's index) arrive in the order

@@ -65,6 +65,11 @@ impl LeaseKind for Exclusive {
         true
     }
 
+    fn propose_token(&self, acquire: &ScriptCall, token: u64) -> Option<ScriptCall> {
+        // The acquire script's optional last argument.
+        Some(acquire.clone().arg(token))
+    }
+
     fn raise_fence(&self, owner: &OwnerToken, token: FencingToken) -> Option<ScriptCall> {
         Some(
             ScriptCall::new(&FENCE_RAISE)

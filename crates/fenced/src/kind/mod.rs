@@ -73,6 +73,12 @@ pub(crate) trait LeaseKind: Send + Sync + 'static {
     fn raise_fence(&self, _owner: &OwnerToken, _token: FencingToken) -> Option<ScriptCall> {
         None
     }
+    /// This kind's acquire call with a proposed fencing token (Redlock: masters that take
+    /// it hand out the same token, and need no write-back; `fence.lua`); `None` for kinds
+    /// that do not run on Redlock.
+    fn propose_token(&self, _acquire: &ScriptCall, _token: u64) -> Option<ScriptCall> {
+        None
+    }
     /// Whether a lease of this kind can be handed straight to a local waiter.
     fn can_hand_over(&self) -> bool {
         false

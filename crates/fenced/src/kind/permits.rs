@@ -115,6 +115,11 @@ impl LeaseKind for Permits {
         safe.max(nodes / 2 + 1).min(nodes)
     }
 
+    fn propose_token(&self, acquire: &ScriptCall, token: u64) -> Option<ScriptCall> {
+        // The acquire script's optional last argument.
+        Some(acquire.clone().arg(token))
+    }
+
     fn raise_fence(&self, owner: &OwnerToken, token: FencingToken) -> Option<ScriptCall> {
         Some(
             ScriptCall::new(&SEMAPHORE_FENCE_RAISE)

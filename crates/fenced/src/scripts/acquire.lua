@@ -6,6 +6,7 @@
 -- ARGV[1]  owner token      (128 random bits, hex)
 -- ARGV[2]  lease in ms
 -- ARGV[3]  how long the fence key outlives the last grant, in ms
+-- ARGV[4]  optional: the token Redlock proposes (see next_token in fence.lua)
 --
 -- Returns token     when granted: the fencing token, an integer (no table: the common reply
 --                   is the cheapest one),
@@ -24,6 +25,6 @@ if seen[2] then
   redis.call('DEL', KEYS[1], KEYS[3])
   return {0, -3}
 end
-local token = next_token(seen[1], redis.call('TIME'))
+local token = next_token(seen[1], redis.call('TIME'), ARGV[4])
 redis.call('SET', KEYS[2], token, 'PX', ARGV[3])
 return token

@@ -16,7 +16,18 @@
 -- keeps the next token above every earlier one, since each earlier token was at most the
 -- server time of its grant (grants of one name are rarer than one per µs), unless the clock
 -- stepped back. So the TIME call stays, on every grant.
-local function next_token(last, t)
+--
+-- `proposed` (optional): a token Redlock's client proposes, so that the masters of a quorum
+-- hand out the same one and need no write-back (backend/redlock.rs, invariant 3). It counts
+-- only when larger and at most 1 s ahead of this server's clock, so tokens stay within a
+-- second of the server time of their grant: a client whose clock runs ahead cannot push them
+-- further, and the restart rule above still holds once a second has passed.
+local function next_token(last, t, proposed)
   local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  return math.max((tonumber(last or '0') or 0) + 1, now_us)
+  local token = math.max((tonumber(last or '0') or 0) + 1, now_us)
+  local p = tonumber(proposed or '0') or 0
+  if p > token and p <= now_us + 1000000 then
+    token = p
+  end
+  return token
 end
