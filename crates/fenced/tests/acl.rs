@@ -171,3 +171,207 @@ async fn the_semaphores_acl_is_enough_and_each_permission_is_needed() {
         }
     }
 }
+
+/// On a Redis Cluster: the lock client's list, plus what the cluster client needs (README,
+/// "Least privilege").
+const CLUSTER_COMMANDS: [&str; 4] = ["cluster|slots", "spublish", "ssubscribe", "sunsubscribe"];
+
+/// Sets user `name` with `commands` on every node of `c`; the seeds' URLs as that user.
+fn cluster_user(c: &fenced_testkit::RedisCluster, name: &str, commands: &[&str]) -> Vec<String> {
+    let mut args = vec![
+        "ACL",
+        "SETUSER",
+        name,
+        "reset",
+        "on",
+        ">pw",
+        "~fenced:*",
+        "&fenced:*",
+        "-@all",
+    ];
+    let plus: Vec<String> = commands.iter().map(|c| format!("+{c}")).collect();
+    args.extend(plus.iter().map(String::as_str));
+    for i in 0..c.len() {
+        match c.run(i, &args).unwrap() {
+            fenced_testkit::Reply::Status(ok) => assert_eq!(ok, "OK"),
+            other => panic!("ACL SETUSER on node {i}: {other:?}"),
+        }
+    }
+    c.urls()
+        .iter()
+        .map(|u| u.replace("redis://", &format!("redis://{name}:pw@")))
+        .collect()
+}
+
+/// A lock's cycle on a cluster: acquire, a waiter of another client woken by the release,
+/// subscribed on sharded pub/sub (on the slot's master) or classic (on any node).
+async fn exercise_cluster(
+    c: &fenced_testkit::RedisCluster,
+    seeds: &[String],
+    name: &str,
+    sharded: bool,
+) -> Result<(), Error> {
+    let connect = || {
+        Client::cluster_builder(seeds)
+            .timeout(Duration::from_millis(800))
+            // Polling would take 10 s: a wake-up in time is the release's message.
+            .poll_interval(Duration::from_secs(10), Duration::from_secs(10))
+            .connect()
+    };
+    let (a, b) = (connect().await?, connect().await?);
+    let g = a.lock(name).acquire().await?;
+    g.extend(Duration::from_secs(5)).await?;
+    let waiter = tokio::spawn({
+        let lock = b
+            .lock(name)
+            .with_wait(WaitPolicy::up_to(Duration::from_secs(3)));
+        async move { lock.acquire().await?.release().await }
+    });
+    let channel = format!("fenced:{{{name}}}:released");
+    if sharded {
+        let owner = c.owner_of(fenced_testkit::key_slot(&channel), 0).unwrap();
+        crate::cluster::until_subscribers(c, owner, true, &channel, 1).await;
+    } else {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        while (0..c.len()).all(|i| crate::cluster::subscribers(c, i, false, &channel) == 0) {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "no classic subscriber"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+    g.release().await?;
+    waiter.await.expect("task")?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_documented_cluster_acl_is_enough() {
+    let c = crate::support::cluster(3, 0);
+    let all: Vec<&str> = LOCK_COMMANDS
+        .iter()
+        .chain(&["subscribe", "unsubscribe"])
+        .chain(&CLUSTER_COMMANDS)
+        .copied()
+        .collect();
+    let seeds = cluster_user(&c, "clustered", &all);
+    exercise_cluster(&c, &seeds, "acl-cluster", true)
+        .await
+        .unwrap();
+    // Without the sharded commands: classic pub/sub, as on a server older than Redis 7.
+    let classic: Vec<&str> = all
+        .iter()
+        .copied()
+        .filter(|c| !["spublish", "ssubscribe", "sunsubscribe"].contains(c))
+        .collect();
+    let seeds = cluster_user(&c, "classic", &classic);
+    exercise_cluster(&c, &seeds, "acl-classic", false)
+        .await
+        .unwrap();
+    // Without `cluster|slots`, the client cannot read the slot map: it fails to connect.
+    let blind: Vec<&str> = all
+        .iter()
+        .copied()
+        .filter(|c| *c != "cluster|slots")
+        .collect();
+    let seeds = cluster_user(&c, "blind", &blind);
+    let refused = Client::cluster_builder(&seeds)
+        .timeout(Duration::from_millis(800))
+        .connect()
+        .await;
+    assert!(refused.is_err(), "connected without cluster|slots");
+}
+
+/// Through Sentinel: the lock client's list on the master, and on the sentinels what locating
+/// and following the master needs (README, "Least privilege"). The master is reached with
+/// the sentinel URL's user.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_documented_sentinel_acl_is_enough() {
+    use fenced_testkit::{Reply, command};
+    let mut set = tokio::task::block_in_place(|| fenced_testkit::RedisSentinels::start(0, 1))
+        .unwrap_or_else(|e| panic!("this test needs redis-server --sentinel: {e}"));
+    let sentinel = set.sentinel_urls()[0].clone();
+    let port: u16 = sentinel.rsplit(':').next().unwrap().parse().unwrap();
+    let on_sentinel = |name: &str, commands: &[&str]| {
+        let mut args = vec![
+            "ACL",
+            "SETUSER",
+            name,
+            "reset",
+            "on",
+            ">pw",
+            "&+switch-master",
+            "-@all",
+        ];
+        let plus: Vec<String> = commands.iter().map(|c| format!("+{c}")).collect();
+        args.extend(plus.iter().map(String::as_str));
+        assert!(matches!(command(port, &args).unwrap(), Reply::Status(_)));
+        sentinel.replace("redis://", &format!("redis://{name}:pw@"))
+    };
+    let master = set.master().unwrap();
+    let master_port = set.node(master).port();
+    let on_master = |name: &str| {
+        let mut args = vec![
+            "ACL",
+            "SETUSER",
+            name,
+            "reset",
+            "on",
+            ">pw",
+            "~fenced:*",
+            "&fenced:*",
+            "-@all",
+        ];
+        let plus: Vec<String> = LOCK_COMMANDS
+            .iter()
+            .chain(&["subscribe", "unsubscribe"])
+            .map(|c| format!("+{c}"))
+            .collect();
+        args.extend(plus.iter().map(String::as_str));
+        assert!(matches!(
+            command(master_port, &args).unwrap(),
+            Reply::Status(_)
+        ));
+    };
+    let exercise = |url: String| async move {
+        let c = Client::sentinel_builder(&[url], "mymaster")
+            .timeout(Duration::from_millis(800))
+            .connect()
+            .await?;
+        let g = c.lock("acl-sentinel").acquire().await?;
+        g.extend(Duration::from_secs(2)).await?;
+        g.release().await?;
+        // The client follows failovers: it listens to `+switch-master` on the sentinel.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        loop {
+            let subscribed = match command(port, &["CLIENT", "LIST"]).unwrap() {
+                Reply::Bulk(Some(list)) => list.lines().any(|l| l.contains(" sub=1 ")),
+                other => panic!("CLIENT LIST: {other:?}"),
+            };
+            if subscribed {
+                break;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "no +switch-master listener"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        Ok::<_, Error>(())
+    };
+    on_master("watcher");
+    let url = on_sentinel(
+        "watcher",
+        &["sentinel|get-master-addr-by-name", "subscribe"],
+    );
+    exercise(url).await.unwrap();
+    // Without the lookup, the master cannot be located.
+    on_master("lost");
+    let url = on_sentinel("lost", &["subscribe"]);
+    assert!(
+        exercise(url).await.is_err(),
+        "located the master without the lookup"
+    );
+    drop(set);
+}

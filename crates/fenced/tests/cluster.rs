@@ -434,7 +434,7 @@ async fn after_a_master_dies_its_replica_serves_and_tokens_still_increase() {
 }
 
 /// How many clients node `i` counts on `channel`: sharded (`SHARDNUMSUB`) or classic.
-fn subscribers(c: &RedisCluster, i: usize, sharded: bool, channel: &str) -> i64 {
+pub(crate) fn subscribers(c: &RedisCluster, i: usize, sharded: bool, channel: &str) -> i64 {
     let kind = if sharded { "SHARDNUMSUB" } else { "NUMSUB" };
     match c.run(i, &["PUBSUB", kind, channel]).unwrap() {
         Reply::Array(pair) => match pair.get(1) {
@@ -447,11 +447,22 @@ fn subscribers(c: &RedisCluster, i: usize, sharded: bool, channel: &str) -> i64 
 
 /// Waits (5 s at most) until node `i` counts `n` sharded subscribers on `channel`.
 async fn until_sharded_subscribers(c: &RedisCluster, i: usize, channel: &str, n: i64) {
+    until_subscribers(c, i, true, channel, n).await;
+}
+
+/// Waits (5 s at most) until node `i` counts `n` subscribers on `channel`, sharded or not.
+pub(crate) async fn until_subscribers(
+    c: &RedisCluster,
+    i: usize,
+    sharded: bool,
+    channel: &str,
+    n: i64,
+) {
     let deadline = Instant::now() + Duration::from_secs(5);
-    while subscribers(c, i, true, channel) != n {
+    while subscribers(c, i, sharded, channel) != n {
         assert!(
             Instant::now() < deadline,
-            "node {i} never counted {n} sharded subscribers on {channel}"
+            "node {i} never counted {n} subscribers (sharded: {sharded}) on {channel}"
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
