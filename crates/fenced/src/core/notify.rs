@@ -528,9 +528,9 @@ async fn run(
                     }
                     // Its slot moved (feed invariant 2): subscribe on the new master, and let
                     // the heads retry, since a release may have gone by meanwhile.
-                    Event::Dropped(channel) => {
-                        if wanted.contains(&channel)
-                            && let Some(f) = feed.as_mut()
+                    // (A channel no longer wanted is our own unsubscribe's confirmation.)
+                    Event::Dropped(channel) if wanted.contains(&channel) => {
+                        if let Some(f) = feed.as_mut()
                             && !f.subscribe(&[&channel], timeout).await
                         {
                             feed = None;
@@ -538,6 +538,7 @@ async fn run(
                         }
                         wake_all(&local);
                     }
+                    Event::Dropped(_) => {}
                     Event::Reconnecting => wake_all(&local),
                     Event::Closed => {
                         tracing::debug!("fenced: pub/sub connection closed; waiters poll until it is back");

@@ -56,6 +56,8 @@ pub(crate) struct TxPool {
     /// Idle clean connections, with the node each goes to (`None`: `client`'s).
     idle: Mutex<Vec<(Option<Addr>, MultiplexedConnection)>>,
     permits: Arc<Semaphore>,
+    /// The most connections kept idle.
+    size: usize,
     timeout: Duration,
 }
 
@@ -71,6 +73,7 @@ impl TxPool {
             directory,
             idle: Mutex::new(Vec::new()),
             permits: Arc::new(Semaphore::new(size)),
+            size,
             timeout,
         }
     }
@@ -198,7 +201,13 @@ impl Drop for Pooled {
     fn drop(&mut self) {
         if self.clean {
             // A clone keeps the connection open in the pool; this one goes with `self`.
-            self.pool.idle().push((self.at.take(), self.conn.clone()));
+            let mut idle = self.pool.idle();
+            // On a cluster, idle connections to several nodes: keep the pool's size in all,
+            // the oldest closed first (its node may have lost its slots since).
+            while !idle.is_empty() && idle.len() >= self.pool.size.max(1) {
+                idle.remove(0);
+            }
+            idle.push((self.at.take(), self.conn.clone()));
         }
         // Dropped dirty: the last clone of the connection goes away, the socket closes, and
         // the server discards its WATCH/MULTI state with it.
