@@ -378,3 +378,42 @@ async fn permits_are_counted_against_each_requests_limit_and_expire_by_server_ti
         ReleaseReply::NotHeld
     );
 }
+
+#[tokio::test]
+async fn a_proposed_token_counts_when_above_the_next_one_and_within_a_second_of_the_server_clock() {
+    let server = fenced_testkit::RedisServer::start().unwrap();
+    let n = node(&server).await;
+    let job = lock("proposed");
+    let server_us = || async {
+        let t: (u64, u64) = n.query("time", &redis::cmd("TIME")).await.unwrap();
+        t.0 * 1_000_000 + t.1
+    };
+    let take = |proposal: u64| {
+        let (n, job) = (&n, &job);
+        async move {
+            let me = owner();
+            let Some(call) = job.propose_token(&job.acquire(&me, 10_000), proposal) else {
+                panic!("a lock takes proposals");
+            };
+            let reply = acquire_reply(n.run::<Value>(&call).await.unwrap()).unwrap();
+            release(n, job, &me).await;
+            match reply {
+                AcquireReply::Acquired(t) => t.get(),
+                other => panic!("{other:?}"),
+            }
+        }
+    };
+    // 0.9 s ahead: taken as it is (the checks below hold unless this test stalls that long).
+    let ahead = server_us().await + 900_000;
+    assert_eq!(take(ahead).await, ahead);
+    // Below the next token: the counter's next one.
+    assert_eq!(take(ahead - 10).await, ahead + 1);
+    // A minute ahead (a client clock far off): ignored, the counter goes on.
+    let far = server_us().await + 60_000_000;
+    assert_eq!(take(far).await, ahead + 2);
+    // Not a number: ignored.
+    let me = owner();
+    let call = job.acquire(&me, 10_000).arg("not-a-number");
+    let reply = acquire_reply(n.run::<Value>(&call).await.unwrap()).unwrap();
+    assert!(matches!(reply, AcquireReply::Acquired(t) if t.get() == ahead + 3));
+}
