@@ -176,21 +176,22 @@ async fn the_semaphores_acl_is_enough_and_each_permission_is_needed() {
 /// "Least privilege").
 const CLUSTER_COMMANDS: [&str; 4] = ["cluster|slots", "spublish", "ssubscribe", "sunsubscribe"];
 
+/// `ACL SETUSER name reset on >pw <patterns> -@all +commands…`.
+fn setuser(name: &str, patterns: &[&str], commands: &[&str]) -> Vec<String> {
+    let mut args: Vec<String> = ["ACL", "SETUSER", name, "reset", "on", ">pw"]
+        .iter()
+        .chain(patterns)
+        .map(|a| (*a).to_owned())
+        .collect();
+    args.push("-@all".into());
+    args.extend(commands.iter().map(|c| format!("+{c}")));
+    args
+}
+
 /// Sets user `name` with `commands` on every node of `c`; the seeds' URLs as that user.
 fn cluster_user(c: &fenced_testkit::RedisCluster, name: &str, commands: &[&str]) -> Vec<String> {
-    let mut args = vec![
-        "ACL",
-        "SETUSER",
-        name,
-        "reset",
-        "on",
-        ">pw",
-        "~fenced:*",
-        "&fenced:*",
-        "-@all",
-    ];
-    let plus: Vec<String> = commands.iter().map(|c| format!("+{c}")).collect();
-    args.extend(plus.iter().map(String::as_str));
+    let args = setuser(name, &["~fenced:*", "&fenced:*"], commands);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
     for i in 0..c.len() {
         match c.run(i, &args).unwrap() {
             fenced_testkit::Reply::Status(ok) => assert_eq!(ok, "OK"),
@@ -294,41 +295,21 @@ async fn the_documented_sentinel_acl_is_enough() {
     let sentinel = set.sentinel_urls()[0].clone();
     let port: u16 = sentinel.rsplit(':').next().unwrap().parse().unwrap();
     let on_sentinel = |name: &str, commands: &[&str]| {
-        let mut args = vec![
-            "ACL",
-            "SETUSER",
-            name,
-            "reset",
-            "on",
-            ">pw",
-            "&+switch-master",
-            "-@all",
-        ];
-        let plus: Vec<String> = commands.iter().map(|c| format!("+{c}")).collect();
-        args.extend(plus.iter().map(String::as_str));
+        let args = setuser(name, &["&+switch-master"], commands);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
         assert!(matches!(command(port, &args).unwrap(), Reply::Status(_)));
         sentinel.replace("redis://", &format!("redis://{name}:pw@"))
     };
     let master = set.master().unwrap();
     let master_port = set.node(master).port();
     let on_master = |name: &str| {
-        let mut args = vec![
-            "ACL",
-            "SETUSER",
-            name,
-            "reset",
-            "on",
-            ">pw",
-            "~fenced:*",
-            "&fenced:*",
-            "-@all",
-        ];
-        let plus: Vec<String> = LOCK_COMMANDS
+        let commands: Vec<&str> = LOCK_COMMANDS
             .iter()
             .chain(&["subscribe", "unsubscribe"])
-            .map(|c| format!("+{c}"))
+            .copied()
             .collect();
-        args.extend(plus.iter().map(String::as_str));
+        let args = setuser(name, &["~fenced:*", "&fenced:*"], &commands);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
         assert!(matches!(
             command(master_port, &args).unwrap(),
             Reply::Status(_)

@@ -318,32 +318,44 @@ async fn leases_on_every_master_are_renewed_and_a_release_wakes_a_waiter_of_anot
     // A waiter in another client, on each master's slot, hears the release.
     for g in guards {
         let name = g.name().to_owned();
-        let waiter = tokio::spawn({
-            let lock = b
-                .lock(name.as_str())
-                .with_wait(WaitPolicy::up_to(Duration::from_secs(20)));
-            async move {
-                let g = lock.acquire().await?;
-                let at = Instant::now();
-                g.release().await?;
-                Ok::<_, Error>(at)
-            }
-        });
-        // Let the waiter subscribe and find the lock taken.
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        let released = Instant::now();
-        g.release().await.unwrap();
-        let woke = tokio::time::timeout(Duration::from_secs(5), waiter)
-            .await
-            .expect("the waiter was not woken")
-            .unwrap()
-            .unwrap();
-        assert!(
-            woke.duration_since(released) < Duration::from_secs(2),
-            "{name}: woken after {:?}",
-            woke.duration_since(released)
-        );
+        let waiting = waiter(b.lock(name.as_str()));
+        // The waiter subscribed (sharded, on the slot's master) after finding the lock taken.
+        let channel = format!("fenced:{{{name}}}:released");
+        let owner = c.owner_of(key_slot(&channel), 0).unwrap();
+        until_subscribers(&c, owner, true, &channel, 1).await;
+        release_wakes(g, waiting, &name).await;
     }
+}
+
+/// Waits for `lock` (20 s at most) in a task, which answers when it got the lock.
+fn waiter(lock: fenced::Lock) -> tokio::task::JoinHandle<Result<Instant, Error>> {
+    let lock = lock.with_wait(WaitPolicy::up_to(Duration::from_secs(20)));
+    tokio::spawn(async move {
+        let g = lock.acquire().await?;
+        let at = Instant::now();
+        g.release().await?;
+        Ok(at)
+    })
+}
+
+/// Releases `g` and checks that `waiting` got the lock within 2 s: a wake-up, not a poll.
+async fn release_wakes(
+    g: fenced::LockGuard,
+    waiting: tokio::task::JoinHandle<Result<Instant, Error>>,
+    what: &str,
+) {
+    let released = Instant::now();
+    g.release().await.unwrap();
+    let woke = tokio::time::timeout(Duration::from_secs(5), waiting)
+        .await
+        .expect("the waiter was not woken")
+        .unwrap()
+        .unwrap();
+    assert!(
+        woke.duration_since(released) < Duration::from_secs(2),
+        "{what}: woken after {:?}",
+        woke.duration_since(released)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -484,17 +496,7 @@ async fn waiters_subscribe_on_their_slots_master_and_follow_the_slot_when_it_mov
     let to = (0..3).find(|&m| m != from).unwrap();
 
     let g = a.lock("sharded").acquire().await.unwrap();
-    let waiter = tokio::spawn({
-        let lock = b
-            .lock("sharded")
-            .with_wait(WaitPolicy::up_to(Duration::from_secs(20)));
-        async move {
-            let g = lock.acquire().await?;
-            let at = Instant::now();
-            g.release().await?;
-            Ok::<_, Error>(at)
-        }
-    });
+    let waiting = waiter(b.lock("sharded"));
     // The waiter's subscription sits on the slot's master, sharded; no node has a classic one.
     until_sharded_subscribers(&c, from, channel, 1).await;
     for i in 0..3 {
@@ -508,18 +510,7 @@ async fn waiters_subscribe_on_their_slots_master_and_follow_the_slot_when_it_mov
     assert_eq!(subscribers(&c, from, true, channel), 0);
 
     // The release is announced on the new master alone, and the waiter hears it.
-    let released = Instant::now();
-    g.release().await.unwrap();
-    let woke = tokio::time::timeout(Duration::from_secs(5), waiter)
-        .await
-        .expect("the waiter was not woken")
-        .unwrap()
-        .unwrap();
-    assert!(
-        woke.duration_since(released) < Duration::from_secs(2),
-        "woken after {:?}",
-        woke.duration_since(released)
-    );
+    release_wakes(g, waiting, "after the migration").await;
     let stats = c.run(to, &["INFO", "commandstats"]).unwrap();
     assert!(
         stats.text().contains("cmdstat_spublish:calls="),
