@@ -182,7 +182,7 @@ async fn bad_deployment_settings_are_refused_before_connecting() {
         .unwrap();
     let refused = lone
         .lock("alone")
-        .with_wait(WaitPolicy::up_to(ms(200)))
+        .with_wait(WaitPolicy::up_to(ms(1000)))
         .acquire()
         .await;
     assert!(

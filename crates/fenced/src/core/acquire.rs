@@ -398,6 +398,12 @@ where
     };
     let (poll_min, poll_max) = spec.poll;
     let mut failures = Backoff::new(poll_min, poll_max);
+    // The error of the first attempt, if it failed: a wait that runs out before the next
+    // attempt (queued, subscribing) ends with that cause, not "not acquired". Later attempts
+    // end the wait with their own error or with "not acquired" themselves.
+    let mut failed: Option<Error> = None;
+    let end =
+        |attempts: u32, failed: &Option<Error>| failed.clone().unwrap_or_else(|| give_up(attempts));
 
     // Fast path: nobody in this process is queued, so try straight away.
     if !waiters.has_waiters(spec.channel) {
@@ -409,7 +415,10 @@ where
                     return Err(give_up(attempts));
                 }
             }
-            Err(e) => retry_or_fail(e, attempts)?,
+            Err(e) => {
+                failed = Some(e.clone());
+                retry_or_fail(e, attempts)?;
+            }
         }
     }
 
@@ -454,11 +463,11 @@ where
                 None => offered = None,
             },
             _ = sleep_until_opt(deadline) => {
-                return collect(&mut offered).ok_or_else(|| give_up(attempts));
+                return collect(&mut offered).ok_or_else(|| end(attempts, &failed));
             }
         }
     };
-    let _head = head.ok_or_else(|| give_up(attempts))?;
+    let _head = head.ok_or_else(|| end(attempts, &failed))?;
     let mut backoff = Backoff::new(poll_min, poll_max);
     let mut first_turn = true;
     loop {
