@@ -94,11 +94,12 @@ impl Client {
     ///
     /// What it adds to Redlock as the peers have it:
     /// - **Quorum fencing tokens.** The token is the largest of the granting nodes' tokens,
-    ///   written back to a majority before it is handed out, so the tokens of successive
-    ///   holders strictly increase even when a holder is paused past its lease or the network
-    ///   is slow: the next grant's majority shares a node with that one. (Its limit: a
-    ///   majority of nodes losing their data while their clocks step back.)
-    /// - **Validity.** A grant counts only if the majority, and the write-back, answered
+    ///   held as the fence of a majority before it is handed out (the attempt proposes one
+    ///   that the nodes usually agree on; when they do not, the largest is written back), so
+    ///   the tokens of successive holders strictly increase even when a holder is paused past
+    ///   its lease or the network is slow: the next grant's majority shares a node with that
+    ///   one. (Its limit: a majority of nodes losing their data while their clocks step back.)
+    /// - **Validity.** A grant counts only if the majority, and any write-back, answered
     ///   before `ttl − drift` had passed since the request was sent; the guard's validity
     ///   deadline starts at that same instant. An attempt that falls short is abandoned on
     ///   every node (released where it took the lease, voided by a tombstone where it may still
@@ -118,7 +119,9 @@ impl Client {
     /// them per holder (all 3 of 3 for N ≥ 2), or more than N holders could each be admitted
     /// by a majority. The other primitives, fenced resources, inspection and optimistic
     /// helpers need one server and answer [`Error::InvalidArgument`] on it.
-    /// Waiters hear releases from the first node's pub/sub, and poll when it is down.
+    /// Waiters subscribe on the first node that answers (every node hears each release), and
+    /// poll while none does. [`Client::flush`] also waits for the calls still running on
+    /// slow nodes after a majority decided.
     ///
     /// ```
     /// # fenced_testkit::doctest_redlock(3, |urls| async move {
@@ -144,16 +147,19 @@ impl Client {
     ///   broke is reported as unknown ([`Error::Timeout`], [`Error::Unavailable`]), never sent
     ///   a second time, so a write is applied at most once;
     /// - renewal sends one pipeline per slot per tick, all at once;
-    /// - waiters subscribe on any node (a release published on one node reaches every node),
-    ///   moving to the next seed when theirs is down, and poll meanwhile;
+    /// - waiters subscribe on the master of their name's slot (sharded pub/sub, Redis 7+; a
+    ///   release is announced there with `SPUBLISH`) and follow the slot when it moves; on an
+    ///   older server, on any node with classic pub/sub;
     /// - a lease survives a slot migration and a failover that promotes an up-to-date
     ///   replica; after a failover to a replica that missed the last grant, the `TIME` floor
     ///   still keeps fencing tokens increasing.
     ///
-    /// Not on a cluster: a multi-lock over several names (they live in different slots),
-    /// optimistic transactions (`WATCH` needs the key's node; the atomic helpers work), and
-    /// the listings of `fenced list` (one node's keys only); those answer
-    /// [`Error::InvalidArgument`]. Locks are not handed straight to a local waiter on a
+    /// - optimistic transactions run on the master of their keys' one slot (keys of one
+    ///   transaction share a hash tag), and follow it when it moves;
+    /// - the listings ([`Client::locks`] and the others) scan every master.
+    ///
+    /// Not on a cluster: a multi-lock over several names (they live in different slots), which
+    /// answers [`Error::InvalidArgument`]. Locks are not handed straight to a local waiter on a
     /// cluster (a node counts only its own subscribers), so a handover costs a round trip
     /// more than on one server.
     ///
