@@ -8,7 +8,7 @@
 //!
 //! | step | script replies |
 //! |---|---|
-//! | acquire | `{1, token}` or a bare integer token granted, `{0, ms}` busy (ms until the blocking lease ends, -1 unknown), `{0, -3}` abandoned, `{0, -4}` refused (a re-entry whose lease is gone) |
+//! | acquire | `{1, token}` or a bare token granted, `{0, ms}` busy (ms until the blocking lease ends, -1 unknown), `{0, -3}` abandoned, `{0, -4}` refused (a re-entry whose lease is gone) |
 //! | extend | 1 applied, 0 not held, 2 superseded by a newer epoch |
 //! | release | 1 released (waiters woken), 0 not held (also: an earlier attempt of this same release did it), 3 this hold released but the lease stays (inner re-entrant hold) |
 //! | abandon | 1 the attempt had taken the lease, now released; 0 a tombstone voids it |
@@ -158,7 +158,11 @@ impl ReleaseReply {
 
 pub(crate) fn acquire_reply(value: Value) -> Result<AcquireReply> {
     let mut pair = match value {
-        // A bare integer is a grant's token (the exclusive lock's cheapest reply).
+        // A bare token is a grant's (the exclusive lock's cheapest reply): a decimal string,
+        // or an integer from an older script.
+        Value::BulkString(token) => {
+            return parse_token("acquire", &token).map(AcquireReply::Acquired);
+        }
         Value::Int(token) => return int_token("acquire", token).map(AcquireReply::Acquired),
         Value::Array(pair) => pair,
         other => return Err(unexpected("acquire", format!("{other:?}"))),

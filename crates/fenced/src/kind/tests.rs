@@ -417,3 +417,72 @@ async fn a_proposed_token_counts_when_above_the_next_one_and_within_a_second_of_
     let reply = acquire_reply(n.run::<Value>(&call).await.unwrap()).unwrap();
     assert!(matches!(reply, AcquireReply::Acquired(t) if t.get() == ahead + 3));
 }
+
+#[tokio::test]
+async fn a_grant_takes_the_server_clock_past_the_fence_and_the_counter_otherwise() {
+    let server = fenced_testkit::RedisServer::start().unwrap();
+    let n = node(&server).await;
+    let job = lock("clock");
+    let server_us = || async {
+        let t: (u64, u64) = n.query("time", &redis::cmd("TIME")).await.unwrap();
+        t.0 * 1_000_000 + t.1
+    };
+    let fence_is = |value: String| {
+        let (n, key) = (&n, job.keys.fence.clone());
+        async move {
+            let () = n
+                .query("set", redis::cmd("SET").arg(&key).arg(value))
+                .await
+                .unwrap();
+        }
+    };
+    let take = || {
+        let (n, job) = (&n, &job);
+        async move {
+            let me = owner();
+            let reply = acquire(n, job, &me, 10_000).await;
+            release(n, job, &me).await;
+            match reply {
+                AcquireReply::Acquired(t) => t.get(),
+                other => panic!("{other:?}"),
+            }
+        }
+    };
+    // No fence, then fences behind the clock (the text comparison's case, a shorter decimal,
+    // a value that is not a number): the token is the server's clock, between two readings.
+    for fence in [
+        None,
+        Some("1000000000000000"),
+        Some("42"),
+        Some("not a token"),
+    ] {
+        if let Some(value) = fence {
+            fence_is(value.to_owned()).await;
+        }
+        let before = server_us().await;
+        let token = take().await;
+        let after = server_us().await;
+        assert!(
+            before <= token && token <= after,
+            "{fence:?}: {before} {token} {after}"
+        );
+    }
+    // A fence ahead of the clock (a clock that stepped back, a Redlock proposal): the counter.
+    let ahead = server_us().await + 5_000_000;
+    fence_is(ahead.to_string()).await;
+    assert_eq!(take().await, ahead + 1);
+    assert_eq!(take().await, ahead + 2);
+    // Back-to-back grants, each past the last, whether the clock or the counter decides.
+    let mut last = 0;
+    for _ in 0..200 {
+        let token = take().await;
+        assert!(token > last, "{token} after {last}");
+        last = token;
+    }
+    // What a grant stores is the decimal it hands out.
+    let stored: String = n
+        .query("get", redis::cmd("GET").arg(&job.keys.fence))
+        .await
+        .unwrap();
+    assert_eq!(stored, last.to_string());
+}

@@ -8,8 +8,8 @@
 -- ARGV[3]  how long the fence key outlives the last grant, in ms
 -- ARGV[4]  optional: the token Redlock proposes (see next_token in fence.lua)
 --
--- Returns token     when granted: the fencing token, an integer (no table: the common reply
---                   is the cheapest one),
+-- Returns token     when granted: the fencing token, a decimal string (no table: the common
+--                   reply is the cheapest one),
 --         {0, pttl}  when somebody holds the lock (pttl = -1 for a key without expiry),
 --         {0, -3}    when the client already abandoned this attempt (see abandon.lua).
 --

@@ -6,16 +6,22 @@
 -- for a key of another type (an older layout, another program) instead of failing the script
 -- half-way, after its lock was already set.
 --
--- next_token(last, t): the token of a new grant, max(last + 1, server time in µs), as a Lua
--- number; `last` is the fence as read (or false), `t` the reply of TIME. Numbers stay exact:
--- tokens are below 2^53 (server µs reach it in the year 2255), Redis turns a number argument
--- into its exact decimal ("%.17g") and a number reply into an integer. No string.format: it
--- cost more than the rest of the arithmetic together. While the fence exists the counter alone
--- keeps tokens increasing; once it has expired (no grant for the retention period), or was
--- lost with a restart or a failover to a replica that missed the last writes, the server clock
--- keeps the next token above every earlier one, since each earlier token was at most the
--- server time of its grant (grants of one name are rarer than one per µs), unless the clock
--- stepped back. So the TIME call stays, on every grant.
+-- next_token(last, t, proposed): the token of a new grant, max(last + 1, server time in µs), as
+-- a decimal string; `last` is the fence as read (a string, false, or a number), `t` the reply
+-- of TIME. While the fence exists the counter alone keeps tokens increasing; once it has
+-- expired (no grant for the retention period), or was lost with a restart or a failover to a
+-- replica that missed the last writes, the server clock keeps the next token above every
+-- earlier one, since each earlier token was at most the server time of its grant (grants of
+-- one name are rarer than one per µs), unless the clock stepped back. So the TIME call stays,
+-- on every grant.
+--
+-- Why strings: in the common case the clock is past the last token, and the token is the
+-- server time itself, built from TIME's two strings and compared with the fence as text (two
+-- decimals of the same length order as their numbers do). That costs no number parsing and no
+-- number-to-text conversion for the SET, which together were a third of a grant's script time
+-- (scripts/lua-costs). Only a fence at or past the clock (two grants in one µs, a clock that
+-- stepped back, a Redlock proposal) takes the arithmetic; numbers stay exact below 2^53
+-- (server µs reach it in the year 2255).
 --
 -- `proposed` (optional): a token Redlock's client proposes, so that the masters of a quorum
 -- hand out the same one and need no write-back (backend/redlock.rs, invariant 3). It counts
@@ -23,11 +29,21 @@
 -- second of the server time of their grant: a client whose clock runs ahead cannot push them
 -- further, and the restart rule above still holds once a second has passed.
 local function next_token(last, t, proposed)
-  local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  local token = math.max((tonumber(last or '0') or 0) + 1, now_us)
-  local p = tonumber(proposed or '0') or 0
-  if p > token and p <= now_us + 1000000 then
-    token = p
+  local us = t[2]
+  -- Seconds and zero-padded microseconds: 16 digits until the year 2286.
+  local now = t[1] .. string.sub('00000' .. us, #us)
+  local token = now
+  if last and not (type(last) == 'string' and #last == #now and last < now) then
+    local after = (tonumber(last) or 0) + 1
+    if after > tonumber(now) then
+      token = string.format('%.0f', after)
+    end
+  end
+  if proposed then
+    local p = tonumber(proposed)
+    if p and p > tonumber(token) and p <= tonumber(now) + 1000000 then
+      token = string.format('%.0f', p)
+    end
   end
   return token
 end
