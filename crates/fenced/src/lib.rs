@@ -85,7 +85,8 @@
 //! A token is `max(last + 1, server time in µs)`, computed by the acquire script on the Redis
 //! server. It is strictly greater than every token handed out before for the same name on
 //! that server, including after leases expired. The counter key expires after
-//! [`fence_retention`](ClientBuilder::fence_retention) (24h by default) without a grant, so
+//! [`fence_retention`](ClientBuilder::fence_retention) (24h by default, plus at most 1001 s)
+//! without a grant, so
 //! keys do not pile up; from then on the server clock, which has moved on by at least that
 //! period, keeps tokens increasing. They stop increasing only if the server's clock steps
 //! back by more than the retention period, or if a replica that missed recent grants is

@@ -486,3 +486,63 @@ async fn a_grant_takes_the_server_clock_past_the_fence_and_the_counter_otherwise
         .unwrap();
     assert_eq!(stored, last.to_string());
 }
+
+#[tokio::test]
+async fn a_fence_keeps_its_expiry_within_a_window_of_tokens_and_renews_it_when_a_token_leaves_it() {
+    let server = fenced_testkit::RedisServer::start().unwrap();
+    let n = node(&server).await;
+    let job = lock("window"); // the fence's expiry: 60 s
+    let pttl = || async {
+        let ms: i64 = n
+            .query("pttl", redis::cmd("PTTL").arg(&job.keys.fence))
+            .await
+            .unwrap();
+        ms
+    };
+    let cycle = || async {
+        let me = owner();
+        assert!(matches!(
+            acquire(&n, &job, &me, 10_000).await,
+            AcquireReply::Acquired(_)
+        ));
+        release(&n, &job, &me).await;
+    };
+    // The first grant creates the fence with its expiry.
+    cycle().await;
+    assert!(pttl().await > 59_000);
+    // Shortened by hand: later grants of the same 1000 s window keep the expiry as it is ...
+    let () = n
+        .query(
+            "pexpire",
+            redis::cmd("PEXPIRE").arg(&job.keys.fence).arg(30_000),
+        )
+        .await
+        .unwrap();
+    cycle().await;
+    cycle().await;
+    let kept = pttl().await;
+    assert!((25_000..=30_000).contains(&kept), "{kept}");
+    // ... and a grant whose token leaves the fence's window (the fence is 2000 s behind the
+    // clock here) sets it again. So does one over a fence with no expiry.
+    let t: (u64, u64) = n.query("time", &redis::cmd("TIME")).await.unwrap();
+    let behind = (t.0 - 2_000) * 1_000_000;
+    let () = n
+        .query(
+            "set",
+            redis::cmd("SET")
+                .arg(&job.keys.fence)
+                .arg(behind)
+                .arg("PX")
+                .arg(30_000),
+        )
+        .await
+        .unwrap();
+    cycle().await;
+    assert!(pttl().await > 59_000);
+    let () = n
+        .query("set", redis::cmd("SET").arg(&job.keys.fence).arg(behind))
+        .await
+        .unwrap();
+    cycle().await;
+    assert!(pttl().await > 59_000);
+}

@@ -5,7 +5,7 @@
 -- KEYS[3]  this attempt's tombstone, <lock>:void:<owner> (exists only if abandoned)
 -- ARGV[1]  owner token      (128 random bits, hex)
 -- ARGV[2]  lease in ms
--- ARGV[3]  how long the fence key outlives the last grant, in ms
+-- ARGV[3]  the fence's retention, in ms (what it outlives the last grant by, plus 1001 s: store_fence)
 -- ARGV[4]  optional: the token Redlock proposes (see next_token in fence.lua)
 --
 -- Returns token     when granted: the fencing token, a decimal string (no table: the common
@@ -26,5 +26,5 @@ if seen[2] then
   return {0, -3}
 end
 local token = next_token(seen[1], redis.call('TIME'), ARGV[4])
-redis.call('SET', KEYS[2], token, 'PX', ARGV[3])
+store_fence(KEYS[2], token, seen[1], ARGV[3])
 return token

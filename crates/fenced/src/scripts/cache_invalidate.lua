@@ -4,7 +4,7 @@
 --
 -- KEYS[1]  the cached entry (hash)
 -- KEYS[2]  the entry lock's fence (string)
--- ARGV[1]  fence retention, ms
+-- ARGV[1]  the fence's retention, in ms (plus 1001 s: store_fence in fence.lua)
 --
 -- Returns 1 if an entry was dropped, 0 if there was none.
 --
@@ -12,5 +12,5 @@
 -- raised fence is a token like any grant's, so later grants stay above it.
 local last = redis.call('MGET', KEYS[2])[1]
 local token = next_token(last, redis.call('TIME'))
-redis.call('SET', KEYS[2], token, 'PX', ARGV[1])
+store_fence(KEYS[2], token, last, ARGV[1])
 return redis.call('DEL', KEYS[1])

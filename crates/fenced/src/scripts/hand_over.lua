@@ -8,7 +8,7 @@
 -- ARGV[1]  owner token of the holder giving it up
 -- ARGV[2]  owner token of the waiter taking it
 -- ARGV[3]  the waiter's lease in ms
--- ARGV[4]  how long the fence key outlives the last grant, in ms
+-- ARGV[4]  the fence's retention, in ms (what it outlives the last grant by, plus 1001 s: store_fence)
 -- ARGV[5]  the lock's release channel
 --
 -- Returns {1, token} handed over,
@@ -32,5 +32,5 @@ if seen[2] then
 end
 redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
 local token = next_token(seen[1], redis.call('TIME'))
-redis.call('SET', KEYS[2], token, 'PX', ARGV[4])
+store_fence(KEYS[2], token, seen[1], ARGV[4])
 return {1, token}

@@ -34,7 +34,8 @@ for i = 1, n do
     highest = last
   end
 end
-local token = next_token(highest, redis.call('TIME'))
+-- next_token reads the fence as text.
+local token = next_token(string.format('%.0f', highest), redis.call('TIME'))
 for i = 2, n + 1 do
   redis.call('SET', KEYS[i], ARGV[1], 'PX', ARGV[2])
   redis.call('SET', KEYS[i + n], token, 'PX', ARGV[3])

@@ -10,7 +10,7 @@
 -- KEYS[4]  this attempt's tombstone, <lock>:void:<owner>:<hold id> (exists only if abandoned)
 -- ARGV[1]  owner token
 -- ARGV[2]  lease in ms
--- ARGV[3]  how long the fence key outlives the last grant, in ms
+-- ARGV[3]  the fence's retention, in ms (what it outlives the last grant by, plus 1001 s: store_fence)
 -- ARGV[4]  this hold's id
 -- ARGV[5]  '1': re-enter only (never take a free lock), '0': take it or re-enter
 --
@@ -49,7 +49,7 @@ end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ttl)
 local last = redis.call('MGET', KEYS[3])[1]
 local token = next_token(last, redis.call('TIME'))
-redis.call('SET', KEYS[3], token, 'PX', ARGV[3])
+store_fence(KEYS[3], token, last, ARGV[3])
 redis.call('DEL', KEYS[2])
 redis.call('HSET', KEYS[2], 'token', token, 'h:' .. ARGV[4], 1)
 redis.call('PEXPIRE', KEYS[2], ttl)

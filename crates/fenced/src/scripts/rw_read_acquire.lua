@@ -10,7 +10,7 @@
 -- KEYS[6]  this attempt's tombstone
 -- ARGV[1]  owner token
 -- ARGV[2]  lease in ms
--- ARGV[3]  fence retention in ms
+-- ARGV[3]  the fence's retention, in ms (plus 1001 s: store_fence in fence.lua)
 --
 -- Returns {1, token} granted (a token above every earlier grant, the writers' included),
 --         {0, ms}    a writer holds or waits: ms until that may change (-1 unknown),
@@ -38,6 +38,7 @@ redis.call('HSET', KEYS[3], ARGV[1], 1)
 local last_end = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')
 redis.call('PEXPIREAT', KEYS[2], last_end[2])
 redis.call('PEXPIREAT', KEYS[3], last_end[2])
-local token = next_token(redis.call('MGET', KEYS[5])[1], t)
-redis.call('SET', KEYS[5], token, 'PX', ARGV[3])
+local fence = redis.call('MGET', KEYS[5])[1]
+local token = next_token(fence, t)
+store_fence(KEYS[5], token, fence, ARGV[3])
 return {1, token}

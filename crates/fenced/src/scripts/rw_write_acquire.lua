@@ -10,7 +10,7 @@
 -- KEYS[5]  this attempt's tombstone
 -- ARGV[1]  owner token
 -- ARGV[2]  lease in ms
--- ARGV[3]  fence retention in ms
+-- ARGV[3]  the fence's retention, in ms (plus 1001 s: store_fence in fence.lua)
 -- ARGV[4]  this writer's waiter id (the same for every attempt of one acquire)
 -- ARGV[5]  how long a wait registration lasts, in ms (0: do not register; a try that never
 --          waits)
@@ -41,6 +41,7 @@ if reader[2] then
 end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 redis.call('ZREM', KEYS[3], ARGV[4])
-local token = next_token(redis.call('MGET', KEYS[4])[1], t)
-redis.call('SET', KEYS[4], token, 'PX', ARGV[3])
+local fence = redis.call('MGET', KEYS[4])[1]
+local token = next_token(fence, t)
+store_fence(KEYS[4], token, fence, ARGV[3])
 return {1, token}

@@ -10,7 +10,7 @@
 -- ARGV[2]  permits wanted (>= 1)
 -- ARGV[3]  permits in all (the caller's limit)
 -- ARGV[4]  lease in ms
--- ARGV[5]  how long the fence key outlives the last grant, in ms
+-- ARGV[5]  the fence's retention, in ms (what it outlives the last grant by, plus 1001 s: store_fence)
 -- ARGV[6]  optional: the token Redlock proposes (see next_token in fence.lua)
 --
 -- Returns {1, token} granted,
@@ -49,6 +49,7 @@ redis.call('HSET', KEYS[2], ARGV[1], wanted)
 local last_end = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
 redis.call('PEXPIREAT', KEYS[1], last_end[2])
 redis.call('PEXPIREAT', KEYS[2], last_end[2])
-local token = next_token(redis.call('MGET', KEYS[3])[1], t, ARGV[6])
-redis.call('SET', KEYS[3], token, 'PX', ARGV[5])
+local fence = redis.call('MGET', KEYS[3])[1]
+local token = next_token(fence, t, ARGV[6])
+store_fence(KEYS[3], token, fence, ARGV[5])
 return {1, token}
