@@ -173,3 +173,29 @@ async fn a_shorter_extend_shortens_the_lease_and_its_deadline() {
         Err(Error::LeaseLost { .. })
     ));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn taking_and_giving_back_leases_in_a_loop_does_not_wake_the_renewal_loop_each_time() {
+    let server = server();
+    let a = client(&server).await;
+    let lock = a.lock("cycles");
+    let cycles = 500;
+    for _ in 0..cycles {
+        let guard = lock
+            .try_acquire()
+            .await
+            .unwrap()
+            .expect("nobody else takes it");
+        guard.release().await.unwrap();
+    }
+    // Each lease falls due long after the loop's next tick, so only the first one, taken
+    // while the loop slept until told, had to wake it (a wake per lease was a hop to the
+    // other worker thread, core/renew.rs invariant 4).
+    let stats = a.stats();
+    assert_eq!(stats.leases, 0);
+    assert!(
+        stats.woken < 10,
+        "{} wake-ups for {cycles} leases",
+        stats.woken
+    );
+}

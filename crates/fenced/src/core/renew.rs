@@ -14,7 +14,11 @@
 //!    alone do not declare it lost: the loop retries until the deadline.
 //! 4. At most one renewal round trip is in flight; the deadline timer keeps running meanwhile.
 //!    Guards add and remove leases in a shared registry; the loop is woken only when a new
-//!    lease falls due before its current alarm, not on every acquire and release.
+//!    lease falls due before its current alarm, not on every acquire and release. So that a
+//!    lease taken while the registry is empty finds an alarm too, the loop keeps ticking every
+//!    `IDLE_TICK` for `IDLE_LINGER` after the last lease was tracked, and only then sleeps
+//!    until told: a process that takes and gives back leases in a loop wakes it about 20
+//!    times a second, not once per lease (each wake was a hop to the other worker thread).
 //! 5. Guards dropped without `release` hand their lease to this task, which releases it in the
 //!    background, so `Drop` never blocks. Acquire attempts of unknown outcome (timed out or
 //!    cancelled mid-flight) are abandoned here too: released if they took the lease, voided
@@ -74,6 +78,7 @@ struct Counters {
     batches: AtomicU64,
     renewed: AtomicU64,
     lost: AtomicU64,
+    woken: AtomicU64,
 }
 
 /// What a client's renewal loop has done so far: for dashboards, and to check that renewal
@@ -89,6 +94,10 @@ pub struct RenewalStats {
     pub renewed: u64,
     /// Leases declared lost (renewal refused, or deadline passed without a renewal).
     pub lost: u64,
+    /// Times a lease taken or re-timed had to wake the loop, because it fell due before the
+    /// loop's alarm. A process that takes and gives back leases in a loop wakes it about 20
+    /// times a second at most, not once per lease.
+    pub woken: u64,
 }
 
 #[derive(Default)]
@@ -96,7 +105,16 @@ struct Registry {
     entries: HashMap<u64, Entry>,
     /// When the loop will next wake by itself (`None`: it sleeps until told).
     alarm: Option<Instant>,
+    /// When a lease was last tracked (invariant 4: the loop lingers after it).
+    tracked_at: Option<Instant>,
 }
+
+/// How often the loop wakes while it lingers with no lease (invariant 4): a third of the
+/// shortest ttl, so that a lease of any ttl taken meanwhile is rarely due before the tick.
+const IDLE_TICK: Duration = Duration::from_millis(50);
+
+/// How long the loop lingers after the last lease was tracked, before it sleeps until told.
+const IDLE_LINGER: Duration = Duration::from_secs(1);
 
 impl Shared {
     fn registry(&self) -> MutexGuard<'_, Registry> {
@@ -144,6 +162,7 @@ impl Renewer {
         };
         let wake = {
             let mut registry = self.shared.registry();
+            registry.tracked_at = Some(Instant::now());
             registry.entries.insert(
                 id,
                 Entry {
@@ -155,9 +174,15 @@ impl Renewer {
             registry.alarm.is_none_or(|alarm| due < alarm)
         };
         if wake {
-            self.shared.changed.notify_one();
+            self.wake_loop();
         }
         id
+    }
+
+    /// Wakes the loop to look at a lease due before its alarm.
+    fn wake_loop(&self) {
+        self.shared.stats.woken.fetch_add(1, Ordering::Relaxed);
+        self.shared.changed.notify_one();
     }
 
     /// Reschedules a lease's next renewal from its deadline, after an `extend` started or
@@ -173,7 +198,7 @@ impl Renewer {
             registry.alarm.is_none_or(|alarm| renew_at < alarm)
         };
         if wake {
-            self.shared.changed.notify_one();
+            self.wake_loop();
         }
     }
 
@@ -186,6 +211,7 @@ impl Renewer {
             batches: c.batches.load(Ordering::Relaxed),
             renewed: c.renewed.load(Ordering::Relaxed),
             lost: c.lost.load(Ordering::Relaxed),
+            woken: c.woken.load(Ordering::Relaxed),
         }
     }
 
@@ -268,7 +294,8 @@ async fn run(
     loop {
         let wake = {
             let mut registry = shared.registry();
-            registry.alarm = next_wake(&registry.entries, in_flight.is_some());
+            registry.alarm = next_wake(&registry.entries, in_flight.is_some())
+                .or_else(|| linger(registry.tracked_at, Instant::now()));
             registry.alarm
         };
         tokio::select! {
@@ -310,6 +337,14 @@ async fn run(
             break;
         }
     }
+}
+
+/// The loop's next tick while no lease is registered: soon after a lease was tracked within
+/// `IDLE_LINGER`, never otherwise (invariant 4).
+fn linger(tracked_at: Option<Instant>, now: Instant) -> Option<Instant> {
+    tracked_at
+        .filter(|at| now.saturating_duration_since(*at) < IDLE_LINGER)
+        .map(|_| now + IDLE_TICK)
 }
 
 /// The next moment the loop has work: a renewal falls due or a deadline passes. While a batch
@@ -510,6 +545,22 @@ mod tests {
         let mut ids: Vec<u64> = due.iter().map(|(id, _)| *id).collect();
         ids.sort();
         ids
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_empty_loop_ticks_for_a_second_after_the_last_lease_then_sleeps_until_told() {
+        let now = Instant::now();
+        assert_eq!(linger(None, now), None, "never a lease: sleep until told");
+        assert_eq!(linger(Some(now), now), Some(now + IDLE_TICK));
+        let later = now + IDLE_LINGER - Duration::from_millis(1);
+        assert_eq!(linger(Some(now), later), Some(later + IDLE_TICK));
+        assert_eq!(linger(Some(now), now + IDLE_LINGER), None);
+        // A lease of the shortest ttl falls due no earlier than a tick from its grant.
+        let shortest = LeaseState::new(now, crate::options::MIN_TTL);
+        assert!(
+            shortest.renew_at().min(shortest.valid_until())
+                >= now + IDLE_TICK - Duration::from_millis(5)
+        );
     }
 
     #[tokio::test(start_paused = true)]
