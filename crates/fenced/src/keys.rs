@@ -99,7 +99,13 @@ impl LockKeys {
 
     /// The tombstone that voids an abandoned acquire attempt.
     pub(crate) fn tombstone(&self, owner: &crate::token::OwnerToken) -> String {
-        format!("{}:void:{}", self.lock, owner.as_str())
+        // Built on every acquire attempt: one allocation of the right size, no formatting.
+        let owner = owner.as_str();
+        let mut key = String::with_capacity(self.lock.len() + ":void:".len() + owner.len());
+        key.push_str(&self.lock);
+        key.push_str(":void:");
+        key.push_str(owner);
+        key
     }
 
     /// The newest expiry epoch applied to this owner's lease (exists only after an `extend`).
