@@ -362,9 +362,10 @@ impl ClientBuilder {
 
     /// How long a lock's fencing counter outlives its last grant, at least (default 24h; up to
     /// 1001 s more, since a busy name's grants set the counter's expiry once per 1000 s
-    /// window, not every time). Fencing tokens keep increasing after that too, as long as the
-    /// server clock has not stepped back by more than this period; see the crate
-    /// documentation.
+    /// window, not every time). Clients that grant one name with different retentions keep
+    /// its counter for at least the shortest of them. Fencing tokens keep increasing after
+    /// that too, as long as the server clock has not stepped back by more than this period;
+    /// see the crate documentation.
     pub fn fence_retention(mut self, retention: Duration) -> Self {
         self.options.fence_retention = retention;
         self

@@ -16,7 +16,8 @@
 --
 -- Why strings: in the common case the clock is past the last token, and the token is the
 -- server time itself, built from TIME's two strings and compared with the fence as text (two
--- decimals of the same length order as their numbers do). That costs no number parsing and no
+-- decimals of the same length order as their numbers do: Lua compares with strcoll, and
+-- every collation Redis may run under, C or a glibc locale, orders the digits 0-9 so). That costs no number parsing and no
 -- number-to-text conversion for the SET, which together were a third of a grant's script time
 -- (scripts/lua-costs). Only a fence at or past the clock (two grants in one µs, a clock that
 -- stepped back, a Redlock proposal) takes the arithmetic; numbers stay exact below 2^53

@@ -9,7 +9,7 @@
 -- KEYS[2]  the fence (string: the last fencing token handed out)
 -- ARGV[1]  the owner token of the lease
 -- ARGV[2]  the token to raise the fence to
--- ARGV[3]  fence retention, ms
+-- ARGV[3]  the fence's retention, in ms (plus 1001 s: store_fence in fence.lua)
 --
 -- Returns 1  raised (or already as high), and the lease is held here
 --         0  the lease is not held here; nothing changed

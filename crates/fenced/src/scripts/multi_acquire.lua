@@ -9,7 +9,7 @@
 -- KEYS[n+2..2n+1]  their fence keys (strings: the last token; see fence.lua)
 -- ARGV[1]  owner token
 -- ARGV[2]  lease in ms
--- ARGV[3]  how long the fence keys outlive the last grant, in ms
+-- ARGV[3]  the fences' retention, in ms (plus 1001 s: store_fence in fence.lua)
 -- ARGV[4]  n, the number of names
 --
 -- Returns {1, token} all taken,
