@@ -24,6 +24,17 @@ async fn node(server: &fenced_testkit::RedisServer) -> Node {
     )
 }
 
+/// The server's clock, as TIME answers: seconds and microseconds.
+async fn server_time(n: &Node) -> (u64, u64) {
+    n.query("time", &redis::cmd("TIME")).await.unwrap()
+}
+
+/// The server's clock in microseconds, the unit of fencing tokens.
+async fn time_us(n: &Node) -> u64 {
+    let (s, us) = server_time(n).await;
+    s * 1_000_000 + us
+}
+
 fn owner() -> OwnerToken {
     OwnerToken::generate().unwrap()
 }
@@ -384,10 +395,7 @@ async fn a_proposed_token_counts_when_above_the_next_one_and_within_a_second_of_
     let server = fenced_testkit::RedisServer::start().unwrap();
     let n = node(&server).await;
     let job = lock("proposed");
-    let server_us = || async {
-        let t: (u64, u64) = n.query("time", &redis::cmd("TIME")).await.unwrap();
-        t.0 * 1_000_000 + t.1
-    };
+    let server_us = || time_us(&n);
     let take = |proposal: u64| {
         let (n, job) = (&n, &job);
         async move {
@@ -423,10 +431,7 @@ async fn a_grant_takes_the_server_clock_past_the_fence_and_the_counter_otherwise
     let server = fenced_testkit::RedisServer::start().unwrap();
     let n = node(&server).await;
     let job = lock("clock");
-    let server_us = || async {
-        let t: (u64, u64) = n.query("time", &redis::cmd("TIME")).await.unwrap();
-        t.0 * 1_000_000 + t.1
-    };
+    let server_us = || time_us(&n);
     let fence_is = |value: String| {
         let (n, key) = (&n, job.keys.fence.clone());
         async move {
@@ -512,10 +517,7 @@ async fn a_fence_keeps_its_expiry_within_a_window_of_tokens_and_renews_it_when_a
     assert!(pttl().await > 59_000);
     // Shortened by hand: later grants of the same 1000 s window keep the expiry as it is (run
     // again should the server clock cross into the next window meanwhile) ...
-    let window = || async {
-        let t: (u64, u64) = n.query("time", &redis::cmd("TIME")).await.unwrap();
-        t.0 / 1_000
-    };
+    let window = || async { server_time(&n).await.0 / 1_000 };
     let mut kept = 0;
     for _ in 0..2 {
         let () = n
@@ -536,8 +538,7 @@ async fn a_fence_keeps_its_expiry_within_a_window_of_tokens_and_renews_it_when_a
     assert!((25_000..=30_000).contains(&kept), "{kept}");
     // ... and a grant whose token leaves the fence's window (the fence is 2000 s behind the
     // clock here) sets it again. So does one over a fence with no expiry.
-    let t: (u64, u64) = n.query("time", &redis::cmd("TIME")).await.unwrap();
-    let behind = (t.0 - 2_000) * 1_000_000;
+    let behind = (server_time(&n).await.0 - 2_000) * 1_000_000;
     let () = n
         .query(
             "set",
