@@ -2,32 +2,32 @@
 -- (scripts/mod.rs).
 --
 -- A fence key is a string: the last fencing token handed out for a name (a decimal), with an
--- expiry that outlives the last grant by the retention (see store_fence). Scripts read it with MGET, never GET: MGET answers nil
--- for a key of another type (an older layout, another program) instead of failing the script
--- half-way, after its lock was already set.
+-- expiry that outlives the last grant by the retention (see store_fence). Scripts read it with
+-- MGET, never GET: MGET answers nil for a key of another type (an older layout, another
+-- program) instead of failing the script half-way, after its lock was already set.
 --
 -- next_token(last, t, proposed): the token of a new grant, max(last + 1, server time in µs), as
--- a decimal string; `last` is the fence as read (a string, or false), `t` the reply of TIME. While the fence exists the counter alone keeps tokens increasing; once it has
--- expired (no grant for the retention period), or was lost with a restart or a failover to a
--- replica that missed the last writes, the server clock keeps the next token above every
--- earlier one, since each earlier token was at most the server time of its grant (grants of
--- one name are rarer than one per µs), unless the clock stepped back. So the TIME call stays,
--- on every grant.
+-- a decimal string; `last` is the fence as read (a string, or false), `t` the reply of TIME.
+-- While the fence exists the counter alone keeps tokens increasing; once it has expired (no
+-- grant for the retention period), or was lost with a restart or a failover to a replica that
+-- missed the last writes, the server clock keeps the next token above every earlier one, since
+-- each earlier token was at most the server time of its grant (grants of one name are rarer
+-- than one per µs), unless the clock stepped back. So the TIME call stays, on every grant.
 --
--- Why strings: in the common case the clock is past the last token, and the token is the
--- server time itself, built from TIME's two strings and compared with the fence as text (two
--- decimals of the same length order as their numbers do: Lua compares with strcoll, and
--- every collation Redis may run under, C or a glibc locale, orders the digits 0-9 so). That costs no number parsing and no
--- number-to-text conversion for the SET, which together were a third of a grant's script time
--- (scripts/lua-costs). Only a fence at or past the clock (two grants in one µs, a clock that
--- stepped back, a Redlock proposal) takes the arithmetic; numbers stay exact below 2^53
--- (server µs reach it in the year 2255).
+-- Why strings: in the common case the clock is past the last token, and the token is the server
+-- time itself, built from TIME's two strings and compared with the fence as text (two decimals
+-- of the same length order as their numbers do: Lua compares with strcoll, and every collation
+-- Redis may run under, C or a glibc locale, orders the digits 0-9 so). That costs no number
+-- parsing and no number-to-text conversion for the SET, which together were a third of a
+-- grant's script time (scripts/lua-costs). Only a fence at or past the clock (two grants in one
+-- µs, a clock that stepped back, a Redlock proposal) takes the arithmetic; numbers stay exact
+-- below 2^53 (server µs reach it in the year 2255).
 --
 -- `proposed` (optional): a token Redlock's client proposes, so that the masters of a quorum
 -- hand out the same one and need no write-back (backend/redlock.rs, invariant 3). It counts
--- only when larger and at most 1 s ahead of this server's clock, so tokens stay within a
--- second of the server time of their grant: a client whose clock runs ahead cannot push them
--- further, and the restart rule above still holds once a second has passed.
+-- only when larger and at most 1 s ahead of this server's clock, so tokens stay within a second
+-- of the server time of their grant: a client whose clock runs ahead cannot push them further,
+-- and the restart rule above still holds once a second has passed.
 local function next_token(last, t, proposed)
   local us = t[2]
   -- Seconds and zero-padded microseconds: 16 digits until the year 2286. (Nine times in ten
