@@ -664,7 +664,7 @@ impl Cache {
             .arg(compute_us)
             .arg(stale_ms)
             .arg(&entry.lock.keys().channel)
-            .arg(core.release_message(crate::core::Wake::All));
+            .arg(&*core.release_message(crate::core::Wake::All));
         if let Some(value) = value {
             call = call.arg(value);
         }

@@ -202,7 +202,7 @@ impl Lock {
             .key(&keys.lock)
             .key(&keys.holds)
             .arg(&keys.channel)
-            .arg(core.release_message(Wake::One));
+            .arg(&*core.release_message(Wake::One));
         let owner: Option<String> = core.node()?.run(&call).await?;
         if owner.is_some() {
             tracing::warn!(lock = %self.name(), "fenced: lock broken by force");

@@ -136,7 +136,7 @@ impl Latch {
         let call = ScriptCall::new(&LATCH_COUNT_DOWN)
             .key(&*self.key)
             .arg(&*self.channel)
-            .arg(self.core.release_message(Wake::All));
+            .arg(&*self.core.release_message(Wake::All));
         let left: i64 = self.core.node()?.run(&call).await?;
         if left == 0 {
             // Our own message is skipped by our pub/sub task: wake this process directly.

@@ -111,6 +111,7 @@ impl MultiLock {
         let kind = MultiExclusive {
             name: self.name.clone(),
             keys: self.keys.clone(),
+            channels: self.channels.clone(),
             fence_retention_ms: self.core.fence_retention_ms(),
         };
         Ok((kind, OwnerToken::fresh()?))

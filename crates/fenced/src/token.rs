@@ -1,6 +1,7 @@
 //! Fencing tokens (public, ordered) and owner tokens (secret, random).
 
 use std::fmt;
+use std::sync::Arc;
 
 /// A number handed out with every grant of a lock, strictly greater than every fencing token
 /// handed out before for the same lock name.
@@ -41,9 +42,10 @@ impl From<FencingToken> for u64 {
 
 /// The secret value stored in the lock key: 128 bits from the operating system's CSPRNG, new
 /// for every acquisition. Whoever knows it can release or extend the lease, so it is never
-/// shown by `Debug` and only logged at trace level.
+/// shown by `Debug` and only logged at trace level. Shared, not copied: a lock cycle hands it
+/// to the attempt, the renewal registry and the release.
 #[derive(Clone, PartialEq, Eq)]
-pub(crate) struct OwnerToken(String);
+pub(crate) struct OwnerToken(Arc<str>);
 
 impl OwnerToken {
     /// A fresh token. Fails only if the OS random source fails, which we report rather than
@@ -51,7 +53,15 @@ impl OwnerToken {
     pub(crate) fn generate() -> Result<Self, getrandom::Error> {
         let mut bytes = [0u8; 16];
         getrandom::fill(&mut bytes)?;
-        Ok(OwnerToken(hex(&bytes)))
+        let mut digits = [0u8; 32];
+        for (pair, b) in digits.chunks_exact_mut(2).zip(bytes) {
+            pair[0] = HEX_DIGITS[usize::from(b >> 4)];
+            pair[1] = HEX_DIGITS[usize::from(b & 0xf)];
+        }
+        // Hex digits are ASCII, so this is never the empty fallback.
+        Ok(OwnerToken(Arc::from(
+            std::str::from_utf8(&digits).unwrap_or_default(),
+        )))
     }
 
     /// A fresh token, or the typed error for a failed OS random source.
@@ -63,7 +73,7 @@ impl OwnerToken {
     /// A token received from the holder itself (a re-entrant owner handle): 32 hex digits.
     pub(crate) fn parse(text: &str) -> Option<Self> {
         (text.len() == 32 && text.bytes().all(|b| b.is_ascii_hexdigit()))
-            .then(|| OwnerToken(text.to_ascii_lowercase()))
+            .then(|| OwnerToken(text.to_ascii_lowercase().into()))
     }
 
     pub(crate) fn as_str(&self) -> &str {
@@ -77,12 +87,13 @@ impl fmt::Debug for OwnerToken {
     }
 }
 
+const HEX_DIGITS: &[u8; 16] = b"0123456789abcdef";
+
 pub(crate) fn hex(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
     let mut out = String::with_capacity(bytes.len() * 2);
     for b in bytes {
-        out.push(DIGITS[(b >> 4) as usize] as char);
-        out.push(DIGITS[(b & 0xf) as usize] as char);
+        out.push(HEX_DIGITS[usize::from(b >> 4)] as char);
+        out.push(HEX_DIGITS[usize::from(b & 0xf)] as char);
     }
     out
 }

@@ -69,10 +69,7 @@ pub(crate) async fn run(backend: Backend, local: Arc<LocalWaiters>, job: Job) {
         CleanUp::Release => release_until(
             &backend,
             &kind.release(&owner, &message),
-            (
-                kind.channels().first().copied().unwrap_or_default(),
-                &message,
-            ),
+            (kind.channels().first().map_or("", String::as_str), &message),
             give_up_at,
             None,
             false,
@@ -124,10 +121,7 @@ pub(crate) async fn release_with_retry(
     release_until(
         core.backend(),
         &call,
-        (
-            kind.channels().first().copied().unwrap_or_default(),
-            message,
-        ),
+        (kind.channels().first().map_or("", String::as_str), message),
         give_up_at,
         Some(valid_until),
         after_unknown,

@@ -180,10 +180,10 @@ impl Held {
         if !self.kind.can_hand_over() || !core.backend().hands_over() {
             return Handing::No;
         }
-        let Some(channel) = self.kind.channels().first().map(|c| c.to_string()) else {
+        let Some(channel) = self.kind.channels().first() else {
             return Handing::No;
         };
-        let Some(offer) = core.waiters.take_offer(&channel) else {
+        let Some(offer) = core.waiters.take_offer(channel) else {
             return Handing::No;
         };
         let Some(call) = self
@@ -208,7 +208,7 @@ impl Held {
         match outcome {
             Ok(HandOverReply::Handed(token)) => {
                 successor.owner = None;
-                core.waiters.handed_over(&channel);
+                core.waiters.handed_over(channel);
                 let handed = Handed {
                     core: core.clone(),
                     kind: self.kind.clone(),

@@ -25,6 +25,7 @@ pub(crate) mod metrics;
 pub(crate) mod notify;
 pub(crate) mod renew;
 
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -45,6 +46,10 @@ pub(crate) struct Core {
     options: ClientOptions,
     waiters: Arc<LocalWaiters>,
     renewer: Renewer,
+    /// This client's release messages for one head and for all, made once: a release would
+    /// otherwise format its message every time.
+    release_one: String,
+    release_all: String,
 }
 
 /// How far behind a grant a fence's expiry may have been set: its 1000 s window of tokens, and
@@ -58,6 +63,8 @@ impl Core {
         options: ClientOptions,
         client_id: Arc<str>,
     ) -> Arc<Core> {
+        let release_one = Wake::One.message(&client_id);
+        let release_all = Wake::All.message(&client_id);
         let waiters = notify::start(backend.pubsub(), client_id, options.timeout);
         let renewer = Renewer::start(backend.clone(), waiters.clone());
         Arc::new(Core {
@@ -65,6 +72,8 @@ impl Core {
             options,
             waiters,
             renewer,
+            release_one,
+            release_all,
         })
     }
 
@@ -114,8 +123,12 @@ impl Core {
     }
 
     /// The message a release of this client publishes.
-    pub(crate) fn release_message(&self, wake: Wake) -> String {
-        wake.message(self.waiters.client_id())
+    pub(crate) fn release_message(&self, wake: Wake) -> Cow<'_, str> {
+        match wake {
+            Wake::One => Cow::Borrowed(&self.release_one),
+            Wake::All => Cow::Borrowed(&self.release_all),
+            Wake::N(_) => Cow::Owned(wake.message(self.waiters.client_id())),
+        }
     }
 
     /// The expiry scripts give a fence key, in ms: the retention, plus the 1001 s by which a

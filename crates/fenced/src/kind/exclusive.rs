@@ -26,8 +26,8 @@ impl LeaseKind for Exclusive {
         &self.name
     }
 
-    fn channels(&self) -> Vec<&str> {
-        vec![&self.keys.channel]
+    fn channels(&self) -> &[String] {
+        std::slice::from_ref(&self.keys.channel)
     }
 
     fn wakes(&self) -> Wake {

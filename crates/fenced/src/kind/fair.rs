@@ -33,10 +33,10 @@ impl LeaseKind for FairLease {
         self.exclusive.name()
     }
 
-    fn channels(&self) -> Vec<&str> {
+    fn channels(&self) -> &[String] {
         // The release script wakes the queue's head on its own channel, with a message that
         // this client's pub/sub task delivers too: no local wake-up to add.
-        Vec::new()
+        &[]
     }
 
     fn wakes(&self) -> Wake {

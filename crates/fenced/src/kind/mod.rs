@@ -40,7 +40,7 @@ pub(crate) trait LeaseKind: Send + Sync + 'static {
     /// metrics (a fixed set, unlike names).
     fn primitive(&self) -> &'static str;
     /// The pub/sub channels its releases are announced on (one per name it holds).
-    fn channels(&self) -> Vec<&str>;
+    fn channels(&self) -> &[String];
     /// Whom a release of this lease wakes.
     fn wakes(&self) -> Wake;
     /// One acquire attempt by `owner` for `ttl_ms`.

@@ -13,6 +13,8 @@ use crate::token::OwnerToken;
 pub(crate) struct MultiExclusive {
     pub(crate) name: Arc<str>,
     pub(crate) keys: Arc<Vec<LockKeys>>,
+    /// The names' channels, in the order of `keys`.
+    pub(crate) channels: Arc<Vec<String>>,
     pub(crate) fence_retention_ms: u64,
 }
 
@@ -40,8 +42,8 @@ impl LeaseKind for MultiExclusive {
         &self.name
     }
 
-    fn channels(&self) -> Vec<&str> {
-        self.keys.iter().map(|k| k.channel.as_str()).collect()
+    fn channels(&self) -> &[String] {
+        &self.channels
     }
 
     fn wakes(&self) -> Wake {

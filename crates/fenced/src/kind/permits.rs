@@ -61,8 +61,8 @@ impl LeaseKind for Permits {
         &self.name
     }
 
-    fn channels(&self) -> Vec<&str> {
-        vec![&self.keys.channel]
+    fn channels(&self) -> &[String] {
+        std::slice::from_ref(&self.keys.channel)
     }
 
     fn wakes(&self) -> Wake {

@@ -38,8 +38,8 @@ impl LeaseKind for ReentrantHold {
         &self.name
     }
 
-    fn channels(&self) -> Vec<&str> {
-        vec![&self.keys.channel]
+    fn channels(&self) -> &[String] {
+        std::slice::from_ref(&self.keys.channel)
     }
 
     fn wakes(&self) -> Wake {

@@ -60,8 +60,8 @@ impl LeaseKind for ReadLease {
         &self.name
     }
 
-    fn channels(&self) -> Vec<&str> {
-        vec![&self.keys.lock.channel]
+    fn channels(&self) -> &[String] {
+        std::slice::from_ref(&self.keys.lock.channel)
     }
 
     fn wakes(&self) -> Wake {
@@ -131,7 +131,7 @@ impl LeaseKind for WriteLease {
         self.exclusive.name()
     }
 
-    fn channels(&self) -> Vec<&str> {
+    fn channels(&self) -> &[String] {
         self.exclusive.channels()
     }
 

@@ -170,14 +170,16 @@ lua!(/// Keep the maximum or minimum of a key.
 lua!(/// Take from a stock if enough is left.
     DECREMENT_IF_AT_LEAST, "decrement if at least", "decrement_if_at_least.lua");
 
-/// One script invocation: which script, its keys and its arguments. Keys and arguments are
-/// packed into two byte buffers (redis-rs `Cmd`s), not one allocation each: the renewal loop
-/// builds one call per held lease per tick.
+/// One script invocation: which script, its keys and its arguments. Keys, then arguments, are
+/// packed into one byte buffer (a redis-rs `Cmd`), not one allocation each: the renewal loop
+/// builds one call per held lease per tick, and a lock cycle two.
 #[derive(Clone)]
 pub(crate) struct ScriptCall {
     pub(crate) lua: &'static Lua,
-    keys: Cmd,
-    args: Cmd,
+    /// The keys, then the arguments.
+    parts: Cmd,
+    /// How many of `parts` are keys.
+    keys: usize,
 }
 
 impl std::fmt::Debug for Lua {
@@ -190,7 +192,7 @@ impl std::fmt::Debug for ScriptCall {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ScriptCall")
             .field("lua", &self.lua)
-            .field("keys", &self.keys.args_iter().len())
+            .field("keys", &self.keys)
             .finish_non_exhaustive()
     }
 }
@@ -201,44 +203,54 @@ impl ScriptCall {
         // one argument at a time was an eighth of a lock cycle's client instructions.
         ScriptCall {
             lua,
-            keys: Cmd::with_capacity(4, 256),
-            args: Cmd::with_capacity(6, 128),
+            parts: Cmd::with_capacity(10, 384),
+            keys: 0,
         }
     }
 
     /// Adds a key (KEYS[n]).
     /// The first key: on a cluster, where the call runs (every key shares its hash tag).
     pub(crate) fn first_key(&self) -> Option<&[u8]> {
-        match self.keys.args_iter().next()? {
+        if self.keys == 0 {
+            return None;
+        }
+        match self.parts.args_iter().next()? {
             redis::Arg::Simple(bytes) => Some(bytes),
             _ => None,
         }
     }
 
+    ///
+    /// Keys come before arguments: every call site names them first, as the scripts' headers
+    /// list them.
     pub(crate) fn key(mut self, key: impl ToRedisArgs) -> Self {
-        self.keys.arg(key);
+        debug_assert_eq!(
+            self.parts.args_iter().len(),
+            self.keys,
+            "a key added after an argument"
+        );
+        let before = self.parts.args_iter().len();
+        self.parts.arg(key);
+        self.keys += self.parts.args_iter().len() - before;
         self
     }
 
     /// Adds an argument (ARGV[n]).
     pub(crate) fn arg(mut self, arg: impl ToRedisArgs) -> Self {
-        self.args.arg(arg);
+        self.parts.arg(arg);
         self
     }
 
     /// The `EVALSHA` command of `body` (see [`Lua::body`]).
     pub(crate) fn evalsha(&self, body: &Body) -> Cmd {
-        let parts = self.keys.args_iter().chain(self.args.args_iter());
+        let parts = self.parts.args_iter();
         // Sized exactly: the name, the hash, the key count (at most 20 digits), then the parts.
         let bytes = parts.clone().fold(7 + 40 + 20, |n, part| match part {
             redis::Arg::Simple(bytes) => n + bytes.len(),
             _ => n,
         });
-        let count = 3 + self.keys.args_iter().len() + self.args.args_iter().len();
-        let mut cmd = Cmd::with_capacity(count, bytes);
-        cmd.arg("EVALSHA")
-            .arg(body.hash())
-            .arg(self.keys.args_iter().len());
+        let mut cmd = Cmd::with_capacity(3 + parts.len(), bytes);
+        cmd.arg("EVALSHA").arg(body.hash()).arg(self.keys);
         for part in parts {
             if let redis::Arg::Simple(bytes) = part {
                 cmd.arg(bytes);
@@ -250,7 +262,7 @@ impl ScriptCall {
     /// How many keys the call touches (the cluster and Redlock backends route by them).
     #[cfg(test)]
     pub(crate) fn key_count(&self) -> usize {
-        self.keys.args_iter().len()
+        self.keys
     }
 }
 
