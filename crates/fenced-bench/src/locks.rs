@@ -132,7 +132,11 @@ pub(crate) async fn contended(
     window: Window,
     env: &Env,
 ) -> Result<Row, BoxError> {
-    let name = format!("bench:contended:{}", library.name());
+    // A name of its own per run: a worker stopped at the end of a run may leave a hand-written
+    // lock held for its 30 s ttl, which would stall the next run on the same name.
+    static RUNS: AtomicU64 = AtomicU64::new(0);
+    let run = RUNS.fetch_add(1, Ordering::Relaxed);
+    let name = format!("bench:contended:{}:{run}", library.name());
     let shared = Arc::new(Shared {
         busy: AtomicBool::new(false),
         violations: AtomicU64::new(0),
