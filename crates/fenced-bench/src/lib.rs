@@ -54,5 +54,6 @@ mod stampede;
 mod waiters;
 
 pub use charts::write_charts;
+pub use raw::RawLock;
 pub use report::{NotApplicable, Report, Row};
 pub use run::{Config, Library, Scenario, run};

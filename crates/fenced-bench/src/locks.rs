@@ -132,8 +132,10 @@ pub(crate) async fn contended(
     window: Window,
     env: &Env,
 ) -> Result<Row, BoxError> {
-    // A name of its own per run: a worker stopped at the end of a run may leave a hand-written
-    // lock held for its 30 s ttl, which would stall the next run on the same name.
+    // A name of its own per run. A raw worker stopped at the end of a run (its `SET NX` in
+    // flight when `timeout_at` drops it) may leave the hand-written lock held for its 30 s
+    // ttl, which would stall the next run on the same name; the fresh name sidesteps that
+    // leak, it does not fix it (the floor has no clean-up by design).
     static RUNS: AtomicU64 = AtomicU64::new(0);
     let run = RUNS.fetch_add(1, Ordering::Relaxed);
     let name = format!("bench:contended:{}:{run}", library.name());

@@ -15,13 +15,14 @@ static RELEASE: LazyLock<Script> = LazyLock::new(|| {
 
 /// One raw lock on one name.
 #[derive(Clone)]
-pub(crate) struct RawLock {
+pub struct RawLock {
     conn: MultiplexedConnection,
     key: String,
 }
 
 impl RawLock {
-    pub(crate) fn new(conn: MultiplexedConnection, name: &str) -> Self {
+    /// The lock on `name` (key `raw:{name}`), over `conn`.
+    pub fn new(conn: MultiplexedConnection, name: &str) -> Self {
         RawLock {
             conn,
             key: format!("raw:{{{name}}}"),
@@ -29,7 +30,7 @@ impl RawLock {
     }
 
     /// One `SET NX PX`; the token when it took the lock.
-    pub(crate) async fn try_acquire(&mut self) -> redis::RedisResult<Option<String>> {
+    pub async fn try_acquire(&mut self) -> redis::RedisResult<Option<String>> {
         let token = random_token();
         Ok(self.set_nx(&token).await?.then_some(token))
     }
@@ -58,7 +59,7 @@ impl RawLock {
     }
 
     /// Compare-and-delete by `EVALSHA`.
-    pub(crate) async fn release(&mut self, token: &str) -> redis::RedisResult<bool> {
+    pub async fn release(&mut self, token: &str) -> redis::RedisResult<bool> {
         let deleted: i64 = RELEASE
             .key(&self.key)
             .arg(token)

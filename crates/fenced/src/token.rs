@@ -58,10 +58,10 @@ impl OwnerToken {
             pair[0] = HEX_DIGITS[usize::from(b >> 4)];
             pair[1] = HEX_DIGITS[usize::from(b & 0xf)];
         }
-        // Hex digits are ASCII, so this is never the empty fallback.
-        Ok(OwnerToken(Arc::from(
-            std::str::from_utf8(&digits).unwrap_or_default(),
-        )))
+        // Hex digits are ASCII, so this never fails; if it did, no token is better than a
+        // shared empty one.
+        let digits = std::str::from_utf8(&digits).map_err(|_| getrandom::Error::UNEXPECTED)?;
+        Ok(OwnerToken(Arc::from(digits)))
     }
 
     /// A fresh token, or the typed error for a failed OS random source.

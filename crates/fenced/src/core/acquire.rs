@@ -28,7 +28,7 @@ use crate::core::Core;
 use crate::core::handover::{Handed, Offer};
 use crate::core::held::{Held, Lease};
 use crate::core::lease::LeaseState;
-use crate::core::metrics;
+use crate::core::metrics::{self, Via};
 use crate::core::notify::LocalWaiters;
 use crate::core::renew::Tracked;
 use crate::error::{Error, Result};
@@ -182,7 +182,7 @@ impl Core {
         match &outcome {
             Ok(held) => metrics::waited(held.primitive(), started.elapsed()),
             Err(Error::NotAcquired { .. }) => {
-                metrics::not_acquired(primitive.get().copied().unwrap_or("unknown"));
+                metrics::not_acquired(primitive.get().copied());
             }
             Err(_) => {}
         }
@@ -201,9 +201,9 @@ impl Core {
         requested_at: Instant,
         ttl: Duration,
         auto_renew: bool,
-        via: &'static str,
+        via: Via,
     ) -> Held {
-        tracing::debug!(name = %name, %fencing_token, via, "fenced: acquired");
+        tracing::debug!(name = %name, %fencing_token, via = via.as_str(), "fenced: acquired");
         metrics::acquired(kind.primitive(), via);
         tracing::trace!(owner = owner.as_str(), "fenced: owner token");
         let state = Arc::new(LeaseState::new(requested_at, ttl));
@@ -285,7 +285,7 @@ impl Core {
                 requested_at,
                 req.ttl,
                 req.auto_renew,
-                "attempt",
+                Via::Attempt,
             ))),
             AcquireReply::Busy { remaining } => {
                 metrics::busy(kind.primitive());

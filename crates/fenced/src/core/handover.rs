@@ -32,6 +32,7 @@ use tokio::time::Instant;
 
 use crate::core::Core;
 use crate::core::held::Held;
+use crate::core::metrics::Via;
 use crate::kind::LeaseKind;
 use crate::token::{FencingToken, OwnerToken};
 
@@ -84,7 +85,7 @@ impl Handed {
             self.requested_at,
             self.ttl,
             self.auto_renew,
-            "handover",
+            Via::Handover,
         )
     }
 }

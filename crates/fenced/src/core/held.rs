@@ -12,7 +12,7 @@ use crate::core::Core;
 use crate::core::cleanup::release_with_retry;
 use crate::core::handover::{Handed, Successor};
 use crate::core::lease::{ExpiryReply, LeaseState};
-use crate::core::metrics;
+use crate::core::metrics::{self, Outcome};
 use crate::error::{Error, Result};
 use crate::kind::{HandOverReply, LeaseKind, ReleaseReply, hand_over_reply};
 use crate::options::{ttl_millis, validate_ttl};
@@ -59,7 +59,7 @@ impl Held {
     }
 
     /// What kind of primitive holds this lease (the metrics' label).
-    pub(crate) fn primitive(&self) -> &'static str {
+    pub(crate) fn primitive(&self) -> crate::kind::Primitive {
         self.kind.primitive()
     }
 
@@ -120,7 +120,7 @@ impl Held {
         self.lease.state.end();
         let handing = self.hand_over(&core).await;
         if handing == Handing::Done {
-            metrics::released(self.kind.primitive(), "handed_over");
+            metrics::released(self.kind.primitive(), Outcome::HandedOver);
             self.live = false;
             tracing::debug!(name = %self.lease.name, "fenced: handed over to a local waiter");
             return Ok(ReleaseReply::Released);
@@ -140,7 +140,7 @@ impl Held {
         let reply = match outcome {
             Ok(reply) => reply,
             Err(e) => {
-                metrics::released(self.kind.primitive(), "failed");
+                metrics::released(self.kind.primitive(), Outcome::Failed);
                 if e.is_transient() {
                     // Keep trying in the background, so the lease is freed once Redis answers;
                     // and wake the local waiters now: the first attempt may have freed it
@@ -158,11 +158,11 @@ impl Held {
             self.wake_local(&core);
         }
         if reply == ReleaseReply::NotHeld {
-            metrics::released(self.kind.primitive(), "not_held");
+            metrics::released(self.kind.primitive(), Outcome::NotHeld);
             self.lease.state.lost.cancel();
             return Err(self.not_held());
         }
-        metrics::released(self.kind.primitive(), "released");
+        metrics::released(self.kind.primitive(), Outcome::Released);
         Ok(reply)
     }
 

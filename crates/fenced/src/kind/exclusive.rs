@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use crate::core::Wake;
 use crate::keys::LockKeys;
-use crate::kind::LeaseKind;
+use crate::kind::{LeaseKind, Primitive};
 use crate::scripts::{ABANDON, ACQUIRE, EXTEND, FENCE_RAISE, HAND_OVER, RELEASE, ScriptCall};
 use crate::token::{FencingToken, OwnerToken};
 
@@ -18,8 +18,8 @@ pub(crate) struct Exclusive {
 }
 
 impl LeaseKind for Exclusive {
-    fn primitive(&self) -> &'static str {
-        "lock"
+    fn primitive(&self) -> Primitive {
+        Primitive::Lock
     }
 
     fn name(&self) -> &Arc<str> {

@@ -5,8 +5,8 @@
 use std::sync::Arc;
 
 use crate::core::Wake;
-use crate::kind::LeaseKind;
 use crate::kind::exclusive::Exclusive;
+use crate::kind::{LeaseKind, Primitive};
 use crate::scripts::{FAIR_ABANDON, FAIR_ACQUIRE, FAIR_RELEASE, ScriptCall};
 use crate::token::OwnerToken;
 
@@ -25,8 +25,8 @@ pub(crate) struct FairLease {
 }
 
 impl LeaseKind for FairLease {
-    fn primitive(&self) -> &'static str {
-        "fair_lock"
+    fn primitive(&self) -> Primitive {
+        Primitive::FairLock
     }
 
     fn name(&self) -> &Arc<str> {

@@ -32,13 +32,49 @@ use crate::error::{Error, Result};
 use crate::scripts::ScriptCall;
 use crate::token::{FencingToken, OwnerToken};
 
+/// Which primitive a lease belongs to: the `primitive` label of the metrics, and the word
+/// errors use for it. An enum, so that every metric names each one with a literal label
+/// (`core/metrics.rs`) and a new primitive cannot be missed there.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Primitive {
+    Lock,
+    ReentrantLock,
+    Semaphore,
+    RwRead,
+    RwWrite,
+    FairLock,
+    MultiLock,
+}
+
+impl Primitive {
+    /// The label: `lock`, `reentrant_lock`, `semaphore`, `rw_read`, `rw_write`, `fair_lock`,
+    /// `multi_lock`.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Primitive::Lock => "lock",
+            Primitive::ReentrantLock => "reentrant_lock",
+            Primitive::Semaphore => "semaphore",
+            Primitive::RwRead => "rw_read",
+            Primitive::RwWrite => "rw_write",
+            Primitive::FairLock => "fair_lock",
+            Primitive::MultiLock => "multi_lock",
+        }
+    }
+}
+
+impl std::fmt::Display for Primitive {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// What a held lease is: its keys, and how it is taken, renewed, given back and abandoned.
 pub(crate) trait LeaseKind: Send + Sync + 'static {
     /// The primitive's name, for logs and errors.
     fn name(&self) -> &Arc<str>;
     /// What kind of primitive this is (`lock`, `semaphore`, ...): the `primitive` label of its
     /// metrics (a fixed set, unlike names).
-    fn primitive(&self) -> &'static str;
+    fn primitive(&self) -> Primitive;
     /// The pub/sub channels its releases are announced on (one per name it holds).
     fn channels(&self) -> &[String];
     /// Whom a release of this lease wakes.

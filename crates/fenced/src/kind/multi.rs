@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use crate::core::Wake;
 use crate::keys::LockKeys;
-use crate::kind::LeaseKind;
+use crate::kind::{LeaseKind, Primitive};
 use crate::scripts::{MULTI_ABANDON, MULTI_ACQUIRE, MULTI_EXTEND, MULTI_RELEASE, ScriptCall};
 use crate::token::OwnerToken;
 
@@ -34,8 +34,8 @@ impl MultiExclusive {
 }
 
 impl LeaseKind for MultiExclusive {
-    fn primitive(&self) -> &'static str {
-        "multi_lock"
+    fn primitive(&self) -> Primitive {
+        Primitive::MultiLock
     }
 
     fn name(&self) -> &Arc<str> {

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use crate::core::Wake;
-use crate::kind::LeaseKind;
+use crate::kind::{LeaseKind, Primitive};
 use crate::scripts::{
     SEMAPHORE_ABANDON, SEMAPHORE_ACQUIRE, SEMAPHORE_EXTEND, SEMAPHORE_FENCE_RAISE,
     SEMAPHORE_RELEASE, ScriptCall,
@@ -53,8 +53,8 @@ pub(crate) struct Permits {
 }
 
 impl LeaseKind for Permits {
-    fn primitive(&self) -> &'static str {
-        "semaphore"
+    fn primitive(&self) -> Primitive {
+        Primitive::Semaphore
     }
 
     fn name(&self) -> &Arc<str> {

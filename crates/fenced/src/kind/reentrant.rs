@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use crate::core::Wake;
 use crate::keys::LockKeys;
-use crate::kind::LeaseKind;
+use crate::kind::{LeaseKind, Primitive};
 use crate::scripts::{
     REENTRANT_ABANDON, REENTRANT_ACQUIRE, REENTRANT_EXTEND, REENTRANT_RELEASE, ScriptCall,
 };
@@ -30,8 +30,8 @@ impl ReentrantHold {
 }
 
 impl LeaseKind for ReentrantHold {
-    fn primitive(&self) -> &'static str {
-        "reentrant_lock"
+    fn primitive(&self) -> Primitive {
+        Primitive::ReentrantLock
     }
 
     fn name(&self) -> &Arc<str> {

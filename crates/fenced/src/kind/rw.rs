@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use crate::core::Wake;
 use crate::keys::LockKeys;
-use crate::kind::LeaseKind;
 use crate::kind::exclusive::Exclusive;
+use crate::kind::{LeaseKind, Primitive};
 use crate::scripts::{
     RW_READ_ACQUIRE, RW_WRITE_ACQUIRE, SEMAPHORE_ABANDON, SEMAPHORE_EXTEND, SEMAPHORE_RELEASE,
     ScriptCall,
@@ -52,8 +52,8 @@ pub(crate) struct ReadLease {
 }
 
 impl LeaseKind for ReadLease {
-    fn primitive(&self) -> &'static str {
-        "rw_read"
+    fn primitive(&self) -> Primitive {
+        Primitive::RwRead
     }
 
     fn name(&self) -> &Arc<str> {
@@ -123,8 +123,8 @@ pub(crate) struct WriteLease {
 }
 
 impl LeaseKind for WriteLease {
-    fn primitive(&self) -> &'static str {
-        "rw_write"
+    fn primitive(&self) -> Primitive {
+        Primitive::RwWrite
     }
 
     fn name(&self) -> &Arc<str> {

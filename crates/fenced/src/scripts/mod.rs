@@ -208,7 +208,6 @@ impl ScriptCall {
         }
     }
 
-    /// Adds a key (KEYS[n]).
     /// The first key: on a cluster, where the call runs (every key shares its hash tag).
     pub(crate) fn first_key(&self) -> Option<&[u8]> {
         if self.keys == 0 {
@@ -220,9 +219,10 @@ impl ScriptCall {
         }
     }
 
+    /// Adds a key (KEYS[n]).
     ///
     /// Keys come before arguments: every call site names them first, as the scripts' headers
-    /// list them.
+    /// list them (a debug build refuses a key after an argument; the tests run every call).
     pub(crate) fn key(mut self, key: impl ToRedisArgs) -> Self {
         debug_assert_eq!(
             self.parts.args_iter().len(),
@@ -283,6 +283,32 @@ mod tests {
         assert!(text.contains(ACQUIRE.body(false).hash()));
         assert_eq!(call.key_count(), 1);
         assert!(text.contains("v'); evil"), "arguments travel as data");
+    }
+
+    #[test]
+    fn keys_and_arguments_travel_in_their_order_with_the_key_count() {
+        let call = ScriptCall::new(&RELEASE)
+            .key("a{x}")
+            .key("b{x}")
+            .arg("one")
+            .arg(2u64);
+        assert_eq!(call.key_count(), 2);
+        assert_eq!(call.first_key(), Some(&b"a{x}"[..]));
+        let packed = call.evalsha(RELEASE.body(false)).get_packed_command();
+        let text = String::from_utf8_lossy(&packed);
+        let hash = RELEASE.body(false).hash();
+        let expected = format!(
+            "*7\r\n$7\r\nEVALSHA\r\n$40\r\n{hash}\r\n$1\r\n2\r\n$4\r\na{{x}}\r\n$4\r\nb{{x}}\r\n$3\r\none\r\n$1\r\n2\r\n"
+        );
+        assert_eq!(text, expected);
+        assert_eq!(ScriptCall::new(&RELEASE).arg("no keys").first_key(), None);
+    }
+
+    #[cfg(debug_assertions)]
+    #[test]
+    #[should_panic(expected = "a key added after an argument")]
+    fn a_key_after_an_argument_is_refused_in_debug_builds() {
+        let _ = ScriptCall::new(&RELEASE).arg("first").key("k{x}");
     }
 
     #[test]
