@@ -171,3 +171,98 @@ pub(crate) fn cache_lookup(result: &'static str) {
 pub(crate) fn cache_computed(outcome: &'static str) {
     metrics::counter!("fenced_cache_computes_total", "outcome" => outcome).increment(1);
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use metrics_util::debugging::DebuggingRecorder;
+
+    fn every_primitive() -> [Primitive; 7] {
+        // A new primitive stops this from compiling until it is listed below too.
+        let _listed = |p: Primitive| match p {
+            Primitive::Lock
+            | Primitive::ReentrantLock
+            | Primitive::Semaphore
+            | Primitive::RwRead
+            | Primitive::RwWrite
+            | Primitive::FairLock
+            | Primitive::MultiLock => (),
+        };
+        [
+            Primitive::Lock,
+            Primitive::ReentrantLock,
+            Primitive::Semaphore,
+            Primitive::RwRead,
+            Primitive::RwWrite,
+            Primitive::FairLock,
+            Primitive::MultiLock,
+        ]
+    }
+
+    /// The label pairs of every series `emit` records, sorted.
+    fn labels_of(emit: impl FnOnce()) -> Vec<Vec<(String, String)>> {
+        let recorder = DebuggingRecorder::new();
+        let snapshotter = recorder.snapshotter();
+        metrics::with_local_recorder(&recorder, emit);
+        let mut seen: Vec<Vec<(String, String)>> = snapshotter
+            .snapshot()
+            .into_vec()
+            .into_iter()
+            .map(|(key, ..)| {
+                key.key()
+                    .labels()
+                    .map(|l| (l.key().to_owned(), l.value().to_owned()))
+                    .collect()
+            })
+            .collect();
+        seen.sort();
+        seen
+    }
+
+    fn pairs(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    }
+
+    #[test]
+    fn the_literal_labels_are_the_primitives_own_names() {
+        for p in every_primitive() {
+            let name = p.as_str();
+            assert_eq!(
+                labels_of(|| {
+                    acquired(p, Via::Attempt);
+                    acquired(p, Via::Handover);
+                }),
+                vec![
+                    pairs(&[("primitive", name), ("via", Via::Attempt.as_str())]),
+                    pairs(&[("primitive", name), ("via", Via::Handover.as_str())]),
+                ]
+            );
+            for (outcome, label) in [
+                (Outcome::Released, "released"),
+                (Outcome::HandedOver, "handed_over"),
+                (Outcome::NotHeld, "not_held"),
+                (Outcome::Failed, "failed"),
+            ] {
+                assert_eq!(
+                    labels_of(|| released(p, outcome)),
+                    vec![pairs(&[("primitive", name), ("outcome", label)])]
+                );
+            }
+            for emit in [
+                (|p| busy(p)) as fn(Primitive),
+                |p| lease_lost(p),
+                |p| waited(p, Duration::ZERO),
+                |p| not_acquired(Some(p)),
+            ] {
+                assert_eq!(labels_of(|| emit(p)), vec![pairs(&[("primitive", name)])]);
+            }
+        }
+        assert_eq!(
+            labels_of(|| not_acquired(None)),
+            vec![pairs(&[("primitive", "unknown")])]
+        );
+    }
+}
