@@ -55,8 +55,7 @@ impl OwnerToken {
         getrandom::fill(&mut bytes)?;
         let mut digits = [0u8; 32];
         for (pair, b) in digits.chunks_exact_mut(2).zip(bytes) {
-            pair[0] = HEX_DIGITS[usize::from(b >> 4)];
-            pair[1] = HEX_DIGITS[usize::from(b & 0xf)];
+            pair.copy_from_slice(&hex_pair(b));
         }
         // Hex digits are ASCII, so this never fails; if it did, no token is better than a
         // shared empty one.
@@ -87,13 +86,16 @@ impl fmt::Debug for OwnerToken {
     }
 }
 
-const HEX_DIGITS: &[u8; 16] = b"0123456789abcdef";
+/// A byte's two lowercase hex digits.
+fn hex_pair(b: u8) -> [u8; 2] {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    [DIGITS[usize::from(b >> 4)], DIGITS[usize::from(b & 0xf)]]
+}
 
 pub(crate) fn hex(bytes: &[u8]) -> String {
     let mut out = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        out.push(HEX_DIGITS[usize::from(b >> 4)] as char);
-        out.push(HEX_DIGITS[usize::from(b & 0xf)] as char);
+    for &b in bytes {
+        out.extend(hex_pair(b).map(char::from));
     }
     out
 }
