@@ -181,6 +181,10 @@ impl Lab {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true)
+            // A group of its own (a pause nemesis stops workers): a stopped process in the
+            // lab's group makes the kernel hang up on the whole group once it is orphaned,
+            // the lab included, as it is from the start without job control (`setsid`).
+            .process_group(0)
             .spawn()?;
         // Heard from at birth: one that never says anything is reported as silent.
         lock(&self.shared).last_heard.insert(w, now_ns());

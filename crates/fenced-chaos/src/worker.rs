@@ -610,6 +610,8 @@ async fn run_command(config: &Config, key: u32, commands: &Commands) -> Event {
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
         .kill_on_drop(true)
+        // The lab stops this process (a pause nemesis): a group of its own (see `lab.rs`).
+        .process_group(0)
         .spawn();
     let mut child = match spawned {
         Ok(c) => c,

@@ -62,6 +62,30 @@ fn the_quick_tier_passes_every_checker() {
     assert!(lost > 0, "the unfenced run lost no update: {unfenced}");
 }
 
+/// Without job control (`setsid`, `nohup`, a CI agent that starts jobs in a new session) the
+/// lab's group is orphaned from the start: a process it stops must live in a group of its own,
+/// or the first exit of a process in the lab's group makes the kernel hang up on the whole
+/// group, the lab included (exit 129). The `run` workload under a paused Redis is the case
+/// that showed it: CMDs exit all the time while redis-server is stopped.
+#[test]
+fn the_pause_nemeses_pass_under_setsid_without_a_terminal() {
+    ensure_fenced_command();
+    let out = Command::new("setsid")
+        .arg("-w")
+        .arg(CHAOS)
+        .args(["--workload", "run", "--workload", "lock"])
+        .args(["--nemesis", "pause-redis", "--nemesis", "pause-holder"])
+        .args(["--duration", "4"])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("setsid runs fenced-chaos");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    assert!(stdout.contains("| run | pause-redis |"), "{stdout}");
+    assert!(stdout.contains("| lock | pause-holder |"), "{stdout}");
+}
+
 #[test]
 fn bad_arguments_exit_64_with_one_line() {
     let out = Command::new(CHAOS)

@@ -5,33 +5,14 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 
 /// Run programs under a distributed lock on Redis, and inspect or break locks.
-///
-/// Exit codes: the command's own code when it ran (128+N when killed by signal N); 75 the lock
-/// was not acquired within --wait (or was held, with --no-wait); 76 the lease was lost while
-/// the command ran (it was sent SIGTERM, then SIGKILL after --kill-after); 69 Redis could not
-/// be reached; 64 bad arguments.
 #[derive(Parser, Debug)]
-#[command(name = "fenced", version, about, long_about = None, after_help = EXIT_CODES)]
+#[command(name = "fenced", version, about, long_about = None)]
 pub struct Cli {
     #[command(flatten)]
     pub global: Global,
     #[command(subcommand)]
     pub command: Command,
 }
-
-/// The exit codes, for `--help` (a macro, so that `run`'s help can append them to its examples).
-macro_rules! exit_codes {
-    () => {
-        "Exit codes:
-  N    the command's own exit code (128+N when it was killed by signal N)
-  64   bad arguments
-  69   Redis could not be reached within --timeout
-  75   the lock was not acquired within --wait (or was held, with --no-wait)
-  76   the lease was lost while the command ran"
-    };
-}
-
-pub const EXIT_CODES: &str = exit_codes!();
 
 /// Options every subcommand takes.
 #[derive(Args, Debug, Clone)]
@@ -207,18 +188,32 @@ pub enum Command {
     },
 }
 
-/// `fenced run --help`: examples, then the exit codes.
-pub const RUN_HELP: &str = concat!(
-    "Examples:
+/// `fenced run --help`: examples (the exit codes follow, from [`command`]).
+pub const RUN_HELP: &str = "Examples:
   fenced run deploy:web -- ./deploy.sh                  # one deploy at a time
   fenced run backup --ttl 30s --wait 10m -- pg_dump db  # wait up to 10 minutes for the lock
   fenced run report --no-wait -- ./report.sh            # skip this run if another holds it
   fenced run pool --permits 4 -- ./worker               # at most 4 at once
-  fenced run index --read -- ./query.sh                 # many readers, or one --write
+  fenced run index --read -- ./query.sh                 # many readers, or one --write";
 
-",
-    exit_codes!()
-);
+/// The whole command line, with the exit codes (`exit::TABLE`) after the help of `fenced`
+/// and of `fenced run`: what parsing, `--help`, the man page and completions all use.
+pub fn command() -> clap::Command {
+    use clap::CommandFactory;
+    let table = crate::exit::help_table();
+    Cli::command()
+        .after_help(table.clone())
+        .mut_subcommand("run", |run| {
+            run.after_help(format!("{RUN_HELP}\n\n{table}"))
+        })
+}
+
+/// Parses `argv` with [`command`].
+pub fn parse(argv: &[std::ffi::OsString]) -> Result<Cli, clap::Error> {
+    use clap::FromArgMatches;
+    let matches = command().try_get_matches_from(argv)?;
+    Cli::from_arg_matches(&matches)
+}
 
 /// What `fenced latch NAME` does.
 #[derive(Subcommand, Debug)]
@@ -329,7 +324,6 @@ mod tests {
 
     #[test]
     fn the_command_line_is_well_formed() {
-        use clap::CommandFactory;
-        Cli::command().debug_assert();
+        command().debug_assert();
     }
 }

@@ -26,10 +26,9 @@ mod exit;
 use std::ffi::OsString;
 use std::process::ExitCode;
 
-use clap::Parser;
 use clap::error::ErrorKind;
 
-use crate::args::{Cli, Command};
+use crate::args::Command;
 use crate::exit::Failure;
 
 fn main() -> ExitCode {
@@ -39,7 +38,7 @@ fn main() -> ExitCode {
     if argv.get(1).is_some_and(|a| a == cmd::supervise::SUBCOMMAND) {
         return ExitCode::from(cmd::supervise::main(&argv[2..]));
     }
-    let cli = match Cli::try_parse_from(&argv) {
+    let cli = match args::parse(&argv) {
         Ok(cli) => cli,
         Err(e) => return ExitCode::from(usage_error(&e, &argv)),
     };

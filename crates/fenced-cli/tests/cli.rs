@@ -580,9 +580,11 @@ async fn a_paused_run_loses_to_a_newer_holder_and_exits_76_on_resume() {
     let mut a = fenced(
         &s.url(),
         &["run", "paused", "--ttl", "600ms", "--", "sh", "-c", &script],
-    )
-    .spawn()
-    .unwrap();
+    );
+    // Stopped below: a group of its own, never the test runner's (which, without job
+    // control, the kernel would hang up on when it is orphaned with a stopped member).
+    a.process_group(0);
+    let mut a = a.spawn().unwrap();
     until_held(&c, "paused").await;
     // CMD has started (and written its token) before fenced is stopped: a SIGSTOP that came
     // between the acquire and the start of CMD would leave nothing to compare.
@@ -916,6 +918,52 @@ async fn a_lost_lease_stops_the_commands_children_too() {
     // fenced exits only once the jobs are gone (no such process, or a zombie for init to reap).
     for job in jobs {
         assert!(!alive(job), "job {job} outlived the lost lease");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_lease_terms_processes_adopted_after_the_first_pass_and_exits_76_at_once() {
+    let s = server();
+    let c = client(&s).await;
+    let dir = tempfile::tempdir().unwrap();
+    let (detached, child) = (dir.path().join("detached"), dir.path().join("child"));
+    // A shell's child outlives the shell's own SIGTERM: it is re-parented to the supervisor
+    // after a pass has computed the tree, and must still get its SIGTERM at once, not the
+    // SIGKILL after --kill-after (10 s by default).
+    let script = format!(
+        "(sleep 31 & echo $! > {}) ; sleep 32 & echo $! > {}; wait $!",
+        detached.display(),
+        child.display()
+    );
+    for round in 0..3 {
+        let name = format!("s3-{round}");
+        let mut run = fenced(
+            &s.url(),
+            &["run", &name, "--ttl", "1s", "--", "sh", "-c", &script],
+        )
+        .spawn()
+        .unwrap();
+        until_held(&c, &name).await;
+        let pids = [pid_in(&detached).await, pid_in(&child).await];
+        let released = Instant::now();
+        let broke = finish(
+            fenced(&s.url(), &["release", &name, "--force"]),
+            Duration::from_secs(10),
+        )
+        .await;
+        assert_eq!(broke.code, Some(0), "{}", broke.stderr);
+        let status = wait_exit(&mut run, Duration::from_secs(20)).await;
+        let took = released.elapsed();
+        assert_eq!(status.code(), Some(76));
+        assert!(
+            took < Duration::from_secs(1),
+            "fenced exited {took:?} after the release (round {round}): a process missed its SIGTERM"
+        );
+        for pid in pids {
+            assert!(!alive(pid), "{pid} outlived the lost lease");
+        }
+        let _ = std::fs::remove_file(&detached);
+        let _ = std::fs::remove_file(&child);
     }
 }
 
@@ -1662,4 +1710,57 @@ async fn run_works_on_a_cluster_behind_sentinel_and_on_redlock_over_several_mast
         "{}",
         on_cluster.stdout
     );
+}
+
+/// The exit codes of the table that other tests do not reach: 65 for a key of another type,
+/// 69 with "quorum" when a majority of Redlock masters is down, 77 for a missing permission
+/// (naming the command), and 78 for what the deployment cannot do.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_failure_exits_with_the_code_of_the_table() {
+    let limit = Duration::from_secs(20);
+    let s = server();
+    let mut conn = raw(&s).await;
+    let _: () = fenced::redis::cmd("HSET")
+        .arg("fenced:{typed}")
+        .arg("f")
+        .arg("v")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let wrong = finish(fenced(&s.url(), &["run", "typed", "--", "true"]), limit).await;
+    assert_eq!(wrong.code, Some(65), "{}", wrong.stderr);
+    assert!(wrong.stderr.contains("WRONGTYPE"), "{}", wrong.stderr);
+
+    let _: () = fenced::redis::cmd("ACL")
+        .arg(&[
+            "SETUSER", "reader", "on", ">pw", "~*", "&*", "+@all", "-set",
+        ])
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let url = s.url().replace("redis://", "redis://reader:pw@");
+    let denied = finish(fenced(&url, &["run", "acl", "--", "true"]), limit).await;
+    assert_eq!(denied.code, Some(77), "{}", denied.stderr);
+    assert!(denied.stderr.contains("\"set\""), "{}", denied.stderr);
+
+    let mut masters: Vec<RedisServer> = (0..5).map(|_| server()).collect();
+    let mut args: Vec<String> = Vec::new();
+    for m in &masters {
+        args.extend(["--redis".to_owned(), m.url()]);
+    }
+    let on_redlock = |more: &[&str]| {
+        let mut all: Vec<&str> = args.iter().map(String::as_str).collect();
+        all.extend(["--timeout", "300ms"]);
+        all.extend(more);
+        fenced_bare(&all)
+    };
+    let latch = finish(on_redlock(&["latch", "gate", "count"]), limit).await;
+    assert_eq!(latch.code, Some(78), "{}", latch.stderr);
+    for m in masters.iter_mut().take(3) {
+        m.kill().unwrap();
+    }
+    let minority = finish(on_redlock(&["run", "q", "--no-wait", "--", "true"]), limit).await;
+    assert_eq!(minority.code, Some(69), "{}", minority.stderr);
+    assert!(minority.stderr.contains("quorum"), "{}", minority.stderr);
+    assert_eq!(minority.stderr.lines().count(), 1, "{}", minority.stderr);
 }

@@ -19,6 +19,7 @@
 use std::future::Future;
 use std::io::{BufRead, BufReader, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -219,7 +220,12 @@ impl RedisServer {
             .args(&self.extra)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::null());
+            .stderr(Stdio::null())
+            // A group of its own: a server this kit stops (SIGSTOP) must never sit stopped in
+            // the test runner's group, or the kernel hangs up on that whole group (SIGHUP,
+            // then SIGCONT) as soon as the group is orphaned, which it is from the start
+            // when the runner has no job control (`setsid`, `nohup`, a CI agent).
+            .process_group(0);
         let mut child = cmd.spawn()?;
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {

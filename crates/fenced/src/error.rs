@@ -90,7 +90,7 @@ pub enum Error {
     /// Too few of several independent Redis nodes agreed (Redlock over N masters): a
     /// majority is needed, and could not be had before the call's bound. Partial grants were
     /// given back. Transient: a retry may find a majority.
-    #[error("only {granted} of {nodes} Redis nodes agreed; {needed} are needed")]
+    #[error("no quorum: only {granted} of {nodes} Redis nodes agreed; {needed} are needed")]
     NoQuorum {
         /// Nodes that granted.
         granted: usize,
@@ -133,6 +133,15 @@ pub enum Error {
     /// An argument was rejected before anything was sent to Redis.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
+    /// The deployment cannot do this: a primitive or an operation its backend does not run
+    /// (a lock over several names on a Redis Cluster, a latch on Redlock). Checked before
+    /// anything is sent.
+    #[error("not supported by this deployment: {0}")]
+    Unsupported(String),
+    /// The call would wait for itself, forever: a handle asking for a write lease while it
+    /// (or a clone) holds a read lease of the same lock. Refused before anything is sent.
+    #[error("would deadlock: {0}")]
+    WouldDeadlock(String),
     /// Redis answered with an error (for example `WRONGTYPE` on a key another program wrote,
     /// or `READONLY` from a replica). A refused permission is [`Error::Permission`].
     #[error("Redis returned an error: {0}")]
@@ -260,6 +269,10 @@ impl Error {
 
     pub(crate) fn invalid(msg: impl Into<String>) -> Self {
         Error::InvalidArgument(msg.into())
+    }
+
+    pub(crate) fn unsupported(msg: impl Into<String>) -> Self {
+        Error::Unsupported(msg.into())
     }
 }
 

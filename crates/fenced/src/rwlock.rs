@@ -144,7 +144,7 @@ impl RwLock {
 
     fn refuse_upgrade(&self) -> Result<()> {
         if self.reading.load(Ordering::SeqCst) > 0 {
-            return Err(Error::invalid(format!(
+            return Err(Error::WouldDeadlock(format!(
                 "rw lock {:?}: this handle (or a clone) still holds a read guard, and a write now would wait for itself; release the read guard first",
                 self.name
             )));
@@ -191,7 +191,7 @@ impl RwLock {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidArgument`] when this handle (or a clone) holds a read guard; otherwise
+    /// [`Error::WouldDeadlock`] when this handle (or a clone) holds a read guard; otherwise
     /// as [`Lock::acquire`](crate::Lock::acquire).
     pub async fn write(&self) -> Result<WriteGuard> {
         self.refuse_upgrade()?;

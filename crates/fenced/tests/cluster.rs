@@ -129,10 +129,7 @@ async fn every_primitive_runs_on_a_cluster_and_what_needs_one_server_says_so() {
 
     // What needs one server is refused with a typed error, and sends nothing.
     let multi = a.multi_lock(["one", "two"]).unwrap();
-    assert!(matches!(
-        multi.acquire().await,
-        Err(Error::InvalidArgument(_))
-    ));
+    assert!(matches!(multi.acquire().await, Err(Error::Unsupported(_))));
     let single = a.multi_lock(["alone"]).unwrap();
     single.acquire().await.unwrap().release().await.unwrap();
     // A transaction's keys share a slot (one hash tag); keys of two slots are refused.

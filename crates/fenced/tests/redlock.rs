@@ -316,7 +316,7 @@ async fn holders_exclude_each_other() {
 async fn what_needs_one_server_is_refused_with_a_typed_error() {
     let s = servers(3);
     let c = redlock(&urls(&s)).await;
-    let refused = |r: Result<(), Error>| matches!(r, Err(Error::InvalidArgument(_)));
+    let refused = |r: Result<(), Error>| matches!(r, Err(Error::Unsupported(_)));
     assert!(refused(c.reentrant_lock("r").acquire().await.map(drop)));
     assert!(refused(
         c.resource("r")

@@ -4,15 +4,13 @@
 use std::io::Write;
 use std::path::Path;
 
-use clap::CommandFactory;
-
-use crate::args::Cli;
+use crate::args::command;
 use crate::exit;
 
 /// Prints the completion script for `shell` on stdout.
 pub fn completions(shell: clap_complete::Shell) -> u8 {
     let mut out = std::io::stdout().lock();
-    clap_complete::generate(shell, &mut Cli::command(), "fenced", &mut out);
+    clap_complete::generate(shell, &mut command(), "fenced", &mut out);
     match out.flush() {
         Ok(()) => exit::OK,
         Err(_) => exit::SOFTWARE,
@@ -25,7 +23,7 @@ pub fn man(dir: Option<&Path>) -> u8 {
     let result = match dir {
         None => {
             let mut out = std::io::stdout().lock();
-            clap_mangen::Man::new(Cli::command())
+            clap_mangen::Man::new(command())
                 .render(&mut out)
                 .and_then(|()| out.flush())
         }
@@ -41,9 +39,9 @@ pub fn man(dir: Option<&Path>) -> u8 {
 }
 
 fn write_pages(dir: &Path) -> std::io::Result<()> {
-    let command = Cli::command();
-    let mut pages = vec![("fenced".to_owned(), command.clone())];
-    for sub in command.get_subcommands() {
+    let all = command();
+    let mut pages = vec![("fenced".to_owned(), all.clone())];
+    for sub in all.get_subcommands() {
         let name = format!("fenced-{}", sub.get_name());
         pages.push((name.clone(), sub.clone().display_name(name)));
     }

@@ -14,8 +14,12 @@
 //!    follows the THREAD that forked us, so `fenced` starts us from its main thread, which
 //!    lives as long as the process.
 //! 2. On a lost lease (SIGUSR2 from `fenced`) and when CMD exits leaving processes behind, the
-//!    subtree gets SIGTERM, then SIGKILL after `--kill-after`; the supervisor exits (and
-//!    `fenced` releases or reports the loss) only once the subtree is empty.
+//!    subtree gets SIGTERM (and SIGCONT, so a stopped process acts on it at once), then
+//!    SIGKILL after `--kill-after`; the supervisor exits (and `fenced` releases or reports the
+//!    loss) only once the subtree is empty. Until then the SIGTERM pass repeats every
+//!    `TERM_PASS` and on every SIGCHLD, so a process adopted after a pass (its parent died
+//!    of the SIGTERM before the pass reached it) gets its SIGTERM within one more pass; each
+//!    process, known by pid and start time, gets it once.
 //! 3. Only our own unreaped children are signalled by pid (their pids cannot be reused until
 //!    we reap them). Deeper descendants are reached by pidfd, opened and then checked to be
 //!    a child of a process in our subtree, so a pid recycled meanwhile is never hit. A
@@ -27,8 +31,15 @@
 //! 5. The supervisor has a process group of its own (CMD joins fenced's), so a signal to
 //!    fenced's group never takes the supervisor down with fenced. Should the supervisor be
 //!    killed anyway, `fenced run` is a subreaper too and SIGKILLs what it inherits.
+//!    (The kernel's orphaned-group rule: while CMD's processes are children of the
+//!    supervisor, fenced's group has a parent outside it in the session. Only if the
+//!    supervisor is SIGKILLed while a process of that group is stopped can the group become
+//!    orphaned with a stopped member, and the kernel then sends the group SIGHUP and SIGCONT:
+//!    fenced, which is ending anyway, and whatever else the caller keeps in that group. The
+//!    supervisor itself exits only after its subtree is gone, stopped processes included.)
 //! 6. Our exit code is CMD's (128+N when signal N ended it; 127/126 when it could not start).
 
+use std::collections::HashSet;
 use std::ffi::OsString;
 use std::os::fd::AsFd;
 use std::os::unix::process::CommandExt;
@@ -56,6 +67,9 @@ pub const PARENT_DIED: Signal = Signal::SIGUSR1;
 
 /// The signal `fenced` sends us when the lease is lost.
 pub const LEASE_LOST: Signal = Signal::SIGUSR2;
+
+/// How often the SIGTERM pass repeats until the subtree is gone (invariant 2).
+const TERM_PASS: Duration = Duration::from_millis(20);
 
 /// What brought the subtree down.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -143,6 +157,8 @@ fn supervise(
     let mut cmd_status: Option<u8> = None;
     let mut ending: Option<Ending> = None;
     let mut killing = false;
+    // Who has had its SIGTERM (invariant 2).
+    let mut termed = Termed::default();
     loop {
         // Reap whatever has exited; learn CMD's status; stop once nothing is left.
         if reap(cmd, &mut cmd_status) {
@@ -150,22 +166,29 @@ fn supervise(
         }
         if cmd_status.is_some() && ending.is_none() {
             ending = Some(Ending::CmdDone);
-            term_subtree();
             arm_alarm(kill_after);
         }
         if killing {
             // A SIGKILL pass re-parents grandchildren to us: kill them on the next pass.
             kill_children(Signal::SIGKILL);
+        } else if ending.is_some() {
+            // Again on every wake-up: a process adopted since the last pass gets its SIGTERM.
+            termed.pass();
         }
+        let pace = if killing || ending.is_some() {
+            Some(TERM_PASS)
+        } else {
+            None
+        };
         // Every signal of the wake-up: one left behind would wait for the next signal.
-        for origin in wait_signals(&mut signals, killing) {
+        for origin in wait_signals(&mut signals, pace) {
             let from_parent = origin.process.is_some_and(|p| p.pid == parent.as_raw());
             match origin.signal {
                 // SIGCHLD: reaped at the top of the loop. SIGUSR1 (fenced died): handled below.
                 SIGCHLD | SIGUSR1 => {}
                 SIGUSR2 if from_parent && ending.is_none_or(|e| e == Ending::CmdDone) => {
                     ending = Some(Ending::LeaseLost);
-                    term_subtree();
+                    termed.pass();
                     arm_alarm(kill_after);
                 }
                 SIGALRM => {
@@ -191,19 +214,25 @@ fn supervise(
     }
 }
 
-/// Waits for the next signals; while killing, only briefly, so the kill passes repeat.
+/// Waits for the next signals; with a `pace` (while the subtree is being stopped), at most
+/// that long, so the SIGTERM or SIGKILL passes repeat.
 fn wait_signals(
     signals: &mut SignalsInfo<WithOrigin>,
-    killing: bool,
+    pace: Option<Duration>,
 ) -> Vec<signal_hook::low_level::siginfo::Origin> {
-    if killing {
+    let Some(pace) = pace else {
+        return signals.wait().collect();
+    };
+    let deadline = std::time::Instant::now() + pace;
+    loop {
         let batch: Vec<_> = signals.pending().collect();
-        if batch.is_empty() {
-            std::thread::sleep(Duration::from_millis(10));
+        if !batch.is_empty() || std::time::Instant::now() >= deadline {
+            return batch;
         }
-        return batch;
+        // Short naps: a SIGCHLD (a death that may have orphaned a grandchild) is acted on
+        // within a millisecond or two, not at the end of the pace.
+        std::thread::sleep(Duration::from_millis(2));
     }
-    signals.wait().collect()
 }
 
 /// Reaps every exited child; records CMD's status. True when no child is left.
@@ -242,48 +271,67 @@ fn arm_alarm(after: Duration) {
 /// the process we started or adopted (invariant 3).
 pub fn kill_children(sig: Signal) {
     let me = getpid().as_raw();
-    for (pid, ppid) in processes() {
-        if ppid == me {
-            let _ = kill(Pid::from_raw(pid), sig);
+    for p in processes() {
+        if p.ppid == me {
+            let _ = kill(Pid::from_raw(p.pid), sig);
         }
     }
 }
 
-/// SIGTERM to every process of our subtree: children by pid, deeper ones by a pidfd that is
-/// checked to still belong to a child of the subtree after it was opened (invariant 3).
-fn term_subtree() {
-    let me = getpid().as_raw();
-    let table = processes();
-    let mut tree = vec![me];
-    let mut i = 0;
-    while i < tree.len() {
-        let parent = tree[i];
-        for &(pid, ppid) in &table {
-            if ppid != parent {
-                continue;
+/// The processes of our subtree that have had their SIGTERM, by pid and start time (a pid
+/// alone could be a recycled one's).
+#[derive(Default)]
+struct Termed(HashSet<(i32, u64)>);
+
+impl Termed {
+    /// SIGTERM, then SIGCONT, to every process of our subtree that has not had them yet:
+    /// children by pid, deeper ones by a pidfd that is checked to still belong to a child of
+    /// the subtree after it was opened (invariant 3).
+    fn pass(&mut self) {
+        let me = getpid().as_raw();
+        let table = processes();
+        let mut tree = vec![me];
+        let mut i = 0;
+        while i < tree.len() {
+            let parent = tree[i];
+            for p in table.iter().filter(|p| p.ppid == parent) {
+                tree.push(p.pid);
+                if self.0.contains(&(p.pid, p.started)) {
+                    continue;
+                }
+                let signalled = if parent == me {
+                    // Our unreaped child: its pid is still its own.
+                    let _ = kill(Pid::from_raw(p.pid), Signal::SIGTERM);
+                    let _ = kill(Pid::from_raw(p.pid), Signal::SIGCONT);
+                    true
+                } else {
+                    signal_by_pidfd(p.pid, parent)
+                };
+                // One that moved meanwhile (its parent died) is signalled by a later pass.
+                if signalled {
+                    self.0.insert((p.pid, p.started));
+                }
             }
-            tree.push(pid);
-            if parent == me {
-                let _ = kill(Pid::from_raw(pid), Signal::SIGTERM);
-            } else {
-                signal_by_pidfd(pid, parent, rustix::process::Signal::TERM);
-            }
+            i += 1;
         }
-        i += 1;
     }
 }
 
-/// Signals `pid` only if, once pinned by a pidfd, it is still the child of `parent`.
-fn signal_by_pidfd(pid: i32, parent: i32, sig: rustix::process::Signal) {
+/// SIGTERM, then SIGCONT, to `pid` only if, once pinned by a pidfd, it is still the child of
+/// `parent`; true when signalled.
+fn signal_by_pidfd(pid: i32, parent: i32) -> bool {
     let Some(raw) = rustix::process::Pid::from_raw(pid) else {
-        return;
+        return false;
     };
     let Ok(fd) = rustix::process::pidfd_open(raw, rustix::process::PidfdFlags::empty()) else {
-        return; // gone already
+        return false; // gone already
     };
-    if parent_of(pid) == Some(parent) {
-        let _ = rustix::process::pidfd_send_signal(fd.as_fd(), sig);
+    if stat(pid).is_none_or(|p| p.ppid != parent) {
+        return false;
     }
+    let _ = rustix::process::pidfd_send_signal(fd.as_fd(), rustix::process::Signal::TERM);
+    let _ = rustix::process::pidfd_send_signal(fd.as_fd(), rustix::process::Signal::CONT);
+    true
 }
 
 /// SIGKILL to our children, in passes until none is left (each pass re-parents the next
@@ -300,28 +348,33 @@ pub fn kill_subtree_now() {
     }
 }
 
-/// `(pid, ppid)` of every process, read from `/proc` (Linux).
-fn processes() -> Vec<(i32, i32)> {
+/// One process as `/proc` shows it.
+struct Process {
+    pid: i32,
+    ppid: i32,
+    /// Clock ticks after boot when it started: with the pid, who it is.
+    started: u64,
+}
+
+/// Every process, read from `/proc` (Linux).
+fn processes() -> Vec<Process> {
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
     entries
         .flatten()
-        .filter_map(|entry| {
-            let pid = entry.file_name().to_str()?.parse::<i32>().ok()?;
-            Some((pid, parent_of(pid)?))
-        })
+        .filter_map(|entry| stat(entry.file_name().to_str()?.parse::<i32>().ok()?))
         .collect()
 }
 
-/// The parent of `pid`, from `/proc/<pid>/stat`.
-fn parent_of(pid: i32) -> Option<i32> {
+/// `pid`'s parent and start time, from `/proc/<pid>/stat`.
+fn stat(pid: i32) -> Option<Process> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // "pid (comm) state ppid …": comm may hold spaces and parentheses, so read after the last ')'.
-    stat.rsplit_once(')')?
-        .1
-        .split_whitespace()
-        .nth(1)?
-        .parse()
-        .ok()
+    // "pid (comm) state ppid … starttime …": comm may hold spaces and parentheses, so read
+    // after the last ')'. After it, the state is field 3 of proc(5), the parent field 4, the
+    // start time field 22.
+    let mut fields = stat.rsplit_once(')')?.1.split_whitespace();
+    let ppid = fields.nth(1)?.parse().ok()?;
+    let started = fields.nth(17)?.parse().ok()?;
+    Some(Process { pid, ppid, started })
 }

@@ -105,7 +105,7 @@ impl Backend {
     pub(crate) fn node(&self) -> Result<&Node> {
         match self {
             Backend::Single { node, .. } | Backend::Cluster { node, .. } => Ok(node),
-            Backend::Redlock(_) => Err(Error::invalid(
+            Backend::Redlock(_) => Err(Error::unsupported(
                 "this operation needs one Redis server; a Redlock client (several independent masters) runs locks (acquire, try_acquire, with_lock, #[fenced::locked]) and semaphores (acquire, release) only so far",
             )),
         }
@@ -232,7 +232,7 @@ impl Backend {
     pub(crate) fn supports(&self, kind: &dyn LeaseKind) -> Result<()> {
         match self {
             Backend::Single { .. } => Ok(()),
-            Backend::Cluster { .. } if !kind.one_slot() => Err(Error::invalid(format!(
+            Backend::Cluster { .. } if !kind.one_slot() => Err(Error::unsupported(format!(
                 "a {} over several names needs one Redis server: on a Redis Cluster its names live in different hash slots, which one script cannot reach",
                 kind.primitive()
             ))),

@@ -266,7 +266,9 @@ impl Node {
     ) -> Result<Vec<(String, Value)>> {
         use redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo};
         let Conn::Cluster(conn) = &self.conn else {
-            return Err(Error::invalid("only a Redis Cluster has several masters"));
+            return Err(Error::unsupported(
+                "only a Redis Cluster has several masters",
+            ));
         };
         let routing = RoutingInfo::MultiNode((MultipleNodeRoutingInfo::AllMasters, None));
         let reply = self
@@ -336,7 +338,7 @@ impl Node {
     ) -> Result<T> {
         use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
         let Conn::Cluster(conn) = &self.conn else {
-            return Err(Error::invalid("only a Redis Cluster has several nodes"));
+            return Err(Error::unsupported("only a Redis Cluster has several nodes"));
         };
         let Some((host, port)) = addr
             .rsplit_once(':')

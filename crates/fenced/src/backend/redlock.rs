@@ -218,7 +218,7 @@ impl Redlock {
     pub(crate) fn supports(&self, kind: &dyn LeaseKind) -> Result<()> {
         match kind.on_redlock() {
             true => Ok(()),
-            false => Err(Error::invalid(format!(
+            false => Err(Error::unsupported(format!(
                 "a {} does not run on several independent masters (Redlock) yet; locks and semaphores do",
                 kind.primitive()
             ))),
