@@ -10,12 +10,17 @@
 //!    under way for their entry wait for its result instead of reading (the local single
 //!    flight). They get the cached value as soon as it is read, before any refresh runs; a
 //!    flight that fails or is cancelled wakes them, and one of them flies next.
-//! 3. A store is fenced: it carries the computer's fencing token and is refused once the
+//! 3. A follower takes only a value that Redis vouched for after it joined: a flight lands
+//!    its value with the moment the read (or the store) that produced it was sent, and a
+//!    caller that joined later flies again. So a call that starts after an
+//!    [`invalidate`](Cache::invalidate) returned, in any process, never gets what was read
+//!    before it.
+//! 4. A store is fenced: it carries the computer's fencing token and is refused once the
 //!    entry's fence has passed it (a newer grant, or an [`invalidate`](Cache::invalidate)),
 //!    so a computer that was paused, or that read the source before a change, never
 //!    overwrites what is known now. A refused value goes to its computer only, never to the
 //!    followers, who may have seen the invalidation.
-//! 4. Freshness is decided by Redis alone: the entry's remaining `PTTL` on the server, never a
+//! 5. Freshness is decided by Redis alone: the entry's remaining `PTTL` on the server, never a
 //!    client clock.
 
 use std::collections::HashMap;
@@ -40,9 +45,16 @@ use crate::token::FencingToken;
 use crate::util::{lock_unpoisoned, random_fraction};
 use crate::wait::WaitPolicy;
 
-/// What a caller of one local flight receives: `None` while it flies, then the entry's value
-/// (`Some(None)`: the source has no value).
-type Flight = watch::Receiver<Option<Option<Vec<u8>>>>;
+/// What a caller of one local flight receives: `None` while it flies, then what it landed.
+type Flight = watch::Receiver<Option<Landed>>;
+
+/// A flight's result: the entry's value (`None`: the source has no value), and when the Redis
+/// call that vouched for it (a read, or the store of a computed value) was sent.
+#[derive(Clone)]
+struct Landed {
+    value: Option<Vec<u8>>,
+    vouched_at: Instant,
+}
 
 /// A read-through cache in Redis whose misses are computed once, across every process.
 ///
@@ -283,13 +295,14 @@ impl Cache {
                 None => None,
             };
             loop {
+                let joined = Instant::now();
                 match self.join_flight(entry.lock.name()) {
                     Err(mut flight) => {
                         let done = async {
                             flight
                                 .wait_for(Option::is_some)
                                 .await
-                                .map(|value| value.clone().flatten())
+                                .map(|landed| landed.clone())
                         };
                         let outcome = match deadline {
                             Some(at) => tokio::time::timeout_at(at, done).await.map_err(|_| {
@@ -301,10 +314,14 @@ impl Cache {
                             })?,
                             None => done.await,
                         };
-                        // Err: the flight failed or was cancelled; fly (or follow) the next one.
-                        if let Ok(value) = outcome {
+                        // Err: the flight failed or was cancelled; and a value vouched for
+                        // before we joined may predate an invalidation we must see
+                        // (invariant 3). Either way, fly (or follow) the next one.
+                        if let Ok(Some(landed)) = outcome
+                            && landed.vouched_at >= joined
+                        {
                             metrics::cache_lookup("shared");
-                            return Ok(value);
+                            return Ok(landed.value);
                         }
                     }
                     Ok(flight) => {
@@ -342,7 +359,7 @@ impl Cache {
             .key(&entry.cached)
             .key(&entry.lock.keys().fence)
             .arg(self.client.core().fence_retention_ms());
-        let dropped: i64 = self.client.core().node()?.run(&call).await?;
+        let dropped: i64 = self.client.core().node()?.run_replicated(&call).await?;
         Ok(dropped == 1)
     }
 
@@ -439,10 +456,13 @@ impl Cache {
         E: From<Error>,
     {
         let mut reads = 0u32;
+        let mut read_at = Instant::now();
         let core = self.client.core();
         let next = core
             .wait_until(entry.lock.name(), &entry.lock.keys().channel, wait, || {
                 reads += 1;
+                // Taken before the read is sent: no later than Redis answered it.
+                read_at = Instant::now();
                 async move {
                     Ok(match self.read(entry).await? {
                         Found::Fresh {
@@ -495,7 +515,7 @@ impl Cache {
                     (false, true) => "shared",
                     (false, false) => "hit",
                 });
-                pilot.land(&value);
+                pilot.land(&value, read_at);
                 return Ok(value);
             }
             Next::Compute {
@@ -504,18 +524,19 @@ impl Cache {
                 recheck,
             } => (guard, cached, recheck),
         };
+        let recheck_at = Instant::now();
         if recheck && let Found::Fresh { value, .. } = self.read(entry).await? {
             // Stored between our read and our grant (invariant 1).
             metrics::cache_lookup("shared");
             release_quietly(guard).await;
-            pilot.land(&value);
+            pilot.land(&value, recheck_at);
             return Ok(value);
         }
         metrics::cache_lookup("computed");
         // Followers need not wait for a refresh: they get what is cached (invariant 2).
         let pilot = match &cached {
             Some(value) => {
-                pilot.land(value);
+                pilot.land(value, read_at);
                 None
             }
             None => Some(pilot),
@@ -533,25 +554,27 @@ impl Cache {
                 };
             }
         };
-        // A refused value may predate an invalidation that callers after it have seen: only
-        // its computer gets it; followers read again (invariant 3).
+        // A refused value may predate an invalidation that callers after it have seen, and a
+        // value whose store failed was vouched for by nobody: only its computer gets it;
+        // followers read again (invariant 4).
         if let Some(pilot) = pilot
-            && stored
+            && let Some(stored_at) = stored
         {
-            pilot.land(&value);
+            pilot.land(&value, stored_at);
         }
         Ok(value)
     }
 
     /// Runs the compute under `guard` and stores its value. `Ok((value, stored))`: `stored`
-    /// is false when the store was refused (fenced off), not when it failed on the way.
+    /// is when the store that Redis accepted was sent; `None` when it was refused (fenced
+    /// off) or failed on the way (the value then goes to its computer only).
     async fn compute_and_store<F, Fut, E>(
         &self,
         entry: &Entry,
         ttl: Duration,
         guard: LockGuard,
         compute: F,
-    ) -> Result<(Option<Vec<u8>>, bool), E>
+    ) -> Result<(Option<Vec<u8>>, Option<Instant>), E>
     where
         F: FnOnce(Lease) -> Fut,
         Fut: Future<Output = Result<Option<Vec<u8>>, E>>,
@@ -582,6 +605,7 @@ impl Cache {
             Some(Ok(value)) => value,
         };
         let compute_us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
+        let store_at = Instant::now();
         let stored = match self
             .store(
                 entry,
@@ -594,12 +618,12 @@ impl Cache {
         {
             Ok(true) => {
                 metrics::cache_computed("stored");
-                true
+                Some(store_at)
             }
             Ok(false) => {
                 metrics::cache_computed("refused");
                 tracing::debug!(entry = %entry.lock.name(), "fenced: cache store refused; a newer grant or an invalidation came first");
-                false
+                None
             }
             // A missing permission is a configuration error: said loudly, not logged away.
             Err(e @ Error::Permission { .. }) => {
@@ -610,7 +634,7 @@ impl Cache {
             Err(e) => {
                 metrics::cache_computed("failed");
                 tracing::warn!(entry = %entry.lock.name(), error = %e, "fenced: cache store failed; the value is returned but not cached");
-                true
+                None
             }
         };
         release_quietly(guard).await;
@@ -668,7 +692,7 @@ impl Cache {
         if let Some(value) = value {
             call = call.arg(value);
         }
-        let stored: i64 = core.node()?.run(&call).await?;
+        let stored: i64 = core.node()?.run_replicated(&call).await?;
         if stored == 1 {
             // Our own message is skipped by our pub/sub task: wake this process directly (the
             // waiters of other handles on this client).
@@ -735,17 +759,23 @@ struct Pilot {
     flights: Arc<Mutex<HashMap<String, Flight>>>,
     name: String,
     rx: Flight,
-    tx: watch::Sender<Option<Option<Vec<u8>>>>,
+    tx: watch::Sender<Option<Landed>>,
 }
 
 impl Pilot {
-    fn land(self, value: &Option<Vec<u8>>) {
-        self.tx.send_replace(Some(value.clone()));
+    /// Hands `value`, vouched for by a Redis call sent at `vouched_at`, to the followers. The
+    /// flight leaves the registry first, so a follower that cannot take the value (it joined
+    /// later) finds no landed flight to join again.
+    fn land(self, value: &Option<Vec<u8>>, vouched_at: Instant) {
+        self.leave();
+        self.tx.send_replace(Some(Landed {
+            value: value.clone(),
+            vouched_at,
+        }));
     }
-}
 
-impl Drop for Pilot {
-    fn drop(&mut self) {
+    /// Takes this flight out of the registry, if it is still there.
+    fn leave(&self) {
         let mut flights = lock_unpoisoned(&self.flights);
         if flights
             .get(&self.name)
@@ -753,6 +783,12 @@ impl Drop for Pilot {
         {
             flights.remove(&self.name);
         }
+    }
+}
+
+impl Drop for Pilot {
+    fn drop(&mut self) {
+        self.leave();
     }
 }
 

@@ -103,13 +103,15 @@ pub enum Error {
     /// asks for acknowledged a write within its wait (`WAIT`). The write was applied on the
     /// master, but a failover now could lose it. A grant that falls short is given back (and
     /// retried within the wait), a renewal that falls short does not count (the lease's
-    /// validity is not extended by it), and a fenced write that falls short is reported with
-    /// this error: it may be lost, or it may stay. Transient: a retry may find the replicas.
+    /// validity is not extended by it), and every other write that must survive a failover
+    /// (a fenced read's or write's fence, a cache store or invalidation, a latch, the atomic
+    /// helpers) is reported with this error: it may be lost, or it may stay. Transient: a
+    /// retry may find the replicas.
     #[error(
         "{operation}: only {acked} of the {needed} replicas asked for acknowledged it in time; the master has it, a failover could lose it"
     )]
     NotReplicated {
-        /// What was written (`acquire`, `renew`, `fenced write`).
+        /// What was written (`acquire`, `renew`, `fenced write`, `fenced read`, ...).
         operation: &'static str,
         /// Replicas that acknowledged.
         acked: usize,

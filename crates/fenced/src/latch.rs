@@ -120,7 +120,7 @@ impl Latch {
             .key(&*self.key)
             .arg(count)
             .arg(ttl_millis(self.lifetime));
-        let armed: i64 = self.core.node()?.run(&call).await?;
+        let armed: i64 = self.core.node()?.run_replicated(&call).await?;
         Ok(armed == 1)
     }
 
@@ -137,7 +137,7 @@ impl Latch {
             .key(&*self.key)
             .arg(&*self.channel)
             .arg(&*self.core.release_message(Wake::All));
-        let left: i64 = self.core.node()?.run(&call).await?;
+        let left: i64 = self.core.node()?.run_replicated(&call).await?;
         if left == 0 {
             // Our own message is skipped by our pub/sub task: wake this process directly.
             self.core.wake_local(&self.channel, Wake::All);

@@ -254,7 +254,7 @@ impl FencedResource {
         for field in fields {
             call = call.arg(*field);
         }
-        let reply: Vec<Value> = self.core.node()?.run(&call).await?;
+        let reply: Vec<Value> = self.core.node()?.run_replicated(&call).await?;
         match reply.split_first() {
             Some((Value::Int(1), values)) if values.len() == fields.len() => values
                 .iter()

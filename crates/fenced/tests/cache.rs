@@ -662,3 +662,57 @@ async fn the_store_wakes_callers_of_other_handles_in_the_same_process() {
         assert_eq!(got.as_deref(), Some(&b"html"[..]));
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_that_starts_after_an_invalidation_returned_never_gets_the_value_before_it() {
+    let server = server();
+    let proxy = fenced_testkit::Proxy::start(server.addr()).unwrap();
+    let here = client(&server).await;
+    let slow = Client::builder(&proxy.url())
+        .timeout(Duration::from_secs(3))
+        .connect()
+        .await
+        .unwrap();
+    let cache = slow.cache("menu");
+    here.cache("menu")
+        .get_or_compute("k", TTL, |_| async {
+            Ok::<_, Error>(Some(b"old".to_vec()))
+        })
+        .await
+        .unwrap();
+    let mut conn = raw(&server).await;
+    let reads_before = calls(&mut conn, "hmget").await;
+    // A flight starts: its read runs on the server now, its reply comes 600 ms later.
+    proxy.set(fenced_testkit::Fault::DelayReplies(Duration::from_millis(
+        600,
+    )));
+    let first = tokio::spawn({
+        let cache = cache.clone();
+        async move {
+            cache
+                .get_or_compute("k", TTL, |_| async { Ok::<_, Error>(Some(b"x".to_vec())) })
+                .await
+        }
+    });
+    assert!(
+        eventually(Duration::from_secs(5), || {
+            let mut conn = conn.clone();
+            async move { calls(&mut conn, "hmget").await > reads_before }
+        })
+        .await,
+        "the first read never ran"
+    );
+    // Another process invalidates, and it returns: Redis has no entry.
+    assert!(here.cache("menu").invalidate("k").await.unwrap());
+    // A call that starts now must not join the flight whose read predates the invalidation.
+    let second = cache
+        .get_or_compute("k", TTL, |_| async {
+            Ok::<_, Error>(Some(b"new".to_vec()))
+        })
+        .await
+        .unwrap();
+    assert_eq!(second.as_deref(), Some(&b"new"[..]));
+    // The first call started before the invalidation: the old value is fine for it.
+    assert_eq!(first.await.unwrap().unwrap().as_deref(), Some(&b"old"[..]));
+    proxy.set(fenced_testkit::Fault::Pass);
+}

@@ -188,11 +188,13 @@ impl Backend {
         matches!(self, Backend::Cluster { .. })
     }
 
-    /// Whether a lease may be handed straight to a local waiter (one server only: a handover
+    /// Whether a lease may be handed straight to a local waiter: one server only (a handover
     /// is one script on one node, and it asks `PUBSUB NUMSUB` whether another client waits,
-    /// which a cluster node answers for its own subscribers only).
+    /// which a cluster node answers for its own subscribers only), and without replica
+    /// acknowledgements (a handed grant reaches its waiter at once, and could not be taken
+    /// back if `WAIT` then fell short: `node.rs`, invariant 5).
     pub(crate) fn hands_over(&self) -> bool {
-        matches!(self, Backend::Single { .. })
+        matches!(self, Backend::Single { node, .. } if !node.acks_replicas())
     }
 
     /// One acquire attempt. `clean`: false when the lease may exist for this owner without a

@@ -16,10 +16,15 @@
 //!    the cluster's reply says it did not run (`not_run`: `MOVED`, `ASK`, `TRYAGAIN`,
 //!    `CLUSTERDOWN`), after the client has refreshed its slot map, within the timeout.
 //! 5. Replica acknowledgements: with `replica_acks`, a write that must survive a failover
-//!    (a grant, a renewal batch, a fenced write) is followed by `WAIT` in the SAME pipeline,
-//!    on the same connection, so the count covers that write. `WAIT` holds the connection
-//!    on the server until the replicas answer or its wait ends, which is why the wait must
-//!    be short.
+//!    is followed by `WAIT` in the SAME pipeline, on the same connection, so the count covers
+//!    that write. `WAIT` holds the connection on the server until the replicas answer or its
+//!    wait ends, which is why the wait must be short. Such writes are every one that grants,
+//!    renews, raises a fence or stores data: grants and renewals (`run_acked`, judged by the
+//!    backend), fenced reads and writes, cache stores and invalidations, latches and the
+//!    atomic helpers (`run_replicated`, a shortfall is `NotReplicated`). Only writes whose
+//!    loss in a failover is harmless skip it: releases and abandons (the lease then expires
+//!    by its ttl), and reads. A handover is a grant that cannot be given back once the
+//!    waiter has it, so with acknowledgements there is none (`Backend::hands_over`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -368,7 +373,24 @@ impl Node {
         .await
     }
 
-    /// Runs one script call, loading the script first if the server does not know it.
+    /// [`run`](Self::run) for a write that must survive a failover (invariant 5): with
+    /// replica acknowledgements, too few of them is [`Error::NotReplicated`] (the master has
+    /// the write; a failover could lose it).
+    pub(crate) async fn run_replicated<T: FromRedisValue>(&self, call: &ScriptCall) -> Result<T> {
+        let (value, short) = self.run_acked(call).await?;
+        if let Some(short) = short {
+            return Err(short.error(call.lua.operation));
+        }
+        redis::from_redis_value(value).map_err(|e| unexpected(call.lua.operation, e.to_string()))
+    }
+
+    /// Whether writes wait for replica acknowledgements (`WAIT`).
+    pub(crate) fn acks_replicas(&self) -> bool {
+        self.acks.is_some()
+    }
+
+    /// Runs one script call, loading the script first if the server does not know it. For
+    /// reads, and for writes whose loss in a failover is harmless (invariant 5).
     pub(crate) async fn run<T: FromRedisValue>(&self, call: &ScriptCall) -> Result<T> {
         let operation = call.lua.operation;
         let body = call.lua.body(self.sharded);

@@ -23,6 +23,10 @@
 //!    background; the script refuses a successor whose tombstone exists.
 //! 6. After a handover of unknown outcome the holder finishes with an ordinary release, read as
 //!    a retry (`cleanup.rs`, invariant 2).
+//! 7. With replica acknowledgements (`ClientBuilder::replica_acks`) nothing is handed over:
+//!    a handed grant reaches its waiter in the same step, before a `WAIT` could say whether a
+//!    failover would keep it, and it could not be taken back. Every grant then goes through
+//!    an acquire, which gives back what the replicas did not acknowledge.
 
 use std::sync::Arc;
 use std::time::Duration;

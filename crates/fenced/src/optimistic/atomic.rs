@@ -84,7 +84,7 @@ fn unexpected(script: &'static str, reply: impl std::fmt::Debug) -> Error {
 
 impl Client {
     async fn eval<T: redis::FromRedisValue>(&self, call: &ScriptCall) -> Result<T> {
-        self.core().node()?.run(call).await
+        self.core().node()?.run_replicated(call).await
     }
 
     /// Sets `key` to `new` if it holds `expected` (`None`: if it does not exist), in one
