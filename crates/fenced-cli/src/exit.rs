@@ -135,7 +135,9 @@ pub fn code_of(err: &fenced::Error) -> u8 {
         | E::NoQuorum { .. }
         | E::NotReplicated { .. } => UNAVAILABLE,
         E::Permission { .. } => NO_PERMISSION,
-        E::Redis(e) if e.code() == Some("WRONGTYPE") => DATA,
+        // The code where the server gives one; Redis 6 wraps an error inside a script in
+        // `ERR Error running script …: WRONGTYPE …`.
+        E::Redis(e) if e.code() == Some("WRONGTYPE") || e.to_string().contains("WRONGTYPE") => DATA,
         E::Redis(_) => UNAVAILABLE,
         E::UnexpectedReply { .. } => SOFTWARE,
         // A variant added later: said as it is, as an internal error until mapped here.

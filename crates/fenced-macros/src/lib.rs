@@ -20,12 +20,16 @@ pub fn locked(attr: TokenStream, item: TokenStream) -> TokenStream {
     }
 }
 
-/// The attribute's arguments: `client = EXPR, name = "FORMAT", ttl = "30s", wait = "5s"`.
+/// The attribute's arguments: `client = EXPR, name = "FORMAT", ttl = "30s", wait = "5s"`,
+/// and which primitive: `kind = "lock" | "reentrant" | "fair" | "read" | "write"`, or
+/// `permits = N` for a semaphore of N.
 struct Options {
     client: Option<Expr>,
     name: Option<LitStr>,
     ttl: Option<u64>,
     wait: Option<u64>,
+    kind: Option<LitStr>,
+    permits: Option<syn::LitInt>,
 }
 
 impl Parse for Options {
@@ -35,6 +39,8 @@ impl Parse for Options {
             name: None,
             ttl: None,
             wait: None,
+            kind: None,
+            permits: None,
         };
         let pairs = Punctuated::<syn::MetaNameValue, Token![,]>::parse_terminated(input)?;
         for pair in pairs {
@@ -48,15 +54,31 @@ impl Parse for Options {
                 "name" => options.name = Some(string(&pair.value)?),
                 "ttl" => options.ttl = Some(millis(&string(&pair.value)?)?),
                 "wait" => options.wait = Some(millis(&string(&pair.value)?)?),
+                "kind" => options.kind = Some(string(&pair.value)?),
+                "permits" => options.permits = Some(permits(&pair.value)?),
                 _ => {
                     return Err(syn::Error::new_spanned(
                         &pair.path,
-                        "unknown option; expected client, name, ttl or wait",
+                        "unknown option; expected client, name, ttl, wait, kind or permits",
                     ));
                 }
             }
         }
         Ok(options)
+    }
+}
+
+/// A permit count: an integer literal from 1 to `u32::MAX`.
+fn permits(value: &Expr) -> syn::Result<syn::LitInt> {
+    match value {
+        Expr::Lit(syn::ExprLit {
+            lit: syn::Lit::Int(n),
+            ..
+        }) if n.base10_parse::<u32>().is_ok_and(|n| n > 0) => Ok(n.clone()),
+        other => Err(syn::Error::new_spanned(
+            other,
+            "expected a number of permits from 1 to 4294967295",
+        )),
     }
 }
 
@@ -143,6 +165,52 @@ fn expand(options: Options, mut function: ItemFn) -> syn::Result<proc_macro2::To
     let wait = options.wait.map(|ms| {
         quote!(.with_wait(::fenced::WaitPolicy::up_to(::std::time::Duration::from_millis(#ms))))
     });
+    // Which primitive, and its scoped run.
+    let kind = options.kind.as_ref().map(LitStr::value);
+    let (handle, run) = match (kind.as_deref(), &options.permits) {
+        (None | Some("lock"), None) => (
+            quote!(lock(&(#client), ::std::format!(#name))),
+            quote!(with_lock),
+        ),
+        (Some("reentrant"), None) => (
+            quote!(reentrant_lock(&(#client), ::std::format!(#name))),
+            quote!(with_lock),
+        ),
+        (Some("fair"), None) => (
+            quote!(fair_lock(&(#client), ::std::format!(#name))),
+            quote!(with_lock),
+        ),
+        (Some("read"), None) => (
+            quote!(rw_lock(&(#client), ::std::format!(#name))),
+            quote!(with_read),
+        ),
+        (Some("write"), None) => (
+            quote!(rw_lock(&(#client), ::std::format!(#name))),
+            quote!(with_write),
+        ),
+        (None | Some("semaphore"), Some(n)) => (
+            quote!(semaphore(&(#client), ::std::format!(#name), #n)),
+            quote!(with_permit),
+        ),
+        (Some("semaphore"), None) => {
+            return Err(syn::Error::new_spanned(
+                &options.kind,
+                "a semaphore needs `permits = N`",
+            ));
+        }
+        (Some(_), None) => {
+            return Err(syn::Error::new_spanned(
+                &options.kind,
+                "unknown kind; expected \"lock\", \"reentrant\", \"fair\", \"read\", \"write\" or \"semaphore\"",
+            ));
+        }
+        (Some(_), Some(n)) => {
+            return Err(syn::Error::new_spanned(
+                n,
+                "`permits` goes with a semaphore only (leave out `kind`)",
+            ));
+        }
+    };
     let body = &function.block;
     let attrs = &function.attrs;
     let vis = &function.vis;
@@ -150,9 +218,9 @@ fn expand(options: Options, mut function: ItemFn) -> syn::Result<proc_macro2::To
     Ok(quote! {
         #(#attrs)*
         #vis #sig {
-            let __fenced_lock = ::fenced::Client::lock(&(#client), ::std::format!(#name)) #ttl #wait;
+            let __fenced_lock = ::fenced::Client::#handle #ttl #wait;
             match __fenced_lock
-                .with_lock(|#lease: ::fenced::Lease| async move #body)
+                .#run(|#lease: ::fenced::Lease| async move #body)
                 .await
             {
                 ::std::result::Result::Ok(out) => out,

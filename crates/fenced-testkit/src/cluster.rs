@@ -6,7 +6,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
-use crate::{RedisServer, TestkitError, free_port};
+use crate::{Capability, RedisServer, TestkitError, free_port, server_binary};
 
 /// The number of hash slots of every Redis Cluster.
 pub const SLOTS: u16 = 16384;
@@ -135,27 +135,44 @@ impl RedisCluster {
     /// Starts and forms the cluster, and waits until every node agrees that all slots are
     /// served and every replica has synchronised.
     pub fn start(masters: usize, replicas: usize) -> Result<Self, TestkitError> {
+        Self::start_needing(&[], masters, replicas)
+    }
+
+    /// Like [`start`](Self::start), on a binary with every capability in `needs` (sharded
+    /// pub/sub, say); see [`server_binary`].
+    pub fn start_needing(
+        needs: &[Capability],
+        masters: usize,
+        replicas: usize,
+    ) -> Result<Self, TestkitError> {
         if masters == 0 {
             return Err(failed("a cluster needs at least one master".into()));
         }
         let mut nodes = Vec::new();
         let mut bus0 = 0;
+        // `--cluster-port` is Redis 7 (and Valkey); before it the bus listens on the data port
+        // + 10000, which `start_with` retries on another port if that one is out of range or
+        // taken.
+        let bus_flag = server_binary(needs)?.redis7();
         for i in 0..masters * (1 + replicas) {
             let port = free_port()?;
-            if i == 0 {
-                bus0 = port;
-            }
             let bus = port.to_string();
-            nodes.push(RedisServer::start_with(&[
+            let mut args = vec![
                 "--cluster-enabled",
                 "yes",
                 "--cluster-config-file",
                 "nodes.conf",
                 "--cluster-node-timeout",
                 "1000",
-                "--cluster-port",
-                &bus,
-            ])?);
+            ];
+            if bus_flag {
+                args.extend(["--cluster-port", &bus]);
+            }
+            let node = RedisServer::start_needing(needs, &args)?;
+            if i == 0 {
+                bus0 = if bus_flag { port } else { node.port() + 10000 };
+            }
+            nodes.push(node);
         }
         let cluster = RedisCluster {
             nodes,
@@ -167,6 +184,7 @@ impl RedisCluster {
     }
 
     fn form(&self, replicas: usize) -> Result<(), TestkitError> {
+        let modern = self.nodes[0].binary().redis7();
         let per = usize::from(SLOTS) / self.masters;
         for m in 0..self.masters {
             let lo = m * per;
@@ -175,17 +193,29 @@ impl RedisCluster {
             } else {
                 lo + per - 1
             };
-            self.ok(
-                m,
-                &["CLUSTER", "ADDSLOTSRANGE", &lo.to_string(), &hi.to_string()],
-            )?;
+            if modern {
+                self.ok(
+                    m,
+                    &["CLUSTER", "ADDSLOTSRANGE", &lo.to_string(), &hi.to_string()],
+                )?;
+            } else {
+                // Redis 6: every slot by name.
+                let slots: Vec<String> = (lo..=hi).map(|s| s.to_string()).collect();
+                let mut args = vec!["CLUSTER", "ADDSLOTS"];
+                args.extend(slots.iter().map(String::as_str));
+                self.ok(m, &args)?;
+            }
         }
         for i in 0..self.nodes.len() {
             self.ok(i, &["CLUSTER", "SET-CONFIG-EPOCH", &(i + 1).to_string()])?;
         }
         let (first, bus) = (self.nodes[0].port().to_string(), self.bus0.to_string());
         for i in 1..self.nodes.len() {
-            self.ok(i, &["CLUSTER", "MEET", "127.0.0.1", &first, &bus])?;
+            if modern {
+                self.ok(i, &["CLUSTER", "MEET", "127.0.0.1", &first, &bus])?;
+            } else {
+                self.ok(i, &["CLUSTER", "MEET", "127.0.0.1", &first])?;
+            }
         }
         let n = self.nodes.len();
         self.wait("every node to know every other", |c| {

@@ -8,7 +8,10 @@
 //!
 //! The binary is `$FENCED_REDIS_SERVER` if set, else `redis-server` on `PATH`, else
 //! `/usr/bin/redis-server` or `/usr/sbin/redis-server`. `scripts/ensure-redis-server` installs
-//! Debian's package when it is missing.
+//! Debian's package when it is missing, and `scripts/servers` fetches Redis 6.2 and Valkey 9.1.
+//! The kit reads each binary's version and whether it has TLS, and passes it only the
+//! arguments it knows; a server that needs a [`Capability`] the chosen binary lacks (TLS, say)
+//! runs on the first binary that has it, or fails with [`TestkitError::Missing`].
 //!
 //! ```
 //! let server = fenced_testkit::RedisServer::start()?;
@@ -27,9 +30,12 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
+mod binary;
 mod cluster;
 mod proxy;
 mod sentinel;
+
+pub use binary::{Capability, Flavour, ServerBinary, server_binary};
 
 pub use cluster::{RedisCluster, Reply, SLOTS, command, key_slot};
 pub use proxy::{Fault, Proxy};
@@ -44,6 +50,16 @@ pub enum TestkitError {
         "no redis-server binary found (looked at $FENCED_REDIS_SERVER, PATH, /usr/bin, /usr/sbin); install it with scripts/ensure-redis-server (Debian: apt-get install redis-server)"
     )]
     NoBinary,
+    /// No binary has a capability a test needs (TLS, say).
+    #[error(
+        "no redis-server binary has {capability}: tried {binaries} (scripts/ensure-redis-server installs Debian's, which has TLS)"
+    )]
+    Missing {
+        /// What was needed.
+        capability: String,
+        /// The binaries tried, with their versions.
+        binaries: String,
+    },
     /// The server did not come up.
     #[error("redis-server on port {port} did not start: {reason}\n--- server log ---\n{log}")]
     StartFailed {
@@ -68,7 +84,7 @@ pub struct RedisServer {
     child: Option<Child>,
     port: u16,
     dir: tempfile::TempDir,
-    binary: PathBuf,
+    binary: ServerBinary,
     extra: Vec<String>,
     paused: bool,
     /// With TLS: the CA certificate (PEM) that signed the server's certificate.
@@ -87,12 +103,20 @@ impl RedisServer {
     /// Like [`start`](Self::start), with extra `redis-server` arguments such as
     /// `["--requirepass", "secret"]`.
     pub fn start_with(extra: &[&str]) -> Result<Self, TestkitError> {
+        Self::start_needing(&[], extra)
+    }
+
+    /// Like [`start_with`](Self::start_with), on a binary that has every capability in
+    /// `needs` (see [`server_binary`]): a test that needs sharded pub/sub says so here, and
+    /// fails with [`TestkitError::Missing`] when no binary has it.
+    pub fn start_needing(needs: &[Capability], extra: &[&str]) -> Result<Self, TestkitError> {
         let dir = tempfile::Builder::new().prefix("fenced-redis-").tempdir()?;
         Self::start_in(
             dir,
             extra.iter().map(|s| (*s).to_owned()).collect(),
             None,
             None,
+            needs,
         )
     }
 
@@ -108,6 +132,7 @@ impl RedisServer {
             vec!["--sentinel".to_owned()],
             None,
             Some("sentinel.conf".to_owned()),
+            &[],
         )
     }
 
@@ -145,7 +170,7 @@ impl RedisServer {
             "--tls-auth-clients".to_owned(),
             if mutual { "yes" } else { "no" }.to_owned(),
         ];
-        Self::start_in(dir, extra, Some(ca), None)
+        Self::start_in(dir, extra, Some(ca), None, &[Capability::Tls])
     }
 
     /// Starts in `dir`, retrying on another port when the chosen one was taken meanwhile.
@@ -154,8 +179,9 @@ impl RedisServer {
         extra: Vec<String>,
         tls_ca: Option<Vec<u8>>,
         config_file: Option<String>,
+        needs: &[Capability],
     ) -> Result<Self, TestkitError> {
-        let binary = redis_server_binary().ok_or(TestkitError::NoBinary)?;
+        let binary = server_binary(needs)?;
         let mut last_err = None;
         for _ in 0..5 {
             let mut server = RedisServer {
@@ -198,21 +224,23 @@ impl RedisServer {
         let log = self.log_path();
         // A fresh log: readiness (and any error report) must come from this run alone.
         let _ = std::fs::remove_file(&log);
-        let mut cmd = Command::new(&self.binary);
+        let mut cmd = Command::new(&self.binary.path);
         if let Some(name) = &self.config_file {
             cmd.arg(self.dir.path().join(name));
         }
-        let (plain_port, tls_port) = if self.tls_ca.is_some() {
-            (0, self.port)
+        // Only what this binary knows: `--tls-port` needs a build with TLS, and
+        // `--enable-debug-command` Redis 7 (before it, `DEBUG` is on anyway).
+        if self.tls_ca.is_some() {
+            cmd.args(["--port", "0", "--tls-port"])
+                .arg(self.port.to_string());
         } else {
-            (self.port, 0)
-        };
-        cmd.arg("--port")
-            .arg(plain_port.to_string())
-            .arg("--tls-port")
-            .arg(tls_port.to_string())
-            .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
-            .args(["--daemonize", "no", "--enable-debug-command", "local"])
+            cmd.arg("--port").arg(self.port.to_string());
+        }
+        if self.binary.redis7() {
+            cmd.args(["--enable-debug-command", "local"]);
+        }
+        cmd.args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .args(["--daemonize", "no"])
             .arg("--dir")
             .arg(self.dir.path())
             .arg("--logfile")
@@ -286,6 +314,11 @@ impl RedisServer {
             "redis"
         };
         format!("{scheme}://127.0.0.1:{}", self.port)
+    }
+
+    /// The binary it runs, with its version and capabilities.
+    pub fn binary(&self) -> &ServerBinary {
+        &self.binary
     }
 
     /// The port it listens on.

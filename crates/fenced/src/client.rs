@@ -467,7 +467,7 @@ impl ClientBuilder {
             (None, None, None) => {
                 let (node, client) = self.node(&self.url)?;
                 let node = node.with_acks(options.replica_acks);
-                let _: String = node.query("ping", &redis::cmd("PING")).await?;
+                check_server(&node).await?;
                 Backend::Single {
                     node,
                     client: Dedicated::Fixed(client),
@@ -577,7 +577,7 @@ impl ClientBuilder {
         let failover = Failover::start(service.to_owned(), clients, connect, timeout);
         let node = Node::new(Conn::Sentinel(failover.clone()), timeout)
             .with_acks(self.options.replica_acks);
-        let _: String = node.query("ping", &redis::cmd("PING")).await?;
+        check_server(&node).await?;
         Ok(Backend::Single {
             node,
             client: Dedicated::Sentinel(failover),
@@ -848,5 +848,69 @@ mod tests {
         fn redaction_answers_for_any_text(text in ".{0,64}") {
             let _ = redact(&text);
         }
+    }
+}
+
+/// The oldest server fenced supports: Redis 6.2 (`KEEPTTL`, `GETDEL`, `SET … GET`, ACL
+/// selectors' predecessors; every Valkey reports 7.2 or later). Older servers are refused at
+/// connect, before a script fails on a command they lack.
+pub const MIN_SERVER_VERSION: (u32, u32) = (6, 2);
+
+/// Reads the server's version (`INFO server`, which also proves it answers) and refuses one
+/// older than [`MIN_SERVER_VERSION`]. A user the ACL denies `INFO` is let through after a
+/// `PING`: the version cannot be read, and the scripts will say what they lack.
+async fn check_server(node: &Node) -> Result<()> {
+    let info = match node
+        .query::<String>("connect", redis::cmd("INFO").arg("server"))
+        .await
+    {
+        Ok(info) => info,
+        Err(Error::Permission { .. }) => {
+            let _: String = node.query("ping", &redis::cmd("PING")).await?;
+            return Ok(());
+        }
+        Err(e) => return Err(e),
+    };
+    match server_version(&info) {
+        Some(v) if (v.0, v.1) < MIN_SERVER_VERSION => Err(Error::unsupported(format!(
+            "Redis {}.{}.{} is older than {}.{}, the oldest fenced supports",
+            v.0, v.1, v.2, MIN_SERVER_VERSION.0, MIN_SERVER_VERSION.1
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// `redis_version` of an `INFO server` text (Valkey reports the Redis version it is
+/// compatible with there, 7.2.4 for every Valkey so far).
+fn server_version(info: &str) -> Option<(u32, u32, u32)> {
+    let text = info
+        .lines()
+        .find_map(|l| l.strip_prefix("redis_version:"))?
+        .trim();
+    let mut parts = text.split('.').map(|p| p.parse::<u32>().ok());
+    Some((
+        parts.next()??,
+        parts.next()??,
+        parts.next().flatten().unwrap_or(0),
+    ))
+}
+
+#[cfg(test)]
+mod version_tests {
+    use super::server_version;
+
+    #[test]
+    fn the_server_version_is_read_from_info() {
+        let info = "# Server\r\nredis_version:6.0.16\r\nredis_git_sha1:0\r\n";
+        assert_eq!(server_version(info), Some((6, 0, 16)));
+        assert_eq!(
+            server_version("redis_version:7.2.4\r\nvalkey_version:9.1.2"),
+            Some((7, 2, 4))
+        );
+        assert!(
+            server_version("redis_version:6.0.16")
+                .is_some_and(|v| (v.0, v.1) < super::MIN_SERVER_VERSION)
+        );
+        assert_eq!(server_version("nothing"), None);
     }
 }

@@ -281,13 +281,32 @@ impl Error {
 /// Commands whose ACL rules name a subcommand (`pubsub|numsub`).
 const CONTAINERS: [&str; 6] = ["pubsub", "script", "client", "config", "object", "function"];
 
-/// The command a `NOPERM` reply names: "... no permissions to run the 'evalsha' command".
+/// The command a refusal by ACL names: "... no permissions to run the 'evalsha' command".
 fn refused_command(err: &redis::RedisError) -> Option<String> {
     let text = err.to_string();
-    // Refused outright, or inside MULTI (then EXEC answers EXECABORT with the NOPERM text).
-    if err.code() != Some("NOPERM") && !text.contains("NOPERM") {
+    // Refused outright (code `NOPERM`), or inside MULTI (then EXEC answers EXECABORT with
+    // the NOPERM text), or inside a script on Valkey, which answers `ERR ACL failure in
+    // script: User u has no permissions to run the 'set' command` (no code of its own).
+    if err.code() != Some("NOPERM")
+        && !text.contains("NOPERM")
+        && !text.contains("ACL failure in script")
+    {
         return None;
     }
     let quoted = text.split("run the '").nth(1)?;
-    Some(quoted.split('\'').next()?.to_ascii_lowercase())
+    let command = quoted.split('\'').next()?.to_ascii_lowercase();
+    // Redis 6 names only the container ("the 'script' command or its subcommand"): name the
+    // one subcommand of it that fenced sends outside scripts, as ACL rules spell it.
+    Some(
+        match SUBCOMMAND_SENT
+            .iter()
+            .find(|(container, _)| *container == command)
+        {
+            Some((_, full)) if !command.contains('|') => (*full).to_owned(),
+            _ => command,
+        },
+    )
 }
+
+/// The only subcommand of a container that fenced sends as a command of its own.
+const SUBCOMMAND_SENT: [(&str, &str); 2] = [("script", "script|load"), ("pubsub", "pubsub|numsub")];

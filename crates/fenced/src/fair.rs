@@ -190,3 +190,8 @@ impl FairLock {
             .await
     }
 }
+
+/// Scoped runs.
+impl FairLock {
+    crate::guard::scoped_run!("the lock, taken in its turn", with_lock => acquire);
+}

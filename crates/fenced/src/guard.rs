@@ -7,6 +7,59 @@ use std::time::Duration;
 use crate::core::Held;
 pub use crate::core::Lease;
 use crate::error::Result;
+use crate::token::FencingToken;
+
+/// What every guard of a held lease offers, whatever the primitive: [`LockGuard`] (plain and
+/// fair locks), [`ReentrantGuard`](crate::ReentrantGuard), [`ReadGuard`](crate::ReadGuard),
+/// [`WriteGuard`](crate::WriteGuard), [`SemaphorePermit`](crate::SemaphorePermit) and
+/// [`MultiGuard`](crate::MultiGuard). Each guard has the same methods inherently too; the
+/// trait is for code that works with any of them, in the manner of `lock_api`'s traits.
+///
+/// The methods mean the same on every guard and fail with the same errors: see
+/// [`LockGuard::extend`] and [`LockGuard::release`]. The trait is sealed: only this crate's
+/// guards implement it.
+///
+/// ```
+/// # fenced_testkit::doctest(|url| async move {
+/// use fenced::LeaseGuard;
+///
+/// /// Writes under any kind of lease, and gives it back.
+/// async fn log_under<G: LeaseGuard>(guard: G) -> fenced::Result<()> {
+///     println!("{} held with token {}", guard.name(), guard.fencing_token());
+///     guard.extend(std::time::Duration::from_secs(10)).await?;
+///     guard.release().await
+/// }
+///
+/// let client = fenced::Client::connect(&url).await?;
+/// log_under(client.lock("a").acquire().await?).await?;
+/// log_under(client.semaphore("b", 2).acquire().await?).await?;
+/// log_under(client.rw_lock("c").read().await?).await?;
+/// # Ok(()) });
+/// ```
+pub trait LeaseGuard: sealed::Sealed + Send + Sync + 'static {
+    /// The name the lease is on (a multi-lock's names, sorted and joined by `, `).
+    fn name(&self) -> &str;
+    /// This grant's fencing token.
+    fn fencing_token(&self) -> FencingToken;
+    /// A cheap handle on the lease to pass to the work.
+    fn lease(&self) -> Lease;
+    /// True once the lease is lost, or its validity deadline has passed.
+    fn is_lost(&self) -> bool;
+    /// Completes when the lease is lost.
+    fn lost(&self) -> tokio_util::sync::WaitForCancellationFutureOwned;
+    /// The moment (monotonic clock) until which the lease is certainly held.
+    fn valid_until(&self) -> tokio::time::Instant;
+    /// Sets the lease to `ttl` from now; see [`LockGuard::extend`].
+    fn extend(&self, ttl: Duration) -> impl Future<Output = Result<()>> + Send + '_;
+    /// Gives the lease back and wakes whom the primitive's release wakes; see
+    /// [`LockGuard::release`].
+    fn release(self) -> impl Future<Output = Result<()>> + Send;
+}
+
+pub(crate) mod sealed {
+    /// Keeps [`LeaseGuard`](super::LeaseGuard) to this crate's guards.
+    pub trait Sealed {}
+}
 
 /// A held lock. Owned, `Send + 'static`: move it into a task, keep it in a struct.
 ///
@@ -32,39 +85,11 @@ impl fmt::Debug for LockGuard {
     }
 }
 
+crate::core::held::lease_accessors!(LockGuard);
+
 impl LockGuard {
     pub(crate) fn new(held: Held) -> Self {
         LockGuard { held }
-    }
-
-    /// The lock's name.
-    pub fn name(&self) -> &str {
-        self.held.lease().name()
-    }
-
-    crate::core::held::lease_accessors!();
-
-    /// Sets the lease to `ttl` from now (longer or shorter), and uses `ttl` for later renewals.
-    ///
-    /// The guard never claims more than Redis grants: from the moment the request is sent, a
-    /// shorter ttl counts (Redis may apply it even if the reply is lost), and a longer one
-    /// counts only once Redis confirms it. Renewals and extends reach Redis in epoch order,
-    /// so a late renewal for the old ttl can never undo this one.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::NotHeld`](crate::Error::NotHeld) if the lease is already gone (it is not
-    /// re-created); [`Error::LeaseLost`](crate::Error::LeaseLost) if it was declared lost
-    /// before; [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a bad ttl;
-    /// transport errors as usual (the outcome is then unknown, and the deadline stays at the
-    /// earlier of the old and the new one).
-    ///
-    /// # Cancel safety
-    ///
-    /// If cancelled after the request was sent, the outcome is unknown and is treated as the
-    /// error case above.
-    pub async fn extend(&self, ttl: Duration) -> Result<()> {
-        self.held.extend(ttl).await
     }
 
     /// Gives the lease back and wakes the next waiter.
@@ -87,3 +112,62 @@ impl LockGuard {
         self.held.release().await.map(|_| ())
     }
 }
+
+/// The scoped run of every primitive (`with_lock`, `with_read`, `with_write`, `with_permit`):
+/// runs `work` under `guard`, cancels it if the lease is lost, and releases at the end. A
+/// release that fails only because Redis is unreachable does not hide the work's result: it is
+/// logged, and the lease expires by its ttl.
+pub(crate) async fn scoped<G, F, Fut, T>(guard: G, work: F) -> Result<T>
+where
+    G: LeaseGuard,
+    F: FnOnce(Lease) -> Fut,
+    Fut: Future<Output = T>,
+{
+    let lease = guard.lease();
+    let outcome = tokio::select! {
+        biased;
+        _ = lease.lost() => None,
+        out = work(lease.clone()) => Some(out),
+    };
+    let lost = || crate::Error::LeaseLost {
+        name: lease.name().to_owned(),
+        fencing_token: lease.fencing_token(),
+    };
+    let Some(out) = outcome else {
+        drop(guard);
+        return Err(lost());
+    };
+    match guard.release().await {
+        Ok(()) => Ok(out),
+        Err(crate::Error::NotHeld { .. }) => Err(lost()),
+        Err(e) => {
+            tracing::warn!(lock = %lease.name(), error = %e, "fenced: release after the work failed; the lease will expire by its ttl");
+            Ok(out)
+        }
+    }
+}
+
+/// A primitive's scoped run: `$name(work)` takes a lease with `$acquire` and runs `work` under
+/// it ([`scoped`]), for a handle with that acquire method.
+macro_rules! scoped_run {
+    ($what:literal, $name:ident => $acquire:ident) => {
+        #[doc = concat!("Runs `work` while holding ", $what, ": takes it with [`", stringify!($acquire), "`](Self::", stringify!($acquire), "), runs the work, cancels it if the lease is lost, and releases at the end.")]
+        ///
+        /// `work` receives the [`Lease`](crate::Lease), whose fencing token should go with
+        /// every write it makes.
+        ///
+        /// # Errors
+        ///
+        /// As [`Lock::with_lock`](crate::Lock::with_lock): the errors of the acquire, and
+        /// [`Error::LeaseLost`](crate::Error::LeaseLost) when the lease ended before the work
+        /// finished.
+        pub async fn $name<F, Fut, T>(&self, work: F) -> $crate::Result<T>
+        where
+            F: FnOnce($crate::Lease) -> Fut,
+            Fut: std::future::Future<Output = T>,
+        {
+            $crate::guard::scoped(self.$acquire().await?, work).await
+        }
+    };
+}
+pub(crate) use scoped_run;

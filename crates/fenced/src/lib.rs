@@ -164,20 +164,24 @@ mod token;
 mod wait;
 
 pub use cache::Cache;
-pub use client::{Client, ClientBuilder};
+pub use client::{Client, ClientBuilder, MIN_SERVER_VERSION};
 
 pub use core::renew::RenewalStats;
 pub use error::{Error, Result};
 pub use fair::FairLock;
-/// Runs an async function under a distributed lock, the way the seed documents declare a lock
-/// on a method with an annotation.
+/// Runs an async function under a distributed lock, as an annotation declares a lock on a
+/// method elsewhere.
 ///
 /// `#[fenced::locked(client = EXPR, name = "FORMAT", ttl = "30s", wait = "5s")]`:
 /// - `client`: an expression giving the [`Client`] (or a reference to one), evaluated in the
 ///   function (so `self.client` works);
 /// - `name`: the lock's name, a format string over the function's arguments (`"order:{id}"`);
 /// - `ttl` and `wait` (optional): the lease length and how long to wait, checked when the code
-///   compiles (`"500ms"`, `"30s"`, `"5m"`, `"1h"`); by default the client's ttl and no limit.
+///   compiles (`"500ms"`, `"30s"`, `"5m"`, `"1h"`); by default the client's ttl and no limit;
+/// - `kind` (optional): which primitive, `"lock"` (the default), `"reentrant"`, `"fair"`,
+///   `"read"` or `"write"` (a [`RwLock`]'s leases); or `permits = N` for one permit of a
+///   [`Semaphore`] of N. Each runs through the primitive's scoped run (`with_lock`,
+///   `with_read`, `with_write`, `with_permit`).
 ///
 /// The function must be `async` and return `Result<T, E>` where `E: From<fenced::Error>`: a
 /// lock that cannot be taken, or a lease lost while the body runs (the body is then cancelled
@@ -204,6 +208,18 @@ pub use fair::FairLock;
 /// let orders = Orders { client: fenced::Client::connect(&url).await? };
 /// let token = orders.pay(42).await?;
 /// assert!(token > 0);
+///
+/// // Other primitives: many readers at once, or at most two exports at a time.
+/// #[fenced::locked(client = client, name = "catalogue", kind = "read")]
+/// async fn browse(client: &fenced::Client) -> fenced::Result<()> {
+///     Ok(())
+/// }
+/// #[fenced::locked(client = client, name = "exports", permits = 2)]
+/// async fn export(client: &fenced::Client) -> fenced::Result<()> {
+///     Ok(())
+/// }
+/// browse(&orders.client).await?;
+/// export(&orders.client).await?;
 /// # Ok(()) });
 /// ```
 ///
@@ -251,7 +267,7 @@ pub use fair::FairLock;
 /// (`crates/fenced-macros/tests/forms.rs` checks the exact messages with trybuild, in the slow
 /// tier: `scripts/test-slow`.)
 pub use fenced_macros::locked;
-pub use guard::{Lease, LockGuard};
+pub use guard::{Lease, LeaseGuard, LockGuard};
 pub use inspect::{
     FairQueueStatus, GrantStatus, Holder, LatchStatus, LockStatus, NodeStatus, OWNER_PREFIX_LEN,
     RwLockStatus,

@@ -2,14 +2,15 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::time::Duration;
 
 use tracing::Instrument;
 
 use crate::client::Client;
 use crate::core::acquire::AcquireRequest;
 use crate::core::{Core, LeaseOptions};
-use crate::error::{Error, Result};
+#[cfg(doc)]
+use crate::error::Error;
+use crate::error::Result;
 use crate::guard::{Lease, LockGuard};
 use crate::keys::LockKeys;
 use crate::kind::exclusive::Exclusive;
@@ -93,11 +94,6 @@ impl Lock {
 
     pub(crate) fn keys(&self) -> &LockKeys {
         &self.keys
-    }
-
-    /// The lease length this lock asks for.
-    pub fn ttl(&self) -> Duration {
-        self.opts.ttl(&self.core)
     }
 
     /// One attempt, never waits: `Some(guard)` when the lease is ours, `None` when somebody
@@ -213,28 +209,6 @@ impl Lock {
         F: FnOnce(Lease) -> Fut,
         Fut: Future<Output = T>,
     {
-        let guard = self.acquire().await?;
-        let lease = guard.lease();
-        let outcome = tokio::select! {
-            biased;
-            _ = lease.lost() => None,
-            out = work(lease.clone()) => Some(out),
-        };
-        let lost = || Error::LeaseLost {
-            name: self.name.to_string(),
-            fencing_token: lease.fencing_token(),
-        };
-        let Some(out) = outcome else {
-            drop(guard);
-            return Err(lost());
-        };
-        match guard.release().await {
-            Ok(()) => Ok(out),
-            Err(Error::NotHeld { .. }) => Err(lost()),
-            Err(e) => {
-                tracing::warn!(lock = %self.name, error = %e, "fenced: release after the work failed; the lease will expire by its ttl");
-                Ok(out)
-            }
-        }
+        crate::guard::scoped(self.acquire().await?, work).await
     }
 }

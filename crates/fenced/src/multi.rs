@@ -182,23 +182,12 @@ impl fmt::Debug for MultiGuard {
     }
 }
 
+crate::core::held::lease_accessors!(MultiGuard);
+
 impl MultiGuard {
     /// The names held, sorted.
     pub fn names(&self) -> &[String] {
         &self.names
-    }
-
-    crate::core::held::lease_accessors!();
-
-    /// Sets the lease of every name to `ttl` from now; see
-    /// [`LockGuard::extend`](crate::LockGuard::extend).
-    ///
-    /// # Errors
-    ///
-    /// As [`LockGuard::extend`](crate::LockGuard::extend); [`Error::NotHeld`] when any one
-    /// of the names was lost (none is extended then).
-    pub async fn extend(&self, ttl: Duration) -> Result<()> {
-        self.held.extend(ttl).await
     }
 
     /// Gives every name back (those still ours) and wakes their waiters.
@@ -209,4 +198,9 @@ impl MultiGuard {
     pub async fn release(self) -> Result<()> {
         self.held.release().await.map(|_| ())
     }
+}
+
+/// Scoped runs.
+impl MultiLock {
+    crate::guard::scoped_run!("every name", with_lock => acquire);
 }

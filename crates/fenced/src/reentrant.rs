@@ -13,7 +13,6 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::time::Duration;
 
 use tracing::Instrument;
 
@@ -92,11 +91,6 @@ impl ReentrantLock {
     /// The lock's name.
     pub fn name(&self) -> &str {
         &self.name
-    }
-
-    /// The lease length each hold asks for.
-    pub fn ttl(&self) -> Duration {
-        self.opts.ttl(&self.core)
     }
 
     fn hold(&self, owner: OwnerToken, reenter_only: bool) -> Result<(ReentrantHold, OwnerToken)> {
@@ -217,14 +211,9 @@ impl fmt::Debug for ReentrantGuard {
     }
 }
 
+crate::core::held::lease_accessors!(ReentrantGuard);
+
 impl ReentrantGuard {
-    /// The lock's name.
-    pub fn name(&self) -> &str {
-        &self.lock.name
-    }
-
-    crate::core::held::lease_accessors!();
-
     /// A handle that lets another task or process enter this hold
     /// ([`ReentrantLock::reenter`]). Whoever has it can take and give back holds of this
     /// lock while it is held: hand it out as you would the lock itself.
@@ -308,4 +297,9 @@ impl HolderHandle {
             owner,
         })
     }
+}
+
+/// Scoped runs.
+impl ReentrantLock {
+    crate::guard::scoped_run!("a hold of this lock", with_lock => acquire);
 }

@@ -3,7 +3,6 @@
 use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
 
 use tracing::Instrument;
 
@@ -276,9 +275,9 @@ impl fmt::Debug for ReadGuard {
     }
 }
 
-impl ReadGuard {
-    crate::core::held::lease_accessors!();
+crate::core::held::lease_accessors!(ReadGuard);
 
+impl ReadGuard {
     /// Gives the read lease back; the last reader's release lets a waiting writer in.
     ///
     /// # Errors
@@ -306,18 +305,9 @@ impl fmt::Debug for WriteGuard {
     }
 }
 
+crate::core::held::lease_accessors!(WriteGuard);
+
 impl WriteGuard {
-    crate::core::held::lease_accessors!();
-
-    /// Sets the lease to `ttl` from now; see [`LockGuard::extend`](crate::LockGuard::extend).
-    ///
-    /// # Errors
-    ///
-    /// As [`LockGuard::extend`](crate::LockGuard::extend).
-    pub async fn extend(&self, ttl: Duration) -> Result<()> {
-        self.held.extend(ttl).await
-    }
-
     /// Gives the write lease back and wakes every waiting reader (and writer).
     ///
     /// # Errors
@@ -326,4 +316,10 @@ impl WriteGuard {
     pub async fn release(self) -> Result<()> {
         self.held.release().await.map(|_| ())
     }
+}
+
+/// Scoped runs.
+impl RwLock {
+    crate::guard::scoped_run!("a read lease", with_read => read);
+    crate::guard::scoped_run!("the write lease", with_write => write);
 }

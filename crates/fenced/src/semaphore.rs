@@ -121,11 +121,6 @@ impl Semaphore {
         self.permits
     }
 
-    /// The lease length each holder asks for.
-    pub fn ttl(&self) -> Duration {
-        self.opts.ttl(&self.core)
-    }
-
     fn check(&self, n: u32) -> Result<Duration> {
         let ttl = self.opts.checked_ttl(&self.core, "semaphore", &self.name)?;
         if !(1..=MAX_PERMITS).contains(&self.permits) {
@@ -279,21 +274,12 @@ impl fmt::Debug for SemaphorePermit {
     }
 }
 
+crate::core::held::lease_accessors!(SemaphorePermit);
+
 impl SemaphorePermit {
     /// How many permits this holds.
     pub fn permits(&self) -> u32 {
         self.permits
-    }
-
-    crate::core::held::lease_accessors!();
-
-    /// Sets the lease to `ttl` from now; see [`LockGuard::extend`](crate::LockGuard::extend).
-    ///
-    /// # Errors
-    ///
-    /// As [`LockGuard::extend`](crate::LockGuard::extend).
-    pub async fn extend(&self, ttl: Duration) -> Result<()> {
-        self.held.extend(ttl).await
     }
 
     /// Gives the permits back and wakes up to that many waiters.
@@ -306,4 +292,9 @@ impl SemaphorePermit {
     pub async fn release(self) -> Result<()> {
         self.held.release().await.map(|_| ())
     }
+}
+
+/// Scoped runs.
+impl Semaphore {
+    crate::guard::scoped_run!("one permit", with_permit => acquire);
 }

@@ -230,6 +230,8 @@ pub(crate) async fn user(server: &RedisServer, name: &str, commands: &[&str]) ->
     acl.arg("SETUSER")
         .arg(name)
         .arg("reset")
+        // Redis 6.2 gives a reset user every channel (`acl-pubsub-default allchannels`).
+        .arg("resetchannels")
         .arg("on")
         .arg(">pw")
         .arg("~fenced:*")

@@ -7,7 +7,7 @@ use std::time::Duration;
 use fenced::{CasOutcome, Client, Error, FencedWrite, WaitPolicy};
 use fenced_testkit::{RedisCluster, Reply, key_slot};
 
-use crate::support::{cluster, cluster_client};
+use crate::support::{cluster, cluster_client, sharded_cluster};
 use tokio::time::Instant;
 
 /// Lock names whose keys land on `n` different masters' slots, one per master.
@@ -286,7 +286,7 @@ async fn transactions_run_on_their_slots_master_and_follow_it_when_the_slot_move
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn leases_on_every_master_are_renewed_and_a_release_wakes_a_waiter_of_another_client() {
-    let c = cluster(3, 0);
+    let c = sharded_cluster(3, 0);
     let a = cluster_client(&c).await;
     let b = Client::cluster_builder(&c.urls())
         .timeout(Duration::from_millis(800))
@@ -479,7 +479,7 @@ pub(crate) async fn until_subscribers(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiters_subscribe_on_their_slots_master_and_follow_the_slot_when_it_moves() {
-    let c = cluster(3, 0);
+    let c = sharded_cluster(3, 0);
     let a = cluster_client(&c).await;
     let b = Client::cluster_builder(&c.urls())
         // Polling alone would take 10 s: a wake-up within the bound below is pub/sub's.

@@ -188,13 +188,27 @@ async fn a_dropped_transaction_leaves_no_watch_behind() {
         1,
         "a stale WATCH made the next transaction conflict"
     );
-    // And no connection is left inside a MULTI.
+    // And no connection is left inside a MULTI, or watching: the `x` flag marks a client in
+    // MULTI on every server (Redis shows `multi=-1` outside one, Valkey `multi=0` after an
+    // EXEC), and `watch=` (Redis 7+, Valkey) counts watched keys.
     let clients: String = redis::cmd("CLIENT")
         .arg("LIST")
         .query_async(&mut other)
         .await
         .unwrap();
-    assert!(clients.lines().all(|l| l.contains("multi=-1")), "{clients}");
+    let field = |line: &str, name: &str| -> Option<String> {
+        line.split_whitespace()
+            .find_map(|f| f.strip_prefix(name))
+            .map(str::to_owned)
+    };
+    for line in clients.lines() {
+        let flags = field(line, "flags=").unwrap_or_default();
+        assert!(!flags.contains('x'), "a client is left in MULTI: {line}");
+        assert!(
+            field(line, "watch=").is_none_or(|w| w == "0"),
+            "a client still watches: {line}"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

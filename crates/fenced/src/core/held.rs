@@ -268,7 +268,7 @@ impl Drop for Held {
 /// What the protected work needs to know about its lease: a cheap, cloneable, `Send + 'static`
 /// view of a held lock, permit or hold.
 ///
-/// Use it cooperatively, as the seeds' "if interrupted, break" loop does:
+/// Use it cooperatively: check it between steps and stop as soon as it fails.
 ///
 /// ```
 /// # fenced_testkit::doctest(|url| async move {
@@ -384,35 +384,108 @@ impl Lease {
     }
 }
 
-/// The accessors every guard of a held lease has (token, lease, lost signal, deadline), for a
-/// struct with a `held: Held` field: one definition for `LockGuard`, `ReentrantGuard` and
-/// `SemaphorePermit`.
+/// The surface every guard of a held lease has (name, token, lease, lost signal, deadline,
+/// extend), for a struct with a `held: Held` field, and its [`LeaseGuard`](crate::LeaseGuard)
+/// implementation: one definition for every guard, so none can lack a method. Each guard
+/// writes its own `release`, whose documentation says whom it wakes.
 macro_rules! lease_accessors {
-    () => {
-        /// This grant's fencing token: send it with every write to the protected resource.
-        pub fn fencing_token(&self) -> $crate::FencingToken {
-            self.held.lease().fencing_token()
+    ($guard:ty) => {
+        impl $guard {
+            /// The name this lease is on (a multi-lock's names, sorted and joined by `, `).
+            pub fn name(&self) -> &str {
+                self.held.lease().name()
+            }
+
+            /// This grant's fencing token: send it with every write to the protected resource.
+            pub fn fencing_token(&self) -> $crate::FencingToken {
+                self.held.lease().fencing_token()
+            }
+
+            /// A cheap handle on this lease (token, deadline, lost signal) to pass to the work.
+            pub fn lease(&self) -> $crate::Lease {
+                self.held.lease().clone()
+            }
+
+            /// True once the lease is lost, or its validity deadline has passed.
+            pub fn is_lost(&self) -> bool {
+                self.held.lease().is_lost()
+            }
+
+            /// Completes when the lease is lost. See [`Lease::lost`](crate::Lease::lost).
+            pub fn lost(&self) -> tokio_util::sync::WaitForCancellationFutureOwned {
+                self.held.lease().lost()
+            }
+
+            /// The moment (monotonic clock) until which this lease is certainly ours, as of
+            /// the last successful grant or renewal.
+            pub fn valid_until(&self) -> tokio::time::Instant {
+                self.held.lease().valid_until()
+            }
+
+            /// Sets the lease to `ttl` from now (longer or shorter), and uses `ttl` for later
+            /// renewals.
+            ///
+            /// The guard never claims more than Redis grants: from the moment the request is
+            /// sent, a shorter ttl counts (Redis may apply it even if the reply is lost), and a
+            /// longer one counts only once Redis confirms it. Renewals and extends reach Redis
+            /// in epoch order, so a late renewal for the old ttl can never undo this one. (A
+            /// re-entrant hold never shortens the lock below its other holds' leases; a
+            /// multi-lock extends every name or none.)
+            ///
+            /// # Errors
+            ///
+            /// [`Error::NotHeld`](crate::Error::NotHeld) if the lease is already gone (it is
+            /// not re-created); [`Error::LeaseLost`](crate::Error::LeaseLost) if it was
+            /// declared lost before; [`Error::InvalidArgument`](crate::Error::InvalidArgument)
+            /// for a bad ttl; transport errors as usual (the outcome is then unknown, and the
+            /// deadline stays at the earlier of the old and the new one).
+            ///
+            /// # Cancel safety
+            ///
+            /// If cancelled after the request was sent, the outcome is unknown and is treated
+            /// as the error case above.
+            pub async fn extend(&self, ttl: std::time::Duration) -> $crate::Result<()> {
+                self.held.extend(ttl).await
+            }
         }
 
-        /// A cheap handle on this lease (token, deadline, lost signal) to pass to the work.
-        pub fn lease(&self) -> $crate::Lease {
-            self.held.lease().clone()
-        }
+        impl $crate::guard::sealed::Sealed for $guard {}
 
-        /// True once the lease is lost, or its validity deadline has passed.
-        pub fn is_lost(&self) -> bool {
-            self.held.lease().is_lost()
-        }
+        impl $crate::LeaseGuard for $guard {
+            fn name(&self) -> &str {
+                <$guard>::name(self)
+            }
 
-        /// Completes when the lease is lost. See [`Lease::lost`](crate::Lease::lost).
-        pub fn lost(&self) -> tokio_util::sync::WaitForCancellationFutureOwned {
-            self.held.lease().lost()
-        }
+            fn fencing_token(&self) -> $crate::FencingToken {
+                <$guard>::fencing_token(self)
+            }
 
-        /// The moment (monotonic clock) until which this lease is certainly ours, as of the
-        /// last successful grant or renewal.
-        pub fn valid_until(&self) -> tokio::time::Instant {
-            self.held.lease().valid_until()
+            fn lease(&self) -> $crate::Lease {
+                <$guard>::lease(self)
+            }
+
+            fn is_lost(&self) -> bool {
+                <$guard>::is_lost(self)
+            }
+
+            fn lost(&self) -> tokio_util::sync::WaitForCancellationFutureOwned {
+                <$guard>::lost(self)
+            }
+
+            fn valid_until(&self) -> tokio::time::Instant {
+                <$guard>::valid_until(self)
+            }
+
+            fn extend(
+                &self,
+                ttl: std::time::Duration,
+            ) -> impl std::future::Future<Output = $crate::Result<()>> + Send + '_ {
+                <$guard>::extend(self, ttl)
+            }
+
+            fn release(self) -> impl std::future::Future<Output = $crate::Result<()>> + Send {
+                <$guard>::release(self)
+            }
         }
     };
 }
@@ -440,6 +513,11 @@ macro_rules! lease_option_setters {
         pub fn with_wait(mut self, policy: $crate::WaitPolicy) -> Self {
             self.opts.wait = policy;
             self
+        }
+
+        /// The lease length each grant asks for.
+        pub fn ttl(&self) -> std::time::Duration {
+            self.opts.ttl(&self.core)
         }
     };
 }

@@ -210,7 +210,7 @@ impl Client {
     ///
     /// # Examples
     ///
-    /// The seckill purchase from the seed documents: buy one item if any is left.
+    /// The flash-sale purchase: buy one item if any is left.
     ///
     /// ```
     /// # fenced_testkit::doctest(|url| async move {
