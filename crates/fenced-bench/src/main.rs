@@ -47,6 +47,10 @@ struct Args {
     /// Measure against this server instead of starting one (loopback only, please).
     #[arg(long, value_name = "URL")]
     redis: Option<String>,
+    /// Start this server binary (`redis-server` or `valkey-server`; `scripts/servers` fetches
+    /// Redis 6.2 and Valkey 9.1) instead of the test kit's default.
+    #[arg(long, value_name = "PATH", conflicts_with = "redis")]
+    server: Option<PathBuf>,
 }
 
 fn main() -> ExitCode {
@@ -122,7 +126,10 @@ fn measure(
 ) -> Result<fenced_bench::Report, Box<dyn std::error::Error + Send + Sync>> {
     let server = match &args.redis {
         Some(_) => None,
-        None => Some(fenced_testkit::RedisServer::start()?),
+        None => Some(match &args.server {
+            Some(path) => fenced_testkit::RedisServer::start_binary(path, &[])?,
+            None => fenced_testkit::RedisServer::start()?,
+        }),
     };
     let url = match (&args.redis, &server) {
         (Some(url), _) => url.clone(),

@@ -116,7 +116,20 @@ impl RedisServer {
             extra.iter().map(|s| (*s).to_owned()).collect(),
             None,
             None,
-            needs,
+            server_binary(needs)?,
+        )
+    }
+
+    /// Like [`start_with`](Self::start_with), running the binary at `path` (a benchmark's
+    /// `--server`, say), probed like any other.
+    pub fn start_binary(path: &Path, extra: &[&str]) -> Result<Self, TestkitError> {
+        let dir = tempfile::Builder::new().prefix("fenced-redis-").tempdir()?;
+        Self::start_in(
+            dir,
+            extra.iter().map(|s| (*s).to_owned()).collect(),
+            None,
+            None,
+            ServerBinary::probe(path)?,
         )
     }
 
@@ -132,7 +145,7 @@ impl RedisServer {
             vec!["--sentinel".to_owned()],
             None,
             Some("sentinel.conf".to_owned()),
-            &[],
+            server_binary(&[])?,
         )
     }
 
@@ -170,7 +183,13 @@ impl RedisServer {
             "--tls-auth-clients".to_owned(),
             if mutual { "yes" } else { "no" }.to_owned(),
         ];
-        Self::start_in(dir, extra, Some(ca), None, &[Capability::Tls])
+        Self::start_in(
+            dir,
+            extra,
+            Some(ca),
+            None,
+            server_binary(&[Capability::Tls])?,
+        )
     }
 
     /// Starts in `dir`, retrying on another port when the chosen one was taken meanwhile.
@@ -179,9 +198,8 @@ impl RedisServer {
         extra: Vec<String>,
         tls_ca: Option<Vec<u8>>,
         config_file: Option<String>,
-        needs: &[Capability],
+        binary: ServerBinary,
     ) -> Result<Self, TestkitError> {
-        let binary = server_binary(needs)?;
         let mut last_err = None;
         for _ in 0..5 {
             let mut server = RedisServer {

@@ -150,9 +150,6 @@ pub(crate) fn hand_over_reply(value: Value) -> Result<HandOverReply> {
         [Value::Int(1), Value::BulkString(token)] => {
             parse_token("hand over", token).map(HandOverReply::Handed)
         }
-        [Value::Int(1), Value::Int(token)] => {
-            int_token("hand over", *token).map(HandOverReply::Handed)
-        }
         [Value::Int(0), Value::Int(0)] => Ok(HandOverReply::NotHeld),
         [Value::Int(0), Value::Int(1)] => Ok(HandOverReply::OthersWait),
         other => Err(unexpected("hand over", format!("{other:?}"))),
@@ -194,12 +191,11 @@ impl ReleaseReply {
 
 pub(crate) fn acquire_reply(value: Value) -> Result<AcquireReply> {
     let mut pair = match value {
-        // A bare token is a grant's (the exclusive lock's cheapest reply): a decimal string,
-        // or an integer from an older script.
+        // A bare token is a grant's (the exclusive lock's cheapest reply): a decimal string.
+        // Scripts are compiled in and called by their hash, so no older script answers.
         Value::BulkString(token) => {
             return parse_token("acquire", &token).map(AcquireReply::Acquired);
         }
-        Value::Int(token) => return int_token("acquire", token).map(AcquireReply::Acquired),
         Value::Array(pair) => pair,
         other => return Err(unexpected("acquire", format!("{other:?}"))),
     };
@@ -209,7 +205,6 @@ pub(crate) fn acquire_reply(value: Value) -> Result<AcquireReply> {
     };
     match (granted, detail) {
         (1, Value::BulkString(bytes)) => parse_token("acquire", &bytes).map(AcquireReply::Acquired),
-        (1, Value::Int(token)) => int_token("acquire", token).map(AcquireReply::Acquired),
         (0, Value::Int(-3)) => Ok(AcquireReply::Abandoned),
         (0, Value::Int(-4)) => Ok(AcquireReply::NotHeld),
         (0, Value::Int(ms)) => Ok(AcquireReply::Busy {
@@ -231,7 +226,6 @@ pub(crate) fn expiry_reply(value: Value) -> Result<ExpiryReply> {
 pub(crate) fn release_reply(value: Value) -> Result<ReleaseReply> {
     match value {
         Value::Int(1) => Ok(ReleaseReply::Released),
-        Value::Int(2) => Ok(ReleaseReply::AlreadyReleased),
         Value::Int(0) => Ok(ReleaseReply::NotHeld),
         Value::Int(3) => Ok(ReleaseReply::Retained),
         other => Err(unexpected("release", format!("{other:?}"))),
@@ -244,15 +238,6 @@ pub(crate) fn abandon_reply(value: Value) -> Result<bool> {
         Value::Int(n) => Ok(n == 1),
         other => Err(unexpected("abandon", format!("{other:?}"))),
     }
-}
-
-/// A fencing token sent as an integer reply: positive.
-fn int_token(script: &'static str, token: i64) -> Result<FencingToken> {
-    u64::try_from(token)
-        .ok()
-        .filter(|t| *t > 0)
-        .map(FencingToken::new)
-        .ok_or_else(|| unexpected(script, format!("token {token}")))
 }
 
 /// A fencing token as the scripts send it: a decimal string.
