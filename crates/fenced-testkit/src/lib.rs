@@ -110,27 +110,19 @@ impl RedisServer {
     /// `needs` (see [`server_binary`]): a test that needs sharded pub/sub says so here, and
     /// fails with [`TestkitError::Missing`] when no binary has it.
     pub fn start_needing(needs: &[Capability], extra: &[&str]) -> Result<Self, TestkitError> {
-        let dir = tempfile::Builder::new().prefix("fenced-redis-").tempdir()?;
-        Self::start_in(
-            dir,
-            extra.iter().map(|s| (*s).to_owned()).collect(),
-            None,
-            None,
-            server_binary(needs)?,
-        )
+        Self::start_plain(server_binary(needs)?, extra)
     }
 
     /// Like [`start_with`](Self::start_with), running the binary at `path` (a benchmark's
     /// `--server`, say), probed like any other.
     pub fn start_binary(path: &Path, extra: &[&str]) -> Result<Self, TestkitError> {
+        Self::start_plain(ServerBinary::probe(path)?, extra)
+    }
+
+    fn start_plain(binary: ServerBinary, extra: &[&str]) -> Result<Self, TestkitError> {
         let dir = tempfile::Builder::new().prefix("fenced-redis-").tempdir()?;
-        Self::start_in(
-            dir,
-            extra.iter().map(|s| (*s).to_owned()).collect(),
-            None,
-            None,
-            ServerBinary::probe(path)?,
-        )
+        let extra = extra.iter().map(|s| (*s).to_owned()).collect();
+        Self::start_in(dir, extra, None, None, binary)
     }
 
     /// Starts a Redis Sentinel (`redis-server sentinel.conf --sentinel`) whose configuration

@@ -192,7 +192,8 @@ impl Error {
             redis::ErrorKind::Server(
                 S::BusyLoading | S::TryAgain | S::MasterDown | S::ReadOnly | S::ClusterDown
             )
-        ) || err.code() == Some("BUSY");
+        ) || err.code() == Some("BUSY")
+            || script_error_code(&err.to_string()).is_some_and(|code| PASSING.contains(&code));
         if passing
             || err.is_io_error()
             || err.is_connection_refusal()
@@ -278,6 +279,27 @@ impl Error {
     }
 }
 
+/// Error codes of a server that cannot serve us now but may soon.
+const PASSING: [&str; 6] = [
+    "BUSY",
+    "LOADING",
+    "TRYAGAIN",
+    "MASTERDOWN",
+    "READONLY",
+    "CLUSTERDOWN",
+];
+
+/// The error code of a command that failed inside a script, where the server gives it only in
+/// the text: Redis 6 answers `ERR Error running script (…): @user_script:97: @user_script: 97:
+/// -READONLY You can't write…` (Redis 7 and Valkey give the code itself).
+fn script_error_code(text: &str) -> Option<&str> {
+    let (_, after) = text.rsplit_once("@user_script")?;
+    after
+        .split_whitespace()
+        .map(|word| word.trim_start_matches('-'))
+        .find(|word| word.len() >= 3 && word.bytes().all(|b| b.is_ascii_uppercase()))
+}
+
 /// Commands whose ACL rules name a subcommand (`pubsub|numsub`).
 const CONTAINERS: [&str; 6] = ["pubsub", "script", "client", "config", "object", "function"];
 
@@ -310,3 +332,21 @@ fn refused_command(err: &redis::RedisError) -> Option<String> {
 
 /// The only subcommand of a container that fenced sends as a command of its own.
 const SUBCOMMAND_SENT: [(&str, &str); 2] = [("script", "script|load"), ("pubsub", "pubsub|numsub")];
+
+#[cfg(test)]
+mod code_tests {
+    use super::script_error_code;
+
+    #[test]
+    fn a_code_inside_a_redis_6_script_error_is_found() {
+        let ro = "Error running script (call to f_391e): @user_script:97: @user_script: 97: -READONLY You can't write against a read only replica.";
+        assert_eq!(script_error_code(ro), Some("READONLY"));
+        let wt = "Error running script (call to f_cea0): @user_script:103: WRONGTYPE Operation against a key";
+        assert_eq!(script_error_code(wt), Some("WRONGTYPE"));
+        assert_eq!(script_error_code("ERR plain error"), None);
+        assert_eq!(
+            script_error_code("@user_script:1: The user executing the script"),
+            None
+        );
+    }
+}

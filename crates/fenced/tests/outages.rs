@@ -138,3 +138,72 @@ async fn acl_passwords_in_the_url_work_and_wrong_ones_are_typed_errors() {
     let none = Client::connect(&format!("redis://127.0.0.1:{port}")).await;
     assert!(none.is_err(), "no password must not work");
 }
+
+/// A server busy in a script answers `BUSY`, and a replica `READONLY`: both are typed as
+/// transient `Unavailable` on every server of the matrix (by the error's code, not its text),
+/// and nothing is left held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn busy_and_readonly_servers_are_unavailable_by_their_error_codes() {
+    let server = server();
+    let c = client(&server).await;
+    let mut conn = redis::Client::open(server.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    // `lua-time-limit` is the name every server of the matrix knows (Redis 7 and Valkey
+    // also call it `busy-reply-threshold`).
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("lua-time-limit")
+        .arg("50")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let url = server.url();
+    let spinner = std::thread::spawn(move || {
+        let mut conn = redis::Client::open(url).unwrap().get_connection().unwrap();
+        // Ends with an error once SCRIPT KILL stops it.
+        let _: redis::RedisResult<()> = redis::cmd("EVAL")
+            .arg("while true do end")
+            .arg(0)
+            .query(&mut conn);
+    });
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let busy = loop {
+        tokio::time::sleep(Duration::from_millis(100)).await; // past the 50 ms threshold
+        match c.lock("busy").try_acquire().await {
+            Err(e @ Error::Unavailable { .. }) => break e,
+            other => assert!(Instant::now() < deadline, "never BUSY: {other:?}"),
+        }
+    };
+    assert!(busy.is_transient());
+    assert!(
+        matches!(&busy, Error::Unavailable { source } if source.code() == Some("BUSY")),
+        "{busy}"
+    );
+    let mut killer = redis::Client::open(server.url())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let _: redis::RedisResult<()> = redis::cmd("SCRIPT").arg("KILL").query(&mut killer);
+    spinner.join().unwrap();
+    let g = c.lock("busy").acquire().await.unwrap();
+    g.release().await.unwrap();
+
+    // A replica refuses writes: READONLY, transient (a failover may be under way).
+    let mut set = fenced_testkit::RedisSentinels::start(1, 0).unwrap();
+    let on_replica = Client::builder(&set.node(1).url())
+        .timeout(TIMEOUT)
+        .connect()
+        .await
+        .unwrap();
+    match on_replica.lock("ro").try_acquire().await {
+        // The code itself on Redis 7 and Valkey; inside the script error's text on Redis 6.
+        Err(Error::Unavailable { source }) => assert!(
+            source.code() == Some("READONLY") || source.to_string().contains("-READONLY"),
+            "{source}"
+        ),
+        other => panic!("a replica granted a lock: {other:?}"),
+    }
+}
