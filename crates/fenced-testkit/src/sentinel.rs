@@ -10,7 +10,7 @@ use crate::{RedisServer, TestkitError};
 pub const SERVICE: &str = "mymaster";
 
 /// A master (node 0 at the start), `replicas` replicas of it (nodes 1…), and `sentinels`
-/// sentinels that watch it as [`SERVICE`] with a majority quorum, noticing a dead master
+/// sentinels that watch it as `"mymaster"` with a majority quorum, noticing a dead master
 /// after 1 s. Every process stops when this is dropped.
 #[derive(Debug)]
 pub struct RedisSentinels {

@@ -7,12 +7,16 @@
 //! |---|---|---|
 //! | `<ns>{<name>}` | string | the owner token of the current holder, with `PX` = the lease |
 //! | `<ns>{<name>}:fence` | string | the last fencing token handed out, kept for the fence retention after the last grant |
-//! | `<ns>{<name>}:released` | pub/sub channel | one message per release, payload = the releasing client's id |
+//! | `<ns>{<name>}:released` | pub/sub channel | one message per release, payload = `<client id> <wake>` (the releasing client's id, so it can skip its own echo, and whom to wake: `1`, `N` or `all`; see `docs/protocol.md`) |
 //! | `<ns>{<name>}:void:<owner>` | string | tombstone of an abandoned acquire attempt, until the attempt can no longer arrive |
 //! | `<ns>{<name>}:epoch:<owner>` | string | the newest expiry epoch applied to that owner's lease, after an `extend`; expires with the lease |
 //! | `<ns>{<name>}:holds` | hash | a reentrant lock's holds: `token`, and `h:<id>` per hold |
 //! | `<ns>{<name>}:permits` | zset | a semaphore's holders, scored by the end of their lease (server ms) |
 //! | `<ns>{<name>}:permits:n` | hash | permits held, per holder |
+//! | `<ns>{<name>}:permits:fence` | string | a semaphore's last fencing token, as `:fence` is a lock's |
+//! | `<ns>{<name>}:permits:void:<owner>`, `:permits:epoch:<owner>` | string | a semaphore holder's tombstone and expiry epoch, as for a lock |
+//! | `<ns>{<name>}:readers:void:<owner>`, `:readers:epoch:<owner>` | string | a reader's tombstone and expiry epoch, as for a lock |
+//! | `<ns>{<name>}:void:<owner>:<hold>` | string | a re-entrant hold's tombstone |
 //! | `<ns>{<name>}:permits:released` | pub/sub channel | one message per semaphore release |
 //! | `<ns>{<name>}:readers` | zset | a read-write lock's readers, scored by the end of their lease (server ms) |
 //! | `<ns>{<name>}:readers:n` | hash | a read-write lock's holds per reader |

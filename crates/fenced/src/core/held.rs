@@ -406,7 +406,7 @@ macro_rules! lease_accessors {
                 self.held.lease().clone()
             }
 
-            /// True once the lease is lost, or its validity deadline has passed.
+            /// True once the lease is over: lost, past its validity deadline, or given back.
             pub fn is_lost(&self) -> bool {
                 self.held.lease().is_lost()
             }

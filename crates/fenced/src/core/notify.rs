@@ -51,7 +51,7 @@ pub(crate) enum Wake {
     One,
     /// Up to N heads: N permits came back.
     N(u32),
-    /// Every head: a latch opened (or, later, a writer left and all readers may enter).
+    /// Every head: a latch opened, or a writer left and every reader may enter.
     All,
 }
 

@@ -12,7 +12,7 @@
 -- KEYS[2]  the attempt's tombstone: <lock>:void:<owner>
 -- ARGV[1]  owner token of the abandoned attempt
 -- ARGV[2]  channel to publish a release on
--- ARGV[3]  message: the client's id
+-- ARGV[3]  message: '<client id> <wake>'
 -- ARGV[4]  how long the tombstone lives, in ms
 --
 -- Returns 1 the attempt had taken the lease, which is now released,

@@ -3,7 +3,7 @@
 -- KEYS[1]  lock key
 -- KEYS[2]  a reentrant lock's holds (deleted with it)
 -- ARGV[1]  channel to publish the release on
--- ARGV[2]  message: the client's id
+-- ARGV[2]  message: '<client id> <wake>'
 --
 -- Returns the owner token that held it, or false when the lock was free.
 local owner = redis.call('GET', KEYS[1])

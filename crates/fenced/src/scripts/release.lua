@@ -3,7 +3,7 @@
 -- KEYS[1]  lock key
 -- ARGV[1]  owner token
 -- ARGV[2]  channel to publish the release on
--- ARGV[3]  message: the releasing client's id, so that client can skip its own echo
+-- ARGV[3]  message: '<client id> <wake>', so that client can skip its own echo
 --
 -- Returns 1 released now,
 --         0 not held by this owner (expired, broken, held by somebody else, or released
