@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use fenced::{Client, FencedUpdate, RetryPolicy, Stock};
+use fenced::{Client, FencedUpdate, Stock, WaitPolicy};
 use tokio::time::Instant;
 
 use crate::report::Row;
@@ -117,7 +117,7 @@ async fn buy_by_transaction(
     key: &str,
     tally: &Arc<Tally>,
 ) -> Result<bool, fenced::Error> {
-    let policy = RetryPolicy::default()
+    let policy = WaitPolicy::TRANSACTION
         .with_max_attempts(100_000)
         .with_deadline(None);
     client
@@ -167,7 +167,7 @@ pub(crate) async fn counter(
                         client.decrement_if_at_least(&key, 1).await?;
                     }
                     Library::FencedTx => {
-                        let policy = RetryPolicy::default()
+                        let policy = WaitPolicy::TRANSACTION
                             .with_max_attempts(100_000)
                             .with_deadline(None);
                         client

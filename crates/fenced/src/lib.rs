@@ -276,9 +276,7 @@ pub use keys::{MAX_NAME_LEN, MAX_NAMESPACE_LEN};
 pub use latch::Latch;
 pub use lock::Lock;
 pub use multi::{MAX_MULTI_NAMES, MultiGuard, MultiLock};
-pub use optimistic::{
-    CasOutcome, MAX_KEY_LEN, MAX_STOCK, RetryPolicy, Stock, Tx, Versioned, VersionedWrite,
-};
+pub use optimistic::{CasOutcome, MAX_KEY_LEN, MAX_STOCK, Stock, Tx, Versioned, VersionedWrite};
 pub use options::{MAX_TTL, MIN_TTL};
 pub use reentrant::{HolderHandle, ReentrantGuard, ReentrantLock};
 pub use resource::{FencedRead, FencedResource, FencedUpdate, FencedWrite, MAX_FIELDS_PER_WRITE};

@@ -49,6 +49,16 @@ impl Default for ClientOptions {
 }
 
 impl ClientOptions {
+    /// A waiter's polling bounds under `policy`: its backoff, capped by the client's poll
+    /// maximum (fair and read-write registrations count on a retry at least that often), or
+    /// else the client's poll interval.
+    pub(crate) fn poll_for(&self, policy: crate::WaitPolicy) -> (Duration, Duration) {
+        match policy.backoff() {
+            Some((min, max)) => (min.min(self.poll_max), max.min(self.poll_max)),
+            None => (self.poll_min, self.poll_max),
+        }
+    }
+
     pub(crate) fn validate(&self) -> Result<()> {
         crate::keys::validate_namespace(&self.namespace)?;
         check_range(

@@ -148,3 +148,54 @@ async fn locked_runs_under_every_kind() {
     let status = c.semaphore("m-pool", 2).status().await.unwrap();
     assert_eq!(status.held, 0, "every permit came back");
 }
+
+/// One policy type for every wait and retry loop: a bad backoff or attempt limit is refused
+/// before anything is sent, for a lock as for a transaction.
+#[tokio::test]
+async fn one_wait_policy_is_checked_the_same_everywhere() {
+    let server = server();
+    let c = client(&server).await;
+    let ms = Duration::from_millis;
+    for bad in [
+        fenced::WaitPolicy::forever().with_backoff(Duration::ZERO, ms(5)),
+        fenced::WaitPolicy::forever().with_backoff(ms(10), ms(5)),
+        fenced::WaitPolicy::up_to(ms(100)).with_max_attempts(0),
+    ] {
+        let lock = c.lock("policy").with_wait(bad).acquire().await;
+        assert!(matches!(lock, Err(Error::InvalidArgument(_))), "{bad:?}");
+        let tx: Result<(), Error> = c
+            .transaction_with(&["k"], bad, |_tx| async { Ok(()) })
+            .await;
+        assert!(matches!(tx, Err(Error::InvalidArgument(_))), "{bad:?}");
+    }
+    // A waiter's own backoff polls: released without a notification (the key deleted behind
+    // the client's back), the lock is found free within the backoff's bound, not the
+    // client's slow poll interval.
+    let c = Client::builder(&server.url())
+        .poll_interval(Duration::from_secs(2), Duration::from_secs(10))
+        .connect()
+        .await
+        .unwrap();
+    let held = c.lock("polled").acquire().await.unwrap();
+    let waiter = c
+        .lock("polled")
+        .with_wait(fenced::WaitPolicy::up_to(Duration::from_secs(5)).with_backoff(ms(5), ms(20)));
+    let waiting = tokio::spawn(async move { waiter.acquire().await });
+    tokio::time::sleep(ms(50)).await;
+    let mut conn = redis::Client::open(server.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let _: () = redis::cmd("DEL")
+        .arg("fenced:{polled}")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let got = tokio::time::timeout(Duration::from_millis(800), waiting)
+        .await
+        .expect("the waiter polled by its own backoff")
+        .unwrap();
+    got.unwrap().release().await.unwrap();
+    drop(held);
+}

@@ -5,9 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
-use fenced::{
-    CasOutcome, Client, Error, RetryPolicy, Stock, Versioned, VersionedWrite, WaitPolicy,
-};
+use fenced::{CasOutcome, Client, Error, Stock, Versioned, VersionedWrite, WaitPolicy};
 
 use crate::support::{client, raw, server};
 
@@ -53,7 +51,7 @@ async fn a_forced_conflict_is_retried_and_then_commits_or_gives_up() {
 
     // With one attempt allowed, the same conflict is a typed error, and nothing is written.
     let result: Result<(), Error> = c
-        .transaction_with(&["n"], RetryPolicy::default().with_max_attempts(1), |tx| {
+        .transaction_with(&["n"], WaitPolicy::TRANSACTION.with_max_attempts(1), |tx| {
             let mut other = other.clone();
             async move {
                 let n: i64 = tx.get("n").await?.unwrap_or(0);
@@ -116,7 +114,7 @@ async fn concurrent_transactions_from_two_clients_add_up_exactly() {
             let c = c.clone();
             let conflicts = conflicts.clone();
             tasks.push(tokio::spawn(async move {
-                let policy = RetryPolicy::default()
+                let policy = WaitPolicy::TRANSACTION
                     .with_max_attempts(10_000)
                     .with_deadline(Some(Duration::from_secs(120)));
                 for _ in 0..per_task {
@@ -440,7 +438,7 @@ async fn seckill(
                     Strategy::Transaction => c
                         .transaction_with(
                             &[key.as_str()],
-                            RetryPolicy::default()
+                            WaitPolicy::TRANSACTION
                                 .with_max_attempts(10_000)
                                 .with_deadline(None),
                             |tx| {
@@ -529,7 +527,7 @@ async fn waiting_for_a_pooled_connection_respects_the_deadline() {
     });
     entered.await.unwrap(); // the pool's only connection is now in use
     let started = tokio::time::Instant::now();
-    let policy = RetryPolicy::default().with_deadline(Some(Duration::from_millis(200)));
+    let policy = WaitPolicy::TRANSACTION.with_deadline(Some(Duration::from_millis(200)));
     let result: Result<(), Error> = c
         .transaction_with(&["y"], policy, |_tx| async move { Ok(()) })
         .await;
@@ -577,7 +575,7 @@ async fn a_transaction_that_runs_out_of_time_reports_the_conflicts() {
     let server = server();
     let c = client(&server).await;
     let mut other = raw(&server).await;
-    let policy = RetryPolicy::default()
+    let policy = WaitPolicy::TRANSACTION
         .with_max_attempts(1_000_000)
         .with_deadline(Some(Duration::from_millis(300)));
     let result: Result<(), Error> = c

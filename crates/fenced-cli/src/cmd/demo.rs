@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use fenced::{Client, FencedWrite, RetryPolicy, Stock, WaitPolicy};
+use fenced::{Client, FencedWrite, Stock, WaitPolicy};
 use fenced_testkit::RedisServer;
 use serde_json::{Value, json};
 use tokio::sync::Mutex;
@@ -390,7 +390,7 @@ async fn seckill(
                         matches!(client.decrement_if_at_least(&key, 1).await?, Stock::Left(_))
                     }
                     Strategy::Transaction => {
-                        let policy = RetryPolicy::default()
+                        let policy = WaitPolicy::TRANSACTION
                             .with_max_attempts(10_000)
                             .with_deadline(Some(Duration::from_secs(60)));
                         client

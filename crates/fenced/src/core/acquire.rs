@@ -88,9 +88,10 @@ impl LeaseOptions {
         self.ttl.unwrap_or(core.options().default_ttl)
     }
 
-    /// The name (of a `what`) and the ttl, checked before anything is sent.
+    /// The name (of a `what`), the ttl and the wait policy, checked before anything is sent.
     pub(crate) fn checked_ttl(&self, core: &Core, what: &str, name: &str) -> Result<Duration> {
         crate::keys::validate_name(what, name)?;
+        self.wait.validate()?;
         let ttl = self.ttl(core);
         crate::options::validate_ttl(ttl)?;
         Ok(ttl)
@@ -138,7 +139,7 @@ impl Core {
             also: req.also,
             heads: req.heads,
             policy: req.wait,
-            poll: (self.options.poll_min, self.options.poll_max),
+            poll: self.options.poll_for(req.wait),
             timeout: self.options.timeout,
         };
         // A plain lock's head offers to take the lease straight from a local holder.
@@ -238,7 +239,7 @@ impl Core {
             also: &[],
             heads: usize::MAX,
             policy: wait,
-            poll: (self.options.poll_min, self.options.poll_max),
+            poll: self.options.poll_for(wait),
             timeout: self.options.timeout,
         };
         wait_for(&self.waiters, &spec, check).await

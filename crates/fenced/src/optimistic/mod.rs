@@ -19,4 +19,4 @@ pub(crate) mod pool;
 mod transaction;
 
 pub use atomic::{CasOutcome, MAX_KEY_LEN, MAX_STOCK, Stock, Versioned, VersionedWrite};
-pub use transaction::{RetryPolicy, Tx};
+pub use transaction::Tx;

@@ -15,83 +15,11 @@ use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::optimistic::pool::{Addr, Pooled};
 use crate::util::Backoff;
+use crate::wait::WaitPolicy;
 
-/// How a transaction retries after a conflict: exponential backoff with full jitter, up to an
-/// attempt limit and/or a deadline, whichever comes first.
-///
-/// ```
-/// use std::time::Duration;
-/// use fenced::RetryPolicy;
-///
-/// let policy = RetryPolicy::default()
-///     .with_max_attempts(20)
-///     .with_deadline(Some(Duration::from_secs(2)));
-/// assert_eq!(policy.max_attempts(), 20);
-/// ```
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct RetryPolicy {
-    max_attempts: u32,
-    deadline: Option<Duration>,
-    backoff_min: Duration,
-    backoff_max: Duration,
-}
-
-impl Default for RetryPolicy {
-    /// Up to 50 attempts within 10s; backoff from up to 1ms, doubling, capped at 100ms.
-    fn default() -> Self {
-        RetryPolicy {
-            max_attempts: 50,
-            deadline: Some(Duration::from_secs(10)),
-            backoff_min: Duration::from_millis(1),
-            backoff_max: Duration::from_millis(100),
-        }
-    }
-}
-
-impl RetryPolicy {
-    /// At most `attempts` runs of the transaction (at least 1).
-    pub const fn with_max_attempts(mut self, attempts: u32) -> Self {
-        self.max_attempts = attempts;
-        self
-    }
-
-    /// Give up once `deadline` has passed since the transaction started (`None`: no deadline).
-    pub const fn with_deadline(mut self, deadline: Option<Duration>) -> Self {
-        self.deadline = deadline;
-        self
-    }
-
-    /// The backoff after the first conflict is drawn from `0..=min`, doubling after each
-    /// further conflict up to `max`.
-    pub const fn with_backoff(mut self, min: Duration, max: Duration) -> Self {
-        self.backoff_min = min;
-        self.backoff_max = max;
-        self
-    }
-
-    /// The attempt limit.
-    pub const fn max_attempts(&self) -> u32 {
-        self.max_attempts
-    }
-
-    fn validate(&self) -> Result<()> {
-        if self.max_attempts == 0 {
-            return Err(Error::invalid(
-                "max_attempts is 0; a transaction needs at least one attempt",
-            ));
-        }
-        if self.backoff_min.is_zero()
-            || self.backoff_max < self.backoff_min
-            || self.backoff_max > Duration::from_secs(60)
-        {
-            return Err(Error::invalid(format!(
-                "backoff {:?}..{:?} is not a range within (0, 60s]",
-                self.backoff_min, self.backoff_max
-            )));
-        }
-        Ok(())
-    }
-}
+/// A transaction's backoff when its policy sets none: from up to 1 ms, doubling, to 100 ms.
+const DEFAULT_BACKOFF: (Duration, Duration) =
+    (Duration::from_millis(1), Duration::from_millis(100));
 
 /// The handle a transaction's step reads through and queues its writes on.
 ///
@@ -205,7 +133,7 @@ impl Tx {
 }
 
 impl Client {
-    /// Runs `step` as an optimistic transaction over `keys`, with the default [`RetryPolicy`].
+    /// Runs `step` as an optimistic transaction over `keys`, with the default policy ([`WaitPolicy::TRANSACTION`]).
     /// See [`transaction_with`](Self::transaction_with).
     ///
     /// # Examples
@@ -240,7 +168,7 @@ impl Client {
         Fut: Future<Output = Result<T, E>>,
         E: From<Error>,
     {
-        self.transaction_with(keys, RetryPolicy::default(), step)
+        self.transaction_with(keys, WaitPolicy::TRANSACTION, step)
             .await
     }
 
@@ -282,7 +210,7 @@ impl Client {
     pub async fn transaction_with<T, E, F, Fut>(
         &self,
         keys: &[&str],
-        policy: RetryPolicy,
+        policy: WaitPolicy,
         mut step: F,
     ) -> Result<T, E>
     where
@@ -298,7 +226,7 @@ impl Client {
             super::atomic::check_key(key)?;
         }
         let started = Instant::now();
-        let deadline = match policy.deadline {
+        let deadline = match policy.deadline() {
             Some(d) => Some(started.checked_add(d).ok_or_else(|| {
                 Error::invalid(format!("transaction deadline {d:?} overflows the clock"))
             })?),
@@ -314,7 +242,8 @@ impl Client {
         };
         let pool = self.tx_pool();
         let timeout = self.timeout();
-        let mut backoff = Backoff::new(policy.backoff_min, policy.backoff_max);
+        let (min, max) = policy.backoff().unwrap_or(DEFAULT_BACKOFF);
+        let mut backoff = Backoff::new(min, max);
         let mut attempt = 0u32;
         loop {
             attempt = attempt.saturating_add(1);
@@ -391,7 +320,9 @@ impl Client {
                 }
             };
             let now = Instant::now();
-            if attempt >= policy.max_attempts || deadline.is_some_and(|d| now >= d) {
+            if policy.max_attempts().is_some_and(|n| attempt >= n)
+                || deadline.is_some_and(|d| now >= d)
+            {
                 return Err(Error::Conflict {
                     attempts: attempt,
                     waited: started.elapsed(),
