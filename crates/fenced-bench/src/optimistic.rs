@@ -3,7 +3,9 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use fenced::{Client, FencedUpdate, Stock, WaitPolicy};
+use fenced::optimistic::Stock;
+use fenced::resource::FencedUpdate;
+use fenced::{Client, WaitPolicy};
 use tokio::time::Instant;
 
 use crate::report::Row;
@@ -151,7 +153,7 @@ pub(crate) async fn counter(
     let mut conn = raw.clone();
     let _: () = redis::cmd("SET")
         .arg(&key)
-        .arg(fenced::MAX_STOCK)
+        .arg(fenced::limits::MAX_STOCK)
         .query_async(&mut conn)
         .await?;
     let tally = Arc::new(Tally::default());

@@ -14,7 +14,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use fenced::redis::{self, aio::MultiplexedConnection};
-use fenced::{Client, Error, FencedRead, FencedWrite, WaitPolicy};
+use fenced::resource::{FencedRead, FencedWrite};
+use fenced::{Client, Error, WaitPolicy};
 use serde::{Deserialize, Serialize};
 use tokio::io::AsyncBufReadExt;
 

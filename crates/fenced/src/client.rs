@@ -216,7 +216,7 @@ impl Client {
     /// A lock named `name` (a handle; nothing is sent to Redis until you acquire it).
     ///
     /// Lock one thing, not a whole collection: `product:10100101:shopping` rather than
-    /// `products`. Names are up to [`MAX_NAME_LEN`](crate::MAX_NAME_LEN) bytes and may not
+    /// `products`. Names are up to [`MAX_NAME_LEN`](crate::limits::MAX_NAME_LEN) bytes and may not
     /// contain `{` or `}`.
     pub fn lock(&self, name: impl Into<String>) -> Lock {
         Lock::new(self, name.into())
@@ -238,7 +238,7 @@ impl Client {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidArgument`] for 0 or more than [`MAX_STRIPES`](crate::MAX_STRIPES)
+    /// [`Error::InvalidArgument`] for 0 or more than [`MAX_STRIPES`](crate::limits::MAX_STRIPES)
     /// stripes, or a prefix that makes an invalid lock name.
     pub fn striped_lock(&self, prefix: impl Into<String>, stripes: u32) -> Result<StripedLock> {
         StripedLock::new(self, prefix.into(), stripes)
@@ -249,7 +249,7 @@ impl Client {
     /// # Errors
     ///
     /// [`Error::InvalidArgument`] for no names, more than
-    /// [`MAX_MULTI_NAMES`](crate::MAX_MULTI_NAMES), or an invalid name.
+    /// [`MAX_MULTI_NAMES`](crate::limits::MAX_MULTI_NAMES), or an invalid name.
     pub fn multi_lock<I, S>(&self, names: I) -> Result<MultiLock>
     where
         I: IntoIterator<Item = S>,

@@ -31,14 +31,14 @@ proptest! {
     fn names_are_accepted_exactly_by_the_rules(name in ".{0,40}|[{}a-z]{0,8}") {
         let ok = crate::check_name(&name).is_ok();
         let rules = !name.is_empty()
-            && name.len() <= crate::MAX_NAME_LEN
+            && name.len() <= crate::limits::MAX_NAME_LEN
             && !name.contains(['{', '}']);
         prop_assert_eq!(ok, rules);
     }
 
     #[test]
     fn long_names_are_refused(extra in 1usize..4096) {
-        let name = "n".repeat(crate::MAX_NAME_LEN + extra);
+        let name = "n".repeat(crate::limits::MAX_NAME_LEN + extra);
         prop_assert!(crate::check_name(&name).is_err());
     }
 
@@ -46,7 +46,7 @@ proptest! {
     fn lease_lengths_are_accepted_exactly_in_range(secs in any::<u64>(), nanos in 0u32..1_000_000_000) {
         let ttl = Duration::new(secs, nanos);
         let ok = crate::check_ttl(ttl).is_ok();
-        prop_assert_eq!(ok, ttl >= crate::MIN_TTL && ttl <= crate::MAX_TTL);
+        prop_assert_eq!(ok, ttl >= crate::limits::MIN_TTL && ttl <= crate::limits::MAX_TTL);
     }
 
     #[test]

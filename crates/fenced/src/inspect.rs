@@ -1,6 +1,6 @@
 //! Looking at locks from the outside: who holds one, which are held, and breaking one by
 //! force. For operators and tools (the `fenced` command uses these); a program that wants a
-//! lock should simply acquire it.
+//! lock should simply acquire it. The status types of every primitive live here.
 
 use std::time::Duration;
 
@@ -16,6 +16,9 @@ use crate::kind::{parse_token, unexpected};
 use crate::lock::Lock;
 use crate::scripts::{FORCE_RELEASE, ScriptCall};
 use crate::token::FencingToken;
+
+pub use crate::rwlock::RwReaders;
+pub use crate::semaphore::SemaphoreStatus;
 
 /// How many locks `Client::locks` inspects per round trip.
 const INSPECT_BATCH: usize = 256;
@@ -248,7 +251,7 @@ impl Client {
     /// # Errors
     ///
     /// Transport errors, as for [`locks`](Self::locks).
-    pub async fn semaphores(&self, pattern: &str) -> Result<Vec<crate::SemaphoreStatus>> {
+    pub async fn semaphores(&self, pattern: &str) -> Result<Vec<crate::inspect::SemaphoreStatus>> {
         let ns = &self.core().options().namespace;
         let names = scan_names(self.core().node()?, ns, pattern, ":permits", "zset").await?;
         let mut out = Vec::with_capacity(names.len());

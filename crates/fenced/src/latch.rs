@@ -104,10 +104,10 @@ impl Latch {
     /// year); transport errors.
     pub async fn arm(&self, count: u64) -> Result<bool> {
         validate_name("latch", &self.name)?;
-        if count == 0 || count > crate::MAX_STOCK {
+        if count == 0 || count > crate::limits::MAX_STOCK {
             return Err(Error::invalid(format!(
                 "a latch counts from 1 to {}, not {count}",
-                crate::MAX_STOCK
+                crate::limits::MAX_STOCK
             )));
         }
         if self.lifetime < Duration::from_millis(1) || self.lifetime > MAX_TTL {

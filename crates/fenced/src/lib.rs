@@ -4,7 +4,8 @@
 //! ```
 //! # fenced_testkit::doctest(|url| async move {
 //! use std::time::Duration;
-//! use fenced::{Client, FencedWrite};
+//! use fenced::Client;
+//! use fenced::resource::FencedWrite;
 //!
 //! let client = Client::connect(&url).await?;
 //! let lock = client.lock("product:10100101:shopping").with_ttl(Duration::from_secs(10));
@@ -148,15 +149,15 @@ mod client;
 mod error;
 mod fair;
 mod guard;
-mod inspect;
+pub mod inspect;
 mod keys;
 mod latch;
 mod lock;
 mod multi;
-mod optimistic;
+pub mod optimistic;
 mod options;
 mod reentrant;
-mod resource;
+pub mod resource;
 mod rwlock;
 mod semaphore;
 mod striped;
@@ -268,23 +269,28 @@ pub use fair::FairLock;
 /// tier: `scripts/test-slow`.)
 pub use fenced_macros::locked;
 pub use guard::{Lease, LeaseGuard, LockGuard};
-pub use inspect::{
-    FairQueueStatus, GrantStatus, Holder, LatchStatus, LockStatus, NodeStatus, OWNER_PREFIX_LEN,
-    RwLockStatus,
-};
-pub use keys::{MAX_NAME_LEN, MAX_NAMESPACE_LEN};
 pub use latch::Latch;
 pub use lock::Lock;
-pub use multi::{MAX_MULTI_NAMES, MultiGuard, MultiLock};
-pub use optimistic::{CasOutcome, MAX_KEY_LEN, MAX_STOCK, Stock, Tx, Versioned, VersionedWrite};
-pub use options::{MAX_TTL, MIN_TTL};
+pub use multi::{MultiGuard, MultiLock};
 pub use reentrant::{HolderHandle, ReentrantGuard, ReentrantLock};
-pub use resource::{FencedRead, FencedResource, FencedUpdate, FencedWrite, MAX_FIELDS_PER_WRITE};
-pub use rwlock::{ReadGuard, RwLock, RwReaders, WriteGuard};
-pub use semaphore::{MAX_PERMITS, Semaphore, SemaphorePermit, SemaphoreStatus};
-pub use striped::{MAX_STRIPES, StripedLock};
+pub use resource::FencedResource;
+pub use rwlock::{ReadGuard, RwLock, WriteGuard};
+pub use semaphore::{Semaphore, SemaphorePermit};
+pub use striped::StripedLock;
 pub use token::FencingToken;
 pub use wait::WaitPolicy;
+
+/// Every limit the crate checks before it sends anything, in one place.
+pub mod limits {
+    pub use crate::inspect::OWNER_PREFIX_LEN;
+    pub use crate::keys::{MAX_NAME_LEN, MAX_NAMESPACE_LEN};
+    pub use crate::multi::MAX_MULTI_NAMES;
+    pub use crate::optimistic::{MAX_KEY_LEN, MAX_STOCK};
+    pub use crate::options::{MAX_TTL, MIN_TTL};
+    pub use crate::resource::MAX_FIELDS_PER_WRITE;
+    pub use crate::semaphore::MAX_PERMITS;
+    pub use crate::striped::MAX_STRIPES;
+}
 
 /// What `#[fenced::locked]` expands to; not a public API.
 #[doc(hidden)]
@@ -308,11 +314,11 @@ pub mod __private {
 }
 
 /// The Redis client library `fenced` is built on, for building commands to queue in a
-/// [`Tx`] (`fenced::redis::cmd("HSET")…`).
+/// [`Tx`](crate::optimistic::Tx) (`fenced::redis::cmd("HSET")…`).
 pub use redis;
 
 /// Checks a lock or resource name as every operation does before it sends anything: not
-/// empty, at most [`MAX_NAME_LEN`] bytes, no `{` or `}`. For tools that want to reject bad
+/// empty, at most [`MAX_NAME_LEN`](crate::limits::MAX_NAME_LEN) bytes, no `{` or `}`. For tools that want to reject bad
 /// input before connecting.
 ///
 /// # Errors
@@ -322,7 +328,7 @@ pub fn check_name(name: &str) -> Result<()> {
     keys::validate_name("lock", name)
 }
 
-/// Checks a lease length as [`Lock::acquire`] does: from [`MIN_TTL`] to [`MAX_TTL`].
+/// Checks a lease length as [`Lock::acquire`] does: from [`MIN_TTL`](crate::limits::MIN_TTL) to [`MAX_TTL`](crate::limits::MAX_TTL).
 ///
 /// # Errors
 ///

@@ -201,7 +201,7 @@ impl Lock {
     ///         stock.set(lease.fencing_token(), "count", "19").await
     ///     })
     ///     .await??;
-    /// assert_eq!(sold, fenced::FencedWrite::Applied);
+    /// assert_eq!(sold, fenced::resource::FencedWrite::Applied);
     /// # Ok(()) });
     /// ```
     pub async fn with_lock<F, Fut, T>(&self, work: F) -> Result<T>

@@ -79,7 +79,8 @@ fn check_field_count(n: usize) -> Result<()> {
 ///
 /// ```
 /// # fenced_testkit::doctest(|url| async move {
-/// use fenced::{FencedWrite, FencingToken};
+/// use fenced::FencingToken;
+/// use fenced::resource::FencedWrite;
 ///
 /// let client = fenced::Client::connect(&url).await?;
 /// let report = client.resource("report:2026-11");
@@ -101,7 +102,7 @@ fn check_field_count(n: usize) -> Result<()> {
 ///
 /// ```
 /// # fenced_testkit::doctest(|url| async move {
-/// use fenced::{FencedRead, FencedUpdate};
+/// use fenced::resource::{FencedRead, FencedUpdate};
 ///
 /// let client = fenced::Client::connect(&url).await?;
 /// let stock = client.resource("stock:10100101");

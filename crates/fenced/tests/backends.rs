@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use fenced::{FencedWrite, WaitPolicy};
+use fenced::WaitPolicy;
+use fenced::resource::FencedWrite;
 
 use crate::support::on_backends;
 

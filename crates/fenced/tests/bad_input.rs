@@ -2,7 +2,8 @@
 
 use std::time::Duration;
 
-use fenced::{Client, Error, FencingToken, MAX_NAME_LEN, WaitPolicy};
+use fenced::limits::MAX_NAME_LEN;
+use fenced::{Client, Error, FencingToken, WaitPolicy};
 
 use crate::support::{all_keys, client, raw, server};
 

@@ -4,7 +4,9 @@
 
 use std::time::Duration;
 
-use fenced::{CasOutcome, Client, Error, FencedWrite, WaitPolicy};
+use fenced::optimistic::CasOutcome;
+use fenced::resource::FencedWrite;
+use fenced::{Client, Error, WaitPolicy};
 use fenced_testkit::{RedisCluster, Reply, key_slot};
 
 use crate::support::{cluster, cluster_client, sharded_cluster};

@@ -3,7 +3,8 @@
 
 use std::time::Duration;
 
-use fenced::{FencedRead, FencedWrite, FencingToken, WaitPolicy};
+use fenced::resource::{FencedRead, FencedWrite};
+use fenced::{FencingToken, WaitPolicy};
 
 use crate::support::{client, raw, server};
 

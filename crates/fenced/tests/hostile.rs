@@ -5,7 +5,8 @@
 
 use std::time::Duration;
 
-use fenced::{Client, Error, FencedRead, FencedWrite, WaitPolicy};
+use fenced::resource::{FencedRead, FencedWrite};
+use fenced::{Client, Error, WaitPolicy};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tokio::time::Instant;

@@ -18,7 +18,7 @@ async fn status_shows_the_holder_its_ttl_and_the_last_token() {
     let guard = lock.acquire().await.unwrap();
     let held = lock.status().await.unwrap();
     let holder = held.holder.expect("held");
-    assert_eq!(holder.owner_prefix.len(), fenced::OWNER_PREFIX_LEN);
+    assert_eq!(holder.owner_prefix.len(), fenced::limits::OWNER_PREFIX_LEN);
     assert!(holder.ttl_left.is_some_and(|t| t > Duration::from_secs(10)));
     assert_eq!(held.last_fencing_token, Some(guard.fencing_token()));
     guard.release().await.unwrap();
@@ -77,7 +77,7 @@ async fn force_release_breaks_the_lock_wakes_waiters_and_the_holder_learns() {
         .with_wait(WaitPolicy::up_to(Duration::from_secs(5)));
     let waiting = tokio::spawn(async move { lock.acquire().await });
     let was = operator.lock("stuck").force_release().await.unwrap();
-    assert_eq!(was.map(|p| p.len()), Some(fenced::OWNER_PREFIX_LEN));
+    assert_eq!(was.map(|p| p.len()), Some(fenced::limits::OWNER_PREFIX_LEN));
     let next = waiting.await.unwrap().unwrap();
     tokio::time::timeout(Duration::from_secs(3), guard.lost())
         .await

@@ -5,7 +5,8 @@
 
 use std::time::Duration;
 
-use fenced::{FencedWrite, FencingToken, WaitPolicy};
+use fenced::resource::FencedWrite;
+use fenced::{FencingToken, WaitPolicy};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 
 #[path = "support/mod.rs"]

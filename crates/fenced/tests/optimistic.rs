@@ -5,7 +5,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
-use fenced::{CasOutcome, Client, Error, Stock, Versioned, VersionedWrite, WaitPolicy};
+use fenced::optimistic::{CasOutcome, Stock, Versioned, VersionedWrite};
+use fenced::{Client, Error, WaitPolicy};
 
 use crate::support::{client, raw, server};
 
@@ -541,10 +542,10 @@ async fn decrement_if_at_least_takes_only_plain_integers_within_its_range() {
     let server = server();
     let c = client(&server).await;
     let mut conn = raw(&server).await;
-    let max = fenced::MAX_STOCK as i64;
+    let max = fenced::limits::MAX_STOCK as i64;
     set(&mut conn, "big", max).await;
     assert_eq!(
-        c.decrement_if_at_least("big", fenced::MAX_STOCK)
+        c.decrement_if_at_least("big", fenced::limits::MAX_STOCK)
             .await
             .unwrap(),
         Stock::Left(0)
@@ -565,7 +566,8 @@ async fn decrement_if_at_least_takes_only_plain_integers_within_its_range() {
         );
     }
     assert!(matches!(
-        c.decrement_if_at_least("big", fenced::MAX_STOCK + 1).await,
+        c.decrement_if_at_least("big", fenced::limits::MAX_STOCK + 1)
+            .await,
         Err(Error::InvalidArgument(_))
     ));
 }

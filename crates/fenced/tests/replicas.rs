@@ -9,7 +9,9 @@
 
 use std::time::Duration;
 
-use fenced::{CasOutcome, Client, Error, FencedRead, FencedUpdate, WaitPolicy};
+use fenced::optimistic::CasOutcome;
+use fenced::resource::{FencedRead, FencedUpdate};
+use fenced::{Client, Error, WaitPolicy};
 use fenced_testkit::RedisSentinels;
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 use tokio::time::Instant;

@@ -4,7 +4,8 @@
 
 use std::time::Duration;
 
-use fenced::{Client, Error, FencedWrite, WaitPolicy};
+use fenced::resource::FencedWrite;
+use fenced::{Client, Error, WaitPolicy};
 use fenced_testkit::RedisSentinels;
 use tokio::time::Instant;
 

@@ -10,7 +10,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use fenced::{Client, MIN_TTL};
+use fenced::Client;
+use fenced::limits::MIN_TTL;
 use fenced_testkit::RedisServer;
 use tokio::time::Instant;
 

@@ -16,7 +16,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use fenced::{Client, FencedWrite, Stock, WaitPolicy};
+use fenced::optimistic::Stock;
+use fenced::resource::FencedWrite;
+use fenced::{Client, WaitPolicy};
 use fenced_testkit::RedisServer;
 use serde_json::{Value, json};
 use tokio::sync::Mutex;
@@ -466,7 +468,7 @@ async fn buy_under_lock(
         .update(guard.fencing_token(), "count", take_one)
         .await?;
     guard.release().await?;
-    Ok(sold == fenced::FencedUpdate::Applied)
+    Ok(sold == fenced::resource::FencedUpdate::Applied)
 }
 
 /// The new stock after one sale, or `None` when sold out.

@@ -1,6 +1,6 @@
 //! `fenced status`, `fenced list`, `fenced release --force`.
 
-use fenced::{LockStatus, NodeStatus, SemaphoreStatus};
+use fenced::inspect::{LockStatus, NodeStatus, SemaphoreStatus};
 use serde_json::{Value, json};
 
 use crate::args::Global;

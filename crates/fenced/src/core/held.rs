@@ -496,7 +496,7 @@ pub(crate) use lease_accessors;
 macro_rules! lease_option_setters {
     () => {
         /// Lease length (default: the client's, 30s unless configured). At least
-        /// [`MIN_TTL`](crate::MIN_TTL), at most [`MAX_TTL`](crate::MAX_TTL).
+        /// [`MIN_TTL`](crate::limits::MIN_TTL), at most [`MAX_TTL`](crate::limits::MAX_TTL).
         pub fn with_ttl(mut self, ttl: std::time::Duration) -> Self {
             self.opts.ttl = Some(ttl);
             self

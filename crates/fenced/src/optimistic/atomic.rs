@@ -94,7 +94,7 @@ impl Client {
     ///
     /// ```
     /// # fenced_testkit::doctest(|url| async move {
-    /// use fenced::CasOutcome;
+    /// use fenced::optimistic::CasOutcome;
     ///
     /// let client = fenced::Client::connect(&url).await?;
     /// assert_eq!(client.compare_and_set("config", None, b"v1").await?, CasOutcome::Swapped);
@@ -238,7 +238,7 @@ impl Client {
     ///
     /// ```
     /// # fenced_testkit::doctest(|url| async move {
-    /// use fenced::Stock;
+    /// use fenced::optimistic::Stock;
     ///
     /// let client = fenced::Client::connect(&url).await?;
     /// # let mut c = fenced::redis::Client::open(url.as_str())?.get_multiplexed_async_connection().await?;
@@ -251,9 +251,9 @@ impl Client {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidArgument`] for a bad key or `n` of 0 or above [`MAX_STOCK`];
+    /// [`Error::InvalidArgument`] for a bad key or `n` of 0 or above [`MAX_STOCK`](crate::limits::MAX_STOCK);
     /// [`Error::Redis`] if the key holds something other than a decimal integer within
-    /// ±[`MAX_STOCK`]; transport errors.
+    /// ±[`MAX_STOCK`](crate::limits::MAX_STOCK); transport errors.
     pub async fn decrement_if_at_least(&self, key: &str, n: u64) -> Result<Stock> {
         check_key(key)?;
         if n == 0 || n > MAX_STOCK {

@@ -12,7 +12,10 @@
 //! [`Client::decrement_if_at_least`], [`Client::compare_and_set`],
 //! [`Client::set_if_version`]): one round trip, no retries, nothing to conflict with. Use a
 //! transaction when the decision needs your own code between the read and the write.
-//! The README measures all three on the seckill sale and a contended counter.
+//! `docs/benchmarks.md` measures all three on the flash sale and a contended counter.
+
+#[cfg(doc)]
+use crate::Client;
 
 mod atomic;
 pub(crate) mod pool;

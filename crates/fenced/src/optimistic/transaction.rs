@@ -175,7 +175,7 @@ impl Client {
     /// Runs `step` as an optimistic transaction over `keys`.
     ///
     /// Each attempt: `WATCH keys` on a dedicated connection (never the shared multiplexed
-    /// one); run `step`, which reads through its [`Tx`] and queues writes; then
+    /// one); run `step`, which reads through its [`Tx`](crate::optimistic::Tx) and queues writes; then
     /// - `step` returned `Err(e)`: `UNWATCH`, and `Err(e)` is returned as it is;
     /// - `Ok` with nothing queued: `UNWATCH`, and its value is returned (a decision to write
     ///   nothing, like "sold out");
