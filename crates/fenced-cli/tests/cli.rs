@@ -939,7 +939,7 @@ async fn a_lost_lease_terms_processes_adopted_after_the_first_pass_and_exits_76_
         let name = format!("s3-{round}");
         let mut run = fenced(
             &s.url(),
-            &["run", &name, "--ttl", "1s", "--", "sh", "-c", &script],
+            &["run", &name, "--ttl", "600ms", "--", "sh", "-c", &script],
         )
         .spawn()
         .unwrap();

@@ -21,7 +21,7 @@ pub fn locked(attr: TokenStream, item: TokenStream) -> TokenStream {
 }
 
 /// The attribute's arguments: `client = EXPR, name = "FORMAT", ttl = "30s", wait = "5s"`,
-/// and which primitive: `kind = "lock" | "reentrant" | "fair" | "read" | "write"`, or
+/// and which primitive: `kind = "lock" | "fair" | "read" | "write"`, or
 /// `permits = N` for a semaphore of N.
 struct Options {
     client: Option<Expr>,
@@ -74,7 +74,9 @@ fn permits(value: &Expr) -> syn::Result<syn::LitInt> {
         Expr::Lit(syn::ExprLit {
             lit: syn::Lit::Int(n),
             ..
-        }) if n.base10_parse::<u32>().is_ok_and(|n| n > 0) => Ok(n.clone()),
+        }) if matches!(n.suffix(), "" | "u32") && n.base10_parse::<u32>().is_ok_and(|n| n > 0) => {
+            Ok(n.clone())
+        }
         other => Err(syn::Error::new_spanned(
             other,
             "expected a number of permits from 1 to 4294967295",
@@ -172,10 +174,12 @@ fn expand(options: Options, mut function: ItemFn) -> syn::Result<proc_macro2::To
             quote!(lock(&(#client), ::std::format!(#name))),
             quote!(with_lock),
         ),
-        (Some("reentrant"), None) => (
-            quote!(reentrant_lock(&(#client), ::std::format!(#name))),
-            quote!(with_lock),
-        ),
+        (Some("reentrant"), None) => {
+            return Err(syn::Error::new_spanned(
+                &options.kind,
+                "kind = \"reentrant\" would take a new hold per call, which a nested call of the same name would wait for; re-enter a ReentrantLock through its guard or HolderHandle instead",
+            ));
+        }
         (Some("fair"), None) => (
             quote!(fair_lock(&(#client), ::std::format!(#name))),
             quote!(with_lock),
@@ -201,7 +205,7 @@ fn expand(options: Options, mut function: ItemFn) -> syn::Result<proc_macro2::To
         (Some(_), None) => {
             return Err(syn::Error::new_spanned(
                 &options.kind,
-                "unknown kind; expected \"lock\", \"reentrant\", \"fair\", \"read\", \"write\" or \"semaphore\"",
+                "unknown kind; expected \"lock\", \"fair\", \"read\", \"write\" or \"semaphore\"",
             ));
         }
         (Some(_), Some(n)) => {

@@ -106,7 +106,9 @@ pub enum Error {
     /// validity is not extended by it), and every other write that must survive a failover
     /// (a fenced read's or write's fence, a cache store or invalidation, a latch, the atomic
     /// helpers) is reported with this error: it may be lost, or it may stay. Transient: a
-    /// retry may find the replicas.
+    /// retry may find the replicas, but the write WAS applied on the master, so repeat only a
+    /// write that is idempotent (a fenced write, a store, an invalidation), never a count down
+    /// or a decrement: read the state instead.
     #[error(
         "{operation}: only {acked} of the {needed} replicas asked for acknowledged it in time; the master has it, a failover could lose it"
     )]

@@ -101,7 +101,9 @@ impl Latch {
     /// # Errors
     ///
     /// [`Error::InvalidArgument`] for a count of 0 or a lifetime out of range (1ms to one
-    /// year); transport errors.
+    /// year); transport errors. With replica acknowledgements,
+    /// [`Error::NotReplicated`](crate::Error::NotReplicated) means the latch WAS armed on the
+    /// master (a second `arm` would answer `false`).
     pub async fn arm(&self, count: u64) -> Result<bool> {
         validate_name("latch", &self.name)?;
         if count == 0 || count > crate::limits::MAX_STOCK {
@@ -130,17 +132,25 @@ impl Latch {
     /// # Errors
     ///
     /// [`Error::InvalidArgument`] for a bad name; transport errors (after a timeout, the count
-    /// down may or may not have happened).
+    /// down may or may not have happened). With replica acknowledgements,
+    /// [`Error::NotReplicated`](crate::Error::NotReplicated) means the count down WAS applied
+    /// on the master: do not count down again (read [`count`](Self::count) instead).
     pub async fn count_down(&self) -> Result<Option<u64>> {
         validate_name("latch", &self.name)?;
         let call = ScriptCall::new(&LATCH_COUNT_DOWN)
             .key(&*self.key)
             .arg(&*self.channel)
             .arg(&*self.core.release_message(Wake::All));
-        let left: i64 = self.core.node()?.run_replicated(&call).await?;
+        let (reply, short) = self.core.node()?.run_acked(&call).await?;
+        let left: i64 = redis::from_redis_value(reply)
+            .map_err(|e| unexpected("latch count down", e.to_string()))?;
         if left == 0 {
-            // Our own message is skipped by our pub/sub task: wake this process directly.
+            // Our own message is skipped by our pub/sub task: wake this process directly,
+            // replicated or not (the master's latch is open either way).
             self.core.wake_local(&self.channel, Wake::All);
+        }
+        if let Some(short) = short {
+            return Err(short.error("latch count down"));
         }
         Ok(u64::try_from(left).ok())
     }

@@ -179,10 +179,11 @@ pub use fair::FairLock;
 /// - `name`: the lock's name, a format string over the function's arguments (`"order:{id}"`);
 /// - `ttl` and `wait` (optional): the lease length and how long to wait, checked when the code
 ///   compiles (`"500ms"`, `"30s"`, `"5m"`, `"1h"`); by default the client's ttl and no limit;
-/// - `kind` (optional): which primitive, `"lock"` (the default), `"reentrant"`, `"fair"`,
-///   `"read"` or `"write"` (a [`RwLock`]'s leases); or `permits = N` for one permit of a
-///   [`Semaphore`] of N. Each runs through the primitive's scoped run (`with_lock`,
-///   `with_read`, `with_write`, `with_permit`).
+/// - `kind` (optional): which primitive, `"lock"` (the default), `"fair"`, `"read"` or
+///   `"write"` (a [`RwLock`]'s leases); or `permits = N` for one permit of a [`Semaphore`]
+///   of N. (Not `"reentrant"`: each call would take a hold of its own, which a nested call
+///   would wait for; a [`ReentrantLock`] re-enters through its guard.) Each runs through
+///   the primitive's scoped run (`with_lock`, `with_read`, `with_write`, `with_permit`).
 ///
 /// The function must be `async` and return `Result<T, E>` where `E: From<fenced::Error>`: a
 /// lock that cannot be taken, or a lease lost while the body runs (the body is then cancelled

@@ -123,11 +123,6 @@ async fn fair_under(client: &Client) -> fenced::Result<()> {
     Ok(())
 }
 
-#[fenced::locked(client = client, name = "m-re", kind = "reentrant")]
-async fn reentrant_under(client: &Client) -> fenced::Result<()> {
-    Ok(())
-}
-
 #[fenced::locked(client = client, name = "m-pool", permits = 2)]
 async fn permit_under(client: &Client) -> fenced::Result<()> {
     Ok(())
@@ -140,7 +135,6 @@ async fn locked_runs_under_every_kind() {
     assert!(read_under(&c, 1).await.unwrap() > 0);
     write_under(&c).await.unwrap();
     fair_under(&c).await.unwrap();
-    reentrant_under(&c).await.unwrap();
     // Two permits: two at once; a third would wait.
     let (a, b) = tokio::join!(permit_under(&c), permit_under(&c));
     a.unwrap();

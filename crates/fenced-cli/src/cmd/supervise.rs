@@ -16,10 +16,11 @@
 //! 2. On a lost lease (SIGUSR2 from `fenced`) and when CMD exits leaving processes behind, the
 //!    subtree gets SIGTERM (and SIGCONT, so a stopped process acts on it at once), then
 //!    SIGKILL after `--kill-after`; the supervisor exits (and `fenced` releases or reports the
-//!    loss) only once the subtree is empty. Until then the SIGTERM pass repeats every
-//!    `TERM_PASS` and on every SIGCHLD, so a process adopted after a pass (its parent died
-//!    of the SIGTERM before the pass reached it) gets its SIGTERM within one more pass; each
-//!    process, known by pid and start time, gets it once.
+//!    loss) only once the subtree is empty. Until then the SIGTERM pass repeats on every
+//!    SIGCHLD and every `TERM_PASS`, doubling to `TERM_PASS_MAX` (a pass reads all of
+//!    `/proc`), so a process adopted after a pass (its parent died of the SIGTERM before the
+//!    pass reached it) gets its SIGTERM within one more pass: a death wakes the next pass at
+//!    once. Each process, known by pid and start time, gets it once.
 //! 3. Only our own unreaped children are signalled by pid (their pids cannot be reused until
 //!    we reap them). Deeper descendants are reached by pidfd, opened and then checked to be
 //!    a child of a process in our subtree, so a pid recycled meanwhile is never hit. A
@@ -68,8 +69,12 @@ pub const PARENT_DIED: Signal = Signal::SIGUSR1;
 /// The signal `fenced` sends us when the lease is lost.
 pub const LEASE_LOST: Signal = Signal::SIGUSR2;
 
-/// How often the SIGTERM pass repeats until the subtree is gone (invariant 2).
+/// How soon the SIGTERM pass repeats while the subtree is being stopped, without a SIGCHLD
+/// (invariant 2); the pause doubles up to [`TERM_PASS_MAX`].
 const TERM_PASS: Duration = Duration::from_millis(20);
+
+/// The longest pause between SIGTERM passes.
+const TERM_PASS_MAX: Duration = Duration::from_millis(320);
 
 /// What brought the subtree down.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -157,8 +162,9 @@ fn supervise(
     let mut cmd_status: Option<u8> = None;
     let mut ending: Option<Ending> = None;
     let mut killing = false;
-    // Who has had its SIGTERM (invariant 2).
+    // Who has had its SIGTERM, and the pause before the next pass (invariant 2).
     let mut termed = Termed::default();
+    let mut pass_pause = TERM_PASS;
     loop {
         // Reap whatever has exited; learn CMD's status; stop once nothing is left.
         if reap(cmd, &mut cmd_status) {
@@ -175,8 +181,12 @@ fn supervise(
             // Again on every wake-up: a process adopted since the last pass gets its SIGTERM.
             termed.pass();
         }
-        let pace = if killing || ending.is_some() {
+        let pace = if killing {
             Some(TERM_PASS)
+        } else if ending.is_some() {
+            let pause = pass_pause;
+            pass_pause = (pass_pause * 2).min(TERM_PASS_MAX);
+            Some(pause)
         } else {
             None
         };

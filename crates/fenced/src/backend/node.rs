@@ -25,6 +25,8 @@
 //!    loss in a failover is harmless skip it: releases and abandons (the lease then expires
 //!    by its ttl), and reads. A handover is a grant that cannot be given back once the
 //!    waiter has it, so with acknowledgements there is none (`Backend::hands_over`).
+//!    Optimistic transactions (`MULTI`/`EXEC` on a pooled connection) do not wait either:
+//!    their writes are the caller's own data, and `Client::transaction` says so.
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -253,7 +253,9 @@ impl Client {
     ///
     /// [`Error::InvalidArgument`] for a bad key or `n` of 0 or above [`MAX_STOCK`](crate::limits::MAX_STOCK);
     /// [`Error::Redis`] if the key holds something other than a decimal integer within
-    /// ±[`MAX_STOCK`](crate::limits::MAX_STOCK); transport errors.
+    /// ±[`MAX_STOCK`](crate::limits::MAX_STOCK); transport errors. With replica
+    /// acknowledgements, [`Error::NotReplicated`](crate::Error::NotReplicated) means the
+    /// decrement WAS applied on the master if the stock allowed it: do not repeat it blindly.
     pub async fn decrement_if_at_least(&self, key: &str, n: u64) -> Result<Stock> {
         check_key(key)?;
         if n == 0 || n > MAX_STOCK {

@@ -183,7 +183,9 @@ impl Client {
     ///   the `WATCH`, Redis refuses the whole `EXEC`, and the step runs again after a backoff.
     ///
     /// `step` may therefore run several times: keep side effects other than `Tx` writes out
-    /// of it. Keys are used as given (no namespace prefix).
+    /// of it. Keys are used as given (no namespace prefix). With
+    /// [`replica_acks`](crate::ClientBuilder::replica_acks) a transaction does not wait for the
+    /// replicas (the atomic helpers do): a failover right after `EXEC` may lose its writes.
     ///
     /// On a Redis Cluster the keys must share one hash slot (one hash tag, like
     /// `{order:42}:stock` and `{order:42}:paid`), and the transaction runs on that slot's
