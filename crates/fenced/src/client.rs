@@ -156,7 +156,7 @@ impl Client {
     ///
     /// - optimistic transactions run on the master of their keys' one slot (keys of one
     ///   transaction share a hash tag), and follow it when it moves;
-    /// - the listings ([`Client::locks`] and the others) scan every master.
+    /// - the listing ([`Client::list`]) scans every master.
     ///
     /// Not on a cluster: a multi-lock over several names (they live in different slots), which
     /// answers [`Error::InvalidArgument`]. Locks are not handed straight to a local waiter on a

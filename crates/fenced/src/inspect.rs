@@ -20,7 +20,7 @@ use crate::token::FencingToken;
 pub use crate::rwlock::RwReaders;
 pub use crate::semaphore::SemaphoreStatus;
 
-/// How many locks `Client::locks` inspects per round trip.
+/// How many locks [`Client::list`] inspects per round trip.
 const INSPECT_BATCH: usize = 256;
 
 /// How many characters of a holder's owner token are shown. Enough to tell holders apart;
@@ -215,22 +215,57 @@ impl Lock {
     }
 }
 
+/// Everything of this client's namespace whose name matches a pattern, as
+/// [`Client::list`] finds it in one `SCAN` pass, each kind sorted by name.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Listing {
+    /// Held locks (plain, re-entrant, fair, a read-write lock's writer, multi-lock names).
+    pub locks: Vec<LockStatus>,
+    /// Semaphores with live holders.
+    pub semaphores: Vec<SemaphoreStatus>,
+    /// Read-write locks with live readers or waiting writers.
+    pub rw_locks: Vec<RwLockStatus>,
+    /// Fair locks with waiters in their queue.
+    pub fair_queues: Vec<FairQueueStatus>,
+    /// Countdown latches, open or counting.
+    pub latches: Vec<LatchStatus>,
+    /// Every name that handed out a fencing token within the fence retention, held now or
+    /// not, with its last token: reading it twice shows which names were granted in between.
+    pub grants: Vec<GrantStatus>,
+}
+
 impl Client {
-    /// Every held lock of this client's namespace whose name matches the glob `pattern`
-    /// (`*` for all), found with `SCAN` (never `KEYS`), sorted by name.
+    /// Everything of this client's namespace whose name matches the glob `pattern` (`*` for
+    /// all): held locks, semaphores, read-write locks, fair queues, latches and recent grants,
+    /// found in one `SCAN` pass (never `KEYS`; on a cluster, one walk per master) and then
+    /// read in batches.
     ///
     /// # Errors
     ///
     /// Transport errors. Each `SCAN` step is bounded by the timeout; a namespace with millions
-    /// of keys takes many steps.
-    pub async fn locks(&self, pattern: &str) -> Result<Vec<LockStatus>> {
+    /// of keys takes many steps. On Redlock, [`Error::Unsupported`](crate::Error::Unsupported).
+    pub async fn list(&self, pattern: &str) -> Result<Listing> {
+        let ns = &self.core().options().namespace;
+        let found = scan(self.core().node()?, ns, pattern).await?;
+        Ok(Listing {
+            locks: self.locks(&found.locks).await?,
+            semaphores: self.semaphores(found.semaphores).await?,
+            rw_locks: self.rw_locks(found.rw_locks).await?,
+            fair_queues: self.fair_queues(found.fair_queues).await?,
+            latches: self.latches(found.latches).await?,
+            grants: self.grants(&found.fences).await?,
+        })
+    }
+
+    /// The held ones among `names`.
+    async fn locks(&self, names: &[String]) -> Result<Vec<LockStatus>> {
         let ns = &self.core().options().namespace;
         let node = self.core().node()?;
-        let names = scan_names(node, ns, pattern, "", "string").await?;
         let mut out = Vec::with_capacity(names.len());
         // One round trip per batch of names, not one per name; on a cluster a batch (one
         // pipeline) stays within one slot.
-        for batch in batches(node, ns, &names) {
+        for batch in batches(node, ns, names) {
             let keys: Vec<LockKeys> = batch.iter().map(|name| LockKeys::new(ns, name)).collect();
             let seen = inspect(node, &keys).await?;
             for (name, seen) in batch.iter().zip(seen) {
@@ -245,15 +280,8 @@ impl Client {
 }
 
 impl Client {
-    /// Every semaphore of this client's namespace with live holders whose name matches the
-    /// glob `pattern`, found with `SCAN`, sorted by name.
-    ///
-    /// # Errors
-    ///
-    /// Transport errors, as for [`locks`](Self::locks).
-    pub async fn semaphores(&self, pattern: &str) -> Result<Vec<crate::inspect::SemaphoreStatus>> {
-        let ns = &self.core().options().namespace;
-        let names = scan_names(self.core().node()?, ns, pattern, ":permits", "zset").await?;
+    /// The semaphores among `names` with live holders.
+    async fn semaphores(&self, names: Vec<String>) -> Result<Vec<SemaphoreStatus>> {
         let mut out = Vec::with_capacity(names.len());
         for name in names {
             let status = self.semaphore(name, 1).status().await?;
@@ -265,7 +293,7 @@ impl Client {
     }
 }
 
-/// A read-write lock with live readers or waiting writers, as [`Client::rw_locks`] finds it.
+/// A read-write lock with live readers or waiting writers, as [`Client::list`] finds it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct RwLockStatus {
@@ -277,7 +305,7 @@ pub struct RwLockStatus {
     pub waiting_writers: u64,
 }
 
-/// A countdown latch, as [`Client::latches`] finds it.
+/// A countdown latch, as [`Client::list`] finds it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct LatchStatus {
@@ -287,7 +315,7 @@ pub struct LatchStatus {
     pub count: u64,
 }
 
-/// A fair lock's queue of waiters, as [`Client::fair_queues`] finds it.
+/// A fair lock's queue of waiters, as [`Client::list`] finds it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct FairQueueStatus {
@@ -298,20 +326,9 @@ pub struct FairQueueStatus {
 }
 
 impl Client {
-    /// Every read-write lock of this client's namespace with live readers or waiting writers
-    /// whose name matches the glob `pattern`, sorted by name. (A writer holds the lock's
-    /// plain key: [`locks`](Self::locks) lists it.)
-    ///
-    /// # Errors
-    ///
-    /// Transport errors, as for [`locks`](Self::locks).
-    pub async fn rw_locks(&self, pattern: &str) -> Result<Vec<RwLockStatus>> {
-        let ns = &self.core().options().namespace;
-        let node = self.core().node()?;
-        let mut names = scan_names(node, ns, pattern, ":readers", "zset").await?;
-        names.extend(scan_names(node, ns, pattern, ":writers", "zset").await?);
-        names.sort();
-        names.dedup();
+    /// The read-write locks among `names` with live readers or waiting writers. (A writer
+    /// holds the lock's plain key: it is listed among the locks.)
+    async fn rw_locks(&self, names: Vec<String>) -> Result<Vec<RwLockStatus>> {
         let mut out = Vec::with_capacity(names.len());
         for name in names {
             let seen = self.rw_lock(&name).readers().await?;
@@ -326,15 +343,8 @@ impl Client {
         Ok(out)
     }
 
-    /// Every countdown latch of this client's namespace whose name matches the glob
-    /// `pattern`, open or counting, sorted by name.
-    ///
-    /// # Errors
-    ///
-    /// Transport errors, as for [`locks`](Self::locks); a latch key that is not a count.
-    pub async fn latches(&self, pattern: &str) -> Result<Vec<LatchStatus>> {
-        let ns = &self.core().options().namespace;
-        let names = scan_names(self.core().node()?, ns, pattern, ":latch", "string").await?;
+    /// The latches among `names` that still exist.
+    async fn latches(&self, names: Vec<String>) -> Result<Vec<LatchStatus>> {
         let mut out = Vec::with_capacity(names.len());
         for name in names {
             if let Some(count) = self.latch(&name).count().await? {
@@ -344,15 +354,8 @@ impl Client {
         Ok(out)
     }
 
-    /// Every fair lock of this client's namespace with waiters in its queue whose name
-    /// matches the glob `pattern`, sorted by name.
-    ///
-    /// # Errors
-    ///
-    /// Transport errors, as for [`locks`](Self::locks).
-    pub async fn fair_queues(&self, pattern: &str) -> Result<Vec<FairQueueStatus>> {
-        let ns = &self.core().options().namespace;
-        let names = scan_names(self.core().node()?, ns, pattern, ":queue", "list").await?;
+    /// The fair locks among `names` with waiters in their queue.
+    async fn fair_queues(&self, names: Vec<String>) -> Result<Vec<FairQueueStatus>> {
         let mut out = Vec::with_capacity(names.len());
         for name in names {
             let queued = self.fair_lock(&name).queued().await?;
@@ -365,18 +368,11 @@ impl Client {
 }
 
 impl Client {
-    /// Every name of this client's namespace that handed out a fencing token within the
-    /// fence retention (a lock, reentrant, semaphore, read-write, fair or multi grant), held
-    /// now or not, whose name matches the glob `pattern`, sorted by name, with its last token.
-    /// Reading it twice shows which names were granted in between (`fenced top`).
-    ///
-    /// # Errors
-    ///
-    /// Transport errors, as for [`locks`](Self::locks).
-    pub async fn grants(&self, pattern: &str) -> Result<Vec<GrantStatus>> {
+    /// The last fencing token of each of `names` whose fence still exists (a lock,
+    /// reentrant, read-write, fair or multi grant within the fence retention).
+    async fn grants(&self, names: &[String]) -> Result<Vec<GrantStatus>> {
         let ns = &self.core().options().namespace;
         let node = self.core().node()?;
-        let names = scan_names(node, ns, pattern, ":fence", "string").await?;
         let mut out = Vec::with_capacity(names.len());
         for chunk in names.chunks(500) {
             let mut mget = redis::cmd("MGET");
@@ -398,7 +394,7 @@ impl Client {
     }
 }
 
-/// A name's last grant, as [`Client::grants`] finds it.
+/// A name's last grant, as [`Client::list`] finds it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct GrantStatus {
@@ -431,40 +427,83 @@ fn batches<'a>(node: &Node, ns: &str, names: &'a [String]) -> Vec<Vec<&'a String
     by_slot.into_iter().map(|(_, batch)| batch).collect()
 }
 
-/// The names whose key `<ns>{name}<suffix>` of `key_type` exists, matching the glob `pattern`,
-/// sorted and without duplicates (`SCAN` may return a key twice).
-async fn scan_names(
-    node: &Node,
-    ns: &str,
-    pattern: &str,
-    suffix: &str,
-    key_type: &str,
-) -> Result<Vec<String>> {
-    let match_pattern = format!("{}{{{pattern}}}{suffix}", escape_glob(ns));
+/// The names of each kind found by one `SCAN` pass over `<ns>{pattern}*`, sorted and without
+/// duplicates (`SCAN` may return a key twice).
+#[derive(Default)]
+struct Found {
+    /// `<ns>{name}`: a lock key.
+    locks: Vec<String>,
+    /// `<ns>{name}:permits`: a semaphore's holders.
+    semaphores: Vec<String>,
+    /// `<ns>{name}:readers` or `:writers`: a read-write lock's.
+    rw_locks: Vec<String>,
+    /// `<ns>{name}:queue`: a fair lock's queue.
+    fair_queues: Vec<String>,
+    /// `<ns>{name}:latch`.
+    latches: Vec<String>,
+    /// `<ns>{name}:fence`: a name's last token.
+    fences: Vec<String>,
+}
+
+impl Found {
+    /// Files `key` under its kind, by the suffix after the `{name}` tag; other keys (tombstones,
+    /// epochs, hold counts, cache entries) are not listed.
+    fn keep(&mut self, ns: &str, key: &str) {
+        let Some((name, suffix)) = key
+            .strip_prefix(ns)
+            .and_then(|k| k.strip_prefix('{'))
+            .and_then(|k| k.split_once('}'))
+        else {
+            return;
+        };
+        // Names never contain braces: anything else is not one of ours.
+        if name.contains('{') || suffix.contains(['{', '}']) {
+            return;
+        }
+        let list = match suffix {
+            "" => &mut self.locks,
+            ":permits" => &mut self.semaphores,
+            ":readers" | ":writers" => &mut self.rw_locks,
+            ":queue" => &mut self.fair_queues,
+            ":latch" => &mut self.latches,
+            ":fence" => &mut self.fences,
+            _ => return,
+        };
+        list.push(name.to_owned());
+    }
+
+    fn sorted(mut self) -> Self {
+        for list in [
+            &mut self.locks,
+            &mut self.semaphores,
+            &mut self.rw_locks,
+            &mut self.fair_queues,
+            &mut self.latches,
+            &mut self.fences,
+        ] {
+            list.sort();
+            list.dedup();
+        }
+        self
+    }
+}
+
+/// One `SCAN` pass over every key of the namespace whose name matches the glob `pattern`.
+async fn scan(node: &Node, ns: &str, pattern: &str) -> Result<Found> {
+    let match_pattern = format!("{}{{{pattern}}}*", escape_glob(ns));
     let scan = |cursor: u64| {
         let mut scan = redis::cmd("SCAN");
         scan.arg(cursor)
             .arg("MATCH")
             .arg(&match_pattern)
             .arg("COUNT")
-            .arg(1000)
-            .arg("TYPE")
-            .arg(key_type);
+            .arg(1000);
         scan
     };
-    let mut names = Vec::new();
+    let mut found = Found::default();
     let mut keep = |keys: Vec<String>| {
         for key in keys {
-            // `<ns>{name}<suffix>` exactly: names never contain braces, so this is unambiguous.
-            if let Some(name) = key
-                .strip_prefix(ns)
-                .and_then(|k| k.strip_prefix('{'))
-                .and_then(|k| k.strip_suffix(suffix))
-                .and_then(|k| k.strip_suffix('}'))
-                && !name.contains(['{', '}'])
-            {
-                names.push(name.to_owned());
-            }
+            found.keep(ns, &key);
         }
     };
     if node.is_cluster() {
@@ -500,9 +539,7 @@ async fn scan_names(
             cursor = next;
         }
     }
-    names.sort();
-    names.dedup();
-    Ok(names)
+    Ok(found.sorted())
 }
 
 /// Escapes the glob characters of a literal (the namespace) for `SCAN MATCH`.

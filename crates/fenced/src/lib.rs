@@ -55,8 +55,8 @@
 //!   and one-step atomic scripts ([`Client::compare_and_set`], [`Client::set_if_version`],
 //!   [`Client::set_max`], [`Client::decrement_if_at_least`]). For short read-modify-writes of
 //!   Redis data they are faster than a lock and need no fencing.
-//! - Inspection for operators: [`Lock::status`], [`Client::locks`], [`Semaphore::status`],
-//!   [`Client::semaphores`], [`Lock::force_release`].
+//! - Inspection for operators: [`Lock::status`], [`Semaphore::status`], [`Client::list`]
+//!   (every kind in one `SCAN` pass), [`Lock::force_release`].
 //!
 //! # What a lease guarantees, and what needs fencing
 //!

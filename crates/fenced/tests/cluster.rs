@@ -157,32 +157,34 @@ async fn listings_walk_every_master() {
         guards.push(a.lock(name.as_str()).acquire().await.unwrap());
     }
     let listed: Vec<String> = a
-        .locks("*")
+        .list("*")
         .await
         .unwrap()
+        .locks
         .into_iter()
         .map(|s| s.name)
         .collect();
     assert_eq!(listed, names);
     let only: Vec<String> = a
-        .locks("listed-1*")
+        .list("listed-1*")
         .await
         .unwrap()
+        .locks
         .into_iter()
         .map(|s| s.name)
         .collect();
     assert_eq!(only.len(), 11, "{only:?}");
-    let granted = a.grants("*").await.unwrap();
+    let granted = a.list("*").await.unwrap().grants;
     assert_eq!(granted.len(), names.len());
     let p = a.semaphore("pool-listed", 3).acquire().await.unwrap();
-    let sems = a.semaphores("*").await.unwrap();
+    let sems = a.list("*").await.unwrap().semaphores;
     assert_eq!(sems.len(), 1);
     assert_eq!(sems[0].holders, 1);
     p.release().await.unwrap();
     for g in guards {
         g.release().await.unwrap();
     }
-    assert!(a.locks("*").await.unwrap().is_empty());
+    assert!(a.list("*").await.unwrap().locks.is_empty());
 }
 
 /// Reads `key` as a number through a read-only transaction (0 when absent).

@@ -79,7 +79,7 @@ async fn injection_payloads_as_names_and_values_stay_data() {
         "an injected SET ran: {keys:?}"
     );
     // `list` with a glob pattern treats the names as data too.
-    let listed = c.locks("*").await.unwrap();
+    let listed = c.list("*").await.unwrap().locks;
     assert!(listed.is_empty(), "{listed:?}");
 }
 

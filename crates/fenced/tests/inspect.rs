@@ -50,14 +50,15 @@ async fn locks_lists_only_held_locks_matching_the_pattern() {
         .await
         .unwrap();
     let names: Vec<String> = c
-        .locks("job:*")
+        .list("job:*")
         .await
         .unwrap()
+        .locks
         .into_iter()
         .map(|s| s.name)
         .collect();
     assert_eq!(names, ["job:a", "job:b"]);
-    assert_eq!(c.locks("*").await.unwrap().len(), 3);
+    assert_eq!(c.list("*").await.unwrap().locks.len(), 3);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -102,7 +103,7 @@ async fn flush_waits_for_the_release_of_dropped_guards() {
         started.elapsed()
     );
     assert!(
-        c.locks("*").await.unwrap().is_empty(),
+        c.list("*").await.unwrap().locks.is_empty(),
         "flush returned before the releases were done"
     );
 }
@@ -115,7 +116,7 @@ async fn locks_lists_more_locks_than_one_inspection_batch() {
     for i in 0..300 {
         guards.push(c.lock(format!("many:{i:03}")).acquire().await.unwrap());
     }
-    let listed = c.locks("many:*").await.unwrap();
+    let listed = c.list("many:*").await.unwrap().locks;
     assert_eq!(listed.len(), 300);
     assert!(
         listed
@@ -124,4 +125,40 @@ async fn locks_lists_more_locks_than_one_inspection_batch() {
     );
     assert_eq!(listed[0].name, "many:000");
     assert_eq!(listed[299].name, "many:299");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_finds_every_kind_in_one_scan_pass() {
+    let server = server();
+    let c = client(&server).await;
+    let mut conn = crate::support::raw(&server).await;
+    let lock = c.lock("l-lock").acquire().await.unwrap();
+    let permit = c.semaphore("l-sem", 2).acquire().await.unwrap();
+    let reader = c.rw_lock("l-rw").read().await.unwrap();
+    assert!(c.latch("l-latch").arm(3).await.unwrap());
+    let scans = crate::support::calls(&mut conn, "scan").await;
+    let all = c.list("l-*").await.unwrap();
+    assert_eq!(
+        crate::support::calls(&mut conn, "scan").await,
+        scans + 1,
+        "one SCAN pass for every kind"
+    );
+    let names = |v: Vec<String>| v;
+    assert_eq!(
+        names(all.locks.iter().map(|l| l.name.clone()).collect()),
+        ["l-lock"]
+    );
+    assert_eq!(all.semaphores.len(), 1);
+    assert_eq!(all.semaphores[0].holders, 1);
+    assert_eq!(all.rw_locks.len(), 1);
+    assert_eq!(all.rw_locks[0].readers, 1);
+    assert_eq!(all.latches.len(), 1);
+    assert_eq!(all.latches[0].count, 3);
+    // Every lock-shaped grant's fence (a semaphore keeps its tokens apart, in
+    // `:permits:fence`): the lock and the read lease handed out tokens.
+    let granted: Vec<&str> = all.grants.iter().map(|g| g.name.as_str()).collect();
+    assert_eq!(granted, ["l-lock", "l-rw"]);
+    lock.release().await.unwrap();
+    permit.release().await.unwrap();
+    reader.release().await.unwrap();
 }

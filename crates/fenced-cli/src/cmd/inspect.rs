@@ -167,11 +167,14 @@ pub async fn list(global: &Global, pattern: &str) -> Result<u8, Failure> {
     check_url(global.redis_url())?;
     let client = connect(global).await?;
     let fail = |e| Failure::from_lib(e, &address(global.redis_url()));
-    let locks = client.locks(pattern).await.map_err(fail)?;
-    let semaphores = client.semaphores(pattern).await.map_err(fail)?;
-    let rw = client.rw_locks(pattern).await.map_err(fail)?;
-    let queues = client.fair_queues(pattern).await.map_err(fail)?;
-    let latches = client.latches(pattern).await.map_err(fail)?;
+    let listing = client.list(pattern).await.map_err(fail)?;
+    let (locks, semaphores, rw, queues, latches) = (
+        listing.locks,
+        listing.semaphores,
+        listing.rw_locks,
+        listing.fair_queues,
+        listing.latches,
+    );
     if global.json {
         let all = locks
             .iter()

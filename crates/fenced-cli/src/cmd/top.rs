@@ -111,12 +111,15 @@ impl Tracker {
         }
         let c = &self.client;
         let p = self.pattern.as_str();
-        let locks = c.locks(p).await?;
-        let semaphores = c.semaphores(p).await?;
-        let rw = c.rw_locks(p).await?;
-        let queues = c.fair_queues(p).await?;
-        let latches = c.latches(p).await?;
-        let grants = c.grants(p).await?;
+        let listing = c.list(p).await?;
+        let (locks, semaphores, rw, queues, latches, grants) = (
+            listing.locks,
+            listing.semaphores,
+            listing.rw_locks,
+            listing.fair_queues,
+            listing.latches,
+            listing.grants,
+        );
 
         let now = Instant::now();
         let elapsed = self.last_at.map(|at| now.duration_since(at).as_secs_f64());
