@@ -268,6 +268,7 @@ pub use fair::FairLock;
 ///
 /// (`crates/fenced-macros/tests/forms.rs` checks the exact messages with trybuild, in the slow
 /// tier: `scripts/test-slow`.)
+#[cfg(feature = "macros")]
 pub use fenced_macros::locked;
 pub use guard::{Lease, LeaseGuard, LockGuard};
 pub use latch::Latch;
@@ -294,6 +295,7 @@ pub mod limits {
 }
 
 /// What `#[fenced::locked]` expands to; not a public API.
+#[cfg(feature = "macros")]
 #[doc(hidden)]
 pub mod __private {
     /// The output of a `#[fenced::locked]` function: a `Result` whose error takes a lock

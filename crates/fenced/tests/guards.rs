@@ -103,44 +103,50 @@ async fn every_primitive_has_a_scoped_run() {
     assert!(matches!(lost, Err(Error::LeaseLost { .. })), "{lost:?}");
 }
 
-#[fenced::locked(client = client, name = "m-{id}", kind = "read")]
-async fn read_under(
-    client: &Client,
-    id: u32,
-    #[lease] lease: fenced::Lease,
-) -> fenced::Result<u64> {
-    assert!(id > 0);
-    Ok(lease.fencing_token().get())
-}
+/// `#[fenced::locked]` on every kind (the `macros` feature).
+#[cfg(feature = "macros")]
+mod locked_kinds {
+    use super::*;
 
-#[fenced::locked(client = client, name = "m-w", kind = "write")]
-async fn write_under(client: &Client) -> fenced::Result<()> {
-    Ok(())
-}
+    #[fenced::locked(client = client, name = "m-{id}", kind = "read")]
+    async fn read_under(
+        client: &Client,
+        id: u32,
+        #[lease] lease: fenced::Lease,
+    ) -> fenced::Result<u64> {
+        assert!(id > 0);
+        Ok(lease.fencing_token().get())
+    }
 
-#[fenced::locked(client = client, name = "m-fair", kind = "fair")]
-async fn fair_under(client: &Client) -> fenced::Result<()> {
-    Ok(())
-}
+    #[fenced::locked(client = client, name = "m-w", kind = "write")]
+    async fn write_under(client: &Client) -> fenced::Result<()> {
+        Ok(())
+    }
 
-#[fenced::locked(client = client, name = "m-pool", permits = 2)]
-async fn permit_under(client: &Client) -> fenced::Result<()> {
-    Ok(())
-}
+    #[fenced::locked(client = client, name = "m-fair", kind = "fair")]
+    async fn fair_under(client: &Client) -> fenced::Result<()> {
+        Ok(())
+    }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn locked_runs_under_every_kind() {
-    let server = server();
-    let c = client(&server).await;
-    assert!(read_under(&c, 1).await.unwrap() > 0);
-    write_under(&c).await.unwrap();
-    fair_under(&c).await.unwrap();
-    // Two permits: two at once; a third would wait.
-    let (a, b) = tokio::join!(permit_under(&c), permit_under(&c));
-    a.unwrap();
-    b.unwrap();
-    let status = c.semaphore("m-pool", 2).status().await.unwrap();
-    assert_eq!(status.held, 0, "every permit came back");
+    #[fenced::locked(client = client, name = "m-pool", permits = 2)]
+    async fn permit_under(client: &Client) -> fenced::Result<()> {
+        Ok(())
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn locked_runs_under_every_kind() {
+        let server = server();
+        let c = client(&server).await;
+        assert!(read_under(&c, 1).await.unwrap() > 0);
+        write_under(&c).await.unwrap();
+        fair_under(&c).await.unwrap();
+        // Two permits: two at once; a third would wait.
+        let (a, b) = tokio::join!(permit_under(&c), permit_under(&c));
+        a.unwrap();
+        b.unwrap();
+        let status = c.semaphore("m-pool", 2).status().await.unwrap();
+        assert_eq!(status.held, 0, "every permit came back");
+    }
 }
 
 /// One policy type for every wait and retry loop: a bad backoff or attempt limit is refused

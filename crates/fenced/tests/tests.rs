@@ -28,6 +28,7 @@ mod hostile;
 mod inspect;
 mod latch;
 mod lease_validity;
+#[cfg(feature = "macros")]
 mod locked;
 mod multi;
 mod optimistic;
