@@ -182,11 +182,7 @@ async fn one_wait_policy_is_checked_the_same_everywhere() {
         .with_wait(fenced::WaitPolicy::up_to(Duration::from_secs(5)).with_backoff(ms(5), ms(20)));
     let waiting = tokio::spawn(async move { waiter.acquire().await });
     tokio::time::sleep(ms(50)).await;
-    let mut conn = redis::Client::open(server.url())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
+    let mut conn = crate::support::raw(&server).await;
     let _: () = redis::cmd("DEL")
         .arg("fenced:{polled}")
         .query_async(&mut conn)

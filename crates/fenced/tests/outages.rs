@@ -146,11 +146,7 @@ async fn acl_passwords_in_the_url_work_and_wrong_ones_are_typed_errors() {
 async fn busy_and_readonly_servers_are_unavailable_by_their_error_codes() {
     let server = server();
     let c = client(&server).await;
-    let mut conn = redis::Client::open(server.url())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
+    let mut conn = crate::support::raw(&server).await;
     // `lua-time-limit` is the name every server of the matrix knows (Redis 7 and Valkey
     // also call it `busy-reply-threshold`).
     let _: () = redis::cmd("CONFIG")
