@@ -19,12 +19,16 @@ use crate::token::FencingToken;
 /// [`LockGuard::extend`] and [`LockGuard::release`]. The trait is sealed: only this crate's
 /// guards implement it.
 ///
+/// The fencing token is in a trait of its own, [`FencedGuard`], which every guard of this
+/// crate implements too: a lease without a token (for work that needs exclusion but fences
+/// nothing) can then offer the rest of this surface, and code that needs the token says so.
+///
 /// ```
 /// # fenced_testkit::doctest(|url| async move {
-/// use fenced::LeaseGuard;
+/// use fenced::FencedGuard;
 ///
 /// /// Writes under any kind of lease, and gives it back.
-/// async fn log_under<G: LeaseGuard>(guard: G) -> fenced::Result<()> {
+/// async fn log_under<G: FencedGuard>(guard: G) -> fenced::Result<()> {
 ///     println!("{} held with token {}", guard.name(), guard.fencing_token());
 ///     guard.extend(std::time::Duration::from_secs(10)).await?;
 ///     guard.release().await
@@ -39,8 +43,6 @@ use crate::token::FencingToken;
 pub trait LeaseGuard: sealed::Sealed + Send + Sync + 'static {
     /// The name the lease is on (a multi-lock's names, sorted and joined by `, `).
     fn name(&self) -> &str;
-    /// This grant's fencing token.
-    fn fencing_token(&self) -> FencingToken;
     /// A cheap handle on the lease to pass to the work.
     fn lease(&self) -> Lease;
     /// True once the lease is lost, or its validity deadline has passed.
@@ -54,6 +56,13 @@ pub trait LeaseGuard: sealed::Sealed + Send + Sync + 'static {
     /// Gives the lease back and wakes whom the primitive's release wakes; see
     /// [`LockGuard::release`].
     fn release(self) -> impl Future<Output = Result<()>> + Send;
+}
+
+/// A guard whose grant carries a fencing token: every guard of this crate. Send the token
+/// with every write to the protected resource.
+pub trait FencedGuard: LeaseGuard {
+    /// This grant's fencing token.
+    fn fencing_token(&self) -> FencingToken;
 }
 
 pub(crate) mod sealed {

@@ -270,7 +270,7 @@ pub use fair::FairLock;
 /// tier: `scripts/test-slow`.)
 #[cfg(feature = "macros")]
 pub use fenced_macros::locked;
-pub use guard::{Lease, LeaseGuard, LockGuard};
+pub use guard::{FencedGuard, Lease, LeaseGuard, LockGuard};
 pub use latch::Latch;
 pub use lock::Lock;
 pub use multi::{MultiGuard, MultiLock};

@@ -4,13 +4,13 @@
 
 use std::time::Duration;
 
-use fenced::{Client, Error, LeaseGuard};
+use fenced::{Client, Error, FencedGuard};
 
 use crate::support::{client, server};
 
 /// Everything a guard offers, on any guard: the name, the token, the lease, the lost signal,
 /// an extend that counts, and a release after which the lease is over.
-async fn exercise<G: LeaseGuard>(guard: G, name: &str) {
+async fn exercise<G: FencedGuard>(guard: G, name: &str) {
     assert_eq!(guard.name(), name);
     let token = guard.fencing_token();
     assert!(token.get() > 0);

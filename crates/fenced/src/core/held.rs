@@ -456,10 +456,6 @@ macro_rules! lease_accessors {
                 <$guard>::name(self)
             }
 
-            fn fencing_token(&self) -> $crate::FencingToken {
-                <$guard>::fencing_token(self)
-            }
-
             fn lease(&self) -> $crate::Lease {
                 <$guard>::lease(self)
             }
@@ -485,6 +481,12 @@ macro_rules! lease_accessors {
 
             fn release(self) -> impl std::future::Future<Output = $crate::Result<()>> + Send {
                 <$guard>::release(self)
+            }
+        }
+
+        impl $crate::FencedGuard for $guard {
+            fn fencing_token(&self) -> $crate::FencingToken {
+                <$guard>::fencing_token(self)
             }
         }
     };
