@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use redis::Value;
+#[cfg(feature = "cluster")]
 use redis::cluster_routing::Slot;
 
 use crate::backend::Node;
@@ -406,13 +407,21 @@ pub struct GrantStatus {
 
 /// `names` in batches of at most [`INSPECT_BATCH`]; on a cluster, of one hash slot each
 /// (every key of a name shares its `{name}` tag).
+#[cfg_attr(not(feature = "cluster"), allow(unused_variables))]
 fn batches<'a>(node: &Node, ns: &str, names: &'a [String]) -> Vec<Vec<&'a String>> {
-    if !node.is_cluster() {
-        return names
-            .chunks(INSPECT_BATCH)
-            .map(|c| c.iter().collect())
-            .collect();
+    #[cfg(feature = "cluster")]
+    if node.is_cluster() {
+        return batches_by_slot(ns, names);
     }
+    names
+        .chunks(INSPECT_BATCH)
+        .map(|c| c.iter().collect())
+        .collect()
+}
+
+/// [`batches`] on a cluster.
+#[cfg(feature = "cluster")]
+fn batches_by_slot<'a>(ns: &str, names: &'a [String]) -> Vec<Vec<&'a String>> {
     let mut by_slot: Vec<(Slot, Vec<&String>)> = Vec::new();
     for name in names {
         let slot = Slot::for_key(LockKeys::new(ns, name).lock);
@@ -506,29 +515,12 @@ async fn scan(node: &Node, ns: &str, pattern: &str) -> Result<Found> {
             found.keep(ns, &key);
         }
     };
+    #[cfg(feature = "cluster")]
     if node.is_cluster() {
-        // Each master holds its own slots' keys: one walk per master, the first steps at once.
-        for (addr, first) in node.on_every_master("scan", &scan(0)).await? {
-            let (mut cursor, keys): (u64, Vec<String>) = match first {
-                // That master refused (a missing permission, say): its own error.
-                Value::ServerError(e) => {
-                    return Err(crate::error::Error::from_redis(
-                        "scan",
-                        Duration::ZERO,
-                        e.into(),
-                    ));
-                }
-                v => redis::from_redis_value(v).map_err(|e| unexpected("scan", e.to_string()))?,
-            };
-            keep(keys);
-            while cursor != 0 {
-                let (next, keys): (u64, Vec<String>) =
-                    node.query_at("scan", &addr, &scan(cursor)).await?;
-                keep(keys);
-                cursor = next;
-            }
-        }
-    } else {
+        scan_masters(node, &scan, &mut keep).await?;
+        return Ok(found.sorted());
+    }
+    {
         let mut cursor = 0;
         loop {
             let (next, keys): (u64, Vec<String>) = node.query("scan", &scan(cursor)).await?;
@@ -540,6 +532,37 @@ async fn scan(node: &Node, ns: &str, pattern: &str) -> Result<Found> {
         }
     }
     Ok(found.sorted())
+}
+
+/// [`scan`] on a cluster: each master holds its own slots' keys, so one walk per master, the
+/// first steps at once.
+#[cfg(feature = "cluster")]
+async fn scan_masters(
+    node: &Node,
+    scan: &(dyn Fn(u64) -> redis::Cmd + Sync),
+    keep: &mut (dyn FnMut(Vec<String>) + Send),
+) -> Result<()> {
+    for (addr, first) in node.on_every_master("scan", &scan(0)).await? {
+        let (mut cursor, keys): (u64, Vec<String>) = match first {
+            // That master refused (a missing permission, say): its own error.
+            Value::ServerError(e) => {
+                return Err(crate::error::Error::from_redis(
+                    "scan",
+                    Duration::ZERO,
+                    e.into(),
+                ));
+            }
+            v => redis::from_redis_value(v).map_err(|e| unexpected("scan", e.to_string()))?,
+        };
+        keep(keys);
+        while cursor != 0 {
+            let (next, keys): (u64, Vec<String>) =
+                node.query_at("scan", &addr, &scan(cursor)).await?;
+            keep(keys);
+            cursor = next;
+        }
+    }
+    Ok(())
 }
 
 /// Escapes the glob characters of a literal (the namespace) for `SCAN MATCH`.

@@ -136,6 +136,14 @@
 //! Redis is down, slow or paused: calls fail with [`Error::Timeout`] or
 //! [`Error::Unavailable`].
 
+// Code that only Redis Cluster or Redlock reach (slot routing, quorum steps) stays compiled
+// without their features; the default build, with every feature, still lints it as dead.
+#![cfg_attr(
+    not(all(feature = "cluster", feature = "redlock", feature = "sentinel")),
+    allow(dead_code)
+)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 // The lease core and what it stands on.
 mod backend;
 pub(crate) mod core;
@@ -164,8 +172,9 @@ mod striped;
 mod token;
 mod wait;
 
+pub use backend::connect::MIN_SERVER_VERSION;
 pub use cache::Cache;
-pub use client::{Client, ClientBuilder, MIN_SERVER_VERSION};
+pub use client::{Client, ClientBuilder};
 
 pub use core::renew::RenewalStats;
 pub use error::{Error, Result};

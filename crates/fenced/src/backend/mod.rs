@@ -7,10 +7,14 @@
 //! majority ([`Error::NoQuorum`] when it cannot be had). Everything else (resources,
 //! inspection, the other primitives' scripts) needs one node ([`Backend::node`]).
 
+pub(crate) mod connect;
 mod node;
+#[cfg(feature = "redlock")]
 mod redlock;
+#[cfg(feature = "sentinel")]
 mod sentinel;
 
+#[cfg(any(feature = "cluster", feature = "redlock", feature = "sentinel"))]
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,11 +22,15 @@ use redis::Value;
 use tokio::time::Instant;
 
 pub(crate) use node::{Conn, Node, bounded};
+#[cfg(feature = "redlock")]
 pub(crate) use redlock::Redlock;
+#[cfg(feature = "sentinel")]
 pub(crate) use sentinel::{Connector, Failover};
 
 use crate::core::lease::ExpiryReply;
-use crate::error::{Error, Result};
+#[cfg(any(feature = "cluster", feature = "redlock"))]
+use crate::error::Error;
+use crate::error::Result;
 use crate::kind::{
     AcquireReply, LeaseKind, ReleaseReply, abandon_reply, acquire_reply, expiry_reply,
     release_reply,
@@ -43,6 +51,7 @@ pub(crate) enum Backend {
         /// For connections of their own (pub/sub, transactions' `WATCH`).
         client: Dedicated,
     },
+    #[cfg(feature = "cluster")]
     /// A Redis Cluster: every script runs on the master of its keys' slot (all keys of one
     /// primitive share its `{name}` hash tag), and renewal batches go one per node.
     Cluster {
@@ -55,10 +64,20 @@ pub(crate) enum Backend {
         /// on its slot's master. Scripts then announce with `SPUBLISH`.
         sharded: Option<ShardedPubSub>,
     },
+    #[cfg(feature = "redlock")]
     /// Several independent masters; lease steps decided by a majority (`redlock.rs`).
     Redlock(Arc<Redlock>),
 }
 
+/// Where a lease step goes: one node (one server, or a cluster's connection that routes by
+/// slot), or a majority of independent masters.
+enum Route<'a> {
+    One(&'a Node),
+    #[cfg(feature = "redlock")]
+    Quorum(&'a Redlock),
+}
+
+#[cfg(feature = "cluster")]
 /// Makes the cluster client that carries sharded subscriptions, its pushes (messages,
 /// dropped subscriptions) going to the given sender.
 pub(crate) type ShardedPubSub = Arc<
@@ -73,6 +92,7 @@ pub(crate) type ShardedPubSub = Arc<
 pub(crate) enum PubSubRoute {
     /// Classic pub/sub on one connection, to the first of these that answers.
     Rotating(Vec<Dedicated>),
+    #[cfg(feature = "cluster")]
     /// Sharded pub/sub on a Redis Cluster.
     Sharded(ShardedPubSub),
 }
@@ -85,6 +105,7 @@ pub(crate) enum PubSubRoute {
 pub(crate) enum Dedicated {
     /// One server.
     Fixed(redis::Client),
+    #[cfg(feature = "sentinel")]
     /// The current master of a Sentinel-managed service.
     Sentinel(Arc<Failover>),
 }
@@ -94,18 +115,35 @@ impl Dedicated {
     pub(crate) async fn client(&self) -> redis::RedisResult<redis::Client> {
         match self {
             Dedicated::Fixed(c) => Ok(c.clone()),
+            #[cfg(feature = "sentinel")]
             Dedicated::Sentinel(f) => f.client().await,
         }
     }
 }
 
+// Without Redlock or Cluster, the arguments that only a majority or a slot needs go unused.
+#[cfg_attr(
+    not(all(feature = "redlock", feature = "cluster")),
+    allow(unused_variables)
+)]
 impl Backend {
+    fn route(&self) -> Route<'_> {
+        match self {
+            Backend::Single { node, .. } => Route::One(node),
+            #[cfg(feature = "cluster")]
+            Backend::Cluster { node, .. } => Route::One(node),
+            #[cfg(feature = "redlock")]
+            Backend::Redlock(r) => Route::Quorum(r),
+        }
+    }
+
     /// The node that serves the keys of one primitive (all share its `{hash tag}`), for what
     /// is not a lease step: refused on Redlock, where one node alone decides nothing.
     pub(crate) fn node(&self) -> Result<&Node> {
-        match self {
-            Backend::Single { node, .. } | Backend::Cluster { node, .. } => Ok(node),
-            Backend::Redlock(_) => Err(Error::unsupported(
+        match self.route() {
+            Route::One(node) => Ok(node),
+            #[cfg(feature = "redlock")]
+            Route::Quorum(_) => Err(Error::unsupported(
                 "this operation needs one Redis server; a Redlock client (several independent masters) runs locks (acquire, try_acquire, with_lock, #[fenced::locked]) and semaphores (acquire, release) only so far",
             )),
         }
@@ -116,7 +154,9 @@ impl Backend {
     pub(crate) fn dedicated(&self) -> Dedicated {
         match self {
             Backend::Single { client, .. } => client.clone(),
+            #[cfg(feature = "cluster")]
             Backend::Cluster { clients, .. } => clients[0].clone(),
+            #[cfg(feature = "redlock")]
             Backend::Redlock(r) => Dedicated::Fixed(r.clients()[0].clone()),
         }
     }
@@ -128,11 +168,14 @@ impl Backend {
     pub(crate) fn pubsub(&self) -> PubSubRoute {
         match self {
             Backend::Single { client, .. } => PubSubRoute::Rotating(vec![client.clone()]),
+            #[cfg(feature = "cluster")]
             Backend::Cluster {
                 sharded: Some(make),
                 ..
             } => PubSubRoute::Sharded(make.clone()),
+            #[cfg(feature = "cluster")]
             Backend::Cluster { clients, .. } => PubSubRoute::Rotating(clients.clone()),
+            #[cfg(feature = "redlock")]
             Backend::Redlock(r) => {
                 PubSubRoute::Rotating(r.clients().iter().cloned().map(Dedicated::Fixed).collect())
             }
@@ -151,6 +194,7 @@ impl Backend {
                 node,
                 client: Dedicated::Fixed(c),
             } => vec![(addr(c), node.clone())],
+            #[cfg(feature = "sentinel")]
             Backend::Single {
                 node,
                 client: Dedicated::Sentinel(f),
@@ -161,6 +205,7 @@ impl Backend {
                 };
                 vec![(label, node.clone())]
             }
+            #[cfg(feature = "cluster")]
             Backend::Cluster { node, .. } => {
                 let label = match node.slot_owner(key).await {
                     Ok((slot, owner)) => format!("{owner} (master of slot {slot})"),
@@ -168,6 +213,7 @@ impl Backend {
                 };
                 vec![(label, node.clone())]
             }
+            #[cfg(feature = "redlock")]
             Backend::Redlock(r) => r
                 .each_node()
                 .map(|(node, client)| (addr(client), node.clone()))
@@ -178,6 +224,7 @@ impl Backend {
     /// Waits for the calls still running in the background (Redlock's replies after a
     /// majority decided); nothing to wait for elsewhere.
     pub(crate) async fn settle(&self) {
+        #[cfg(feature = "redlock")]
         if let Backend::Redlock(r) = self {
             r.settle().await;
         }
@@ -185,7 +232,10 @@ impl Backend {
 
     /// Whether this is a Redis Cluster (its keys live on several nodes).
     pub(crate) fn is_cluster(&self) -> bool {
-        matches!(self, Backend::Cluster { .. })
+        #[cfg(feature = "cluster")]
+        return matches!(self, Backend::Cluster { .. });
+        #[cfg(not(feature = "cluster"))]
+        false
     }
 
     /// Whether a lease may be handed straight to a local waiter: one server only (a handover
@@ -208,8 +258,8 @@ impl Backend {
         ttl: Duration,
         sent_at: Instant,
     ) -> Result<(AcquireReply, bool)> {
-        match self {
-            Backend::Single { node, .. } | Backend::Cluster { node, .. } => {
+        match self.route() {
+            Route::One(node) => {
                 let (value, short) = node.run_acked(call).await?;
                 let reply = acquire_reply(value)?;
                 match (reply, short) {
@@ -226,7 +276,8 @@ impl Backend {
                     _ => Ok((reply, true)),
                 }
             }
-            Backend::Redlock(r) => r.acquire(kind, owner, call, abandon, ttl, sent_at).await,
+            #[cfg(feature = "redlock")]
+            Route::Quorum(r) => r.acquire(kind, owner, call, abandon, ttl, sent_at).await,
         }
     }
 
@@ -234,11 +285,14 @@ impl Backend {
     pub(crate) fn supports(&self, kind: &dyn LeaseKind) -> Result<()> {
         match self {
             Backend::Single { .. } => Ok(()),
+            #[cfg(feature = "cluster")]
             Backend::Cluster { .. } if !kind.one_slot() => Err(Error::unsupported(format!(
                 "a {} over several names needs one Redis server: on a Redis Cluster its names live in different hash slots, which one script cannot reach",
                 kind.primitive()
             ))),
+            #[cfg(feature = "cluster")]
             Backend::Cluster { .. } => Ok(()),
+            #[cfg(feature = "redlock")]
             Backend::Redlock(r) => r.supports(kind),
         }
     }
@@ -249,8 +303,8 @@ impl Backend {
         call: &ScriptCall,
         kind: &dyn LeaseKind,
     ) -> Result<ExpiryReply> {
-        match self {
-            Backend::Single { node, .. } | Backend::Cluster { node, .. } => {
+        match self.route() {
+            Route::One(node) => {
                 let (value, short) = node.run_acked(call).await?;
                 match (expiry_reply(value)?, short) {
                     // Not replicated: the lease's validity must not count on it.
@@ -258,15 +312,17 @@ impl Backend {
                     (reply, _) => Ok(reply),
                 }
             }
-            Backend::Redlock(r) => r.extend(call, kind.quorum(r.nodes())).await,
+            #[cfg(feature = "redlock")]
+            Route::Quorum(r) => r.extend(call, kind.quorum(r.nodes())).await,
         }
     }
 
     /// How many nodes must hold a lease of `kind`; `None` on one server (nothing to count).
     pub(crate) fn quorum(&self, kind: &dyn LeaseKind) -> Option<usize> {
-        match self {
-            Backend::Single { .. } | Backend::Cluster { .. } => None,
-            Backend::Redlock(r) => Some(kind.quorum(r.nodes())),
+        match self.route() {
+            Route::One(_) => None,
+            #[cfg(feature = "redlock")]
+            Route::Quorum(r) => Some(kind.quorum(r.nodes())),
         }
     }
 
@@ -277,14 +333,15 @@ impl Backend {
         calls: &[ScriptCall],
         quorums: &[usize],
     ) -> Result<Vec<Result<ExpiryReply>>> {
-        match self {
-            Backend::Single { node, .. } | Backend::Cluster { node, .. } => Ok(node
+        match self.route() {
+            Route::One(node) => Ok(node
                 .run_batch_routed("renew", calls)
                 .await?
                 .into_iter()
                 .map(|r| r.and_then(expiry_reply))
                 .collect()),
-            Backend::Redlock(r) => r.renew(calls, quorums).await,
+            #[cfg(feature = "redlock")]
+            Route::Quorum(r) => r.renew(calls, quorums).await,
         }
     }
 
@@ -296,21 +353,19 @@ impl Backend {
         announce: (&str, &str),
         kind: &dyn LeaseKind,
     ) -> Result<ReleaseReply> {
-        match self {
-            Backend::Single { node, .. } | Backend::Cluster { node, .. } => {
-                release_reply(node.run(call).await?)
-            }
-            Backend::Redlock(r) => r.release(call, announce, kind.quorum(r.nodes())).await,
+        match self.route() {
+            Route::One(node) => release_reply(node.run(call).await?),
+            #[cfg(feature = "redlock")]
+            Route::Quorum(r) => r.release(call, announce, kind.quorum(r.nodes())).await,
         }
     }
 
     /// Voids an attempt of unknown outcome; true if it had taken the lease.
     pub(crate) async fn abandon(&self, call: &ScriptCall) -> Result<bool> {
-        match self {
-            Backend::Single { node, .. } | Backend::Cluster { node, .. } => {
-                abandon_reply(node.run(call).await?)
-            }
-            Backend::Redlock(r) => r.abandon(call).await,
+        match self.route() {
+            Route::One(node) => abandon_reply(node.run(call).await?),
+            #[cfg(feature = "redlock")]
+            Route::Quorum(r) => r.abandon(call).await,
         }
     }
 }

@@ -28,14 +28,18 @@
 //!    Optimistic transactions (`MULTI`/`EXEC` on a pooled connection) do not wait either:
 //!    their writes are the caller's own data, and `Client::transaction` says so.
 
+#[cfg(feature = "sentinel")]
 use std::sync::Arc;
 use std::time::Duration;
 
 use redis::aio::{ConnectionLike, ConnectionManager};
+#[cfg(feature = "cluster")]
 use redis::cluster_async::ClusterConnection;
+#[cfg(feature = "cluster")]
 use redis::cluster_routing::Slot;
 use redis::{Cmd, FromRedisValue, Pipeline, RedisError, RedisFuture, Value};
 
+#[cfg(feature = "sentinel")]
 use super::sentinel::Failover;
 use crate::error::{Error, Result};
 use crate::kind::unexpected;
@@ -50,8 +54,10 @@ pub(crate) enum Conn {
     /// One server (or one master of several).
     Single(ConnectionManager),
     /// A Redis Cluster.
+    #[cfg(feature = "cluster")]
     Cluster(ClusterConnection),
     /// The master that Redis Sentinel names, followed across failovers (`sentinel.rs`).
+    #[cfg(feature = "sentinel")]
     Sentinel(Arc<Failover>),
 }
 
@@ -59,7 +65,9 @@ impl ConnectionLike for Conn {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match self {
             Conn::Single(c) => c.req_packed_command(cmd),
+            #[cfg(feature = "cluster")]
             Conn::Cluster(c) => c.req_packed_command(cmd),
+            #[cfg(feature = "sentinel")]
             Conn::Sentinel(f) => Box::pin(async move {
                 let (mut conn, addr) = f.conn().await?;
                 let reply = conn.req_packed_command(cmd).await;
@@ -79,7 +87,9 @@ impl ConnectionLike for Conn {
     ) -> RedisFuture<'a, Vec<Value>> {
         match self {
             Conn::Single(c) => c.req_packed_commands(cmd, offset, count),
+            #[cfg(feature = "cluster")]
             Conn::Cluster(c) => c.req_packed_commands(cmd, offset, count),
+            #[cfg(feature = "sentinel")]
             Conn::Sentinel(f) => Box::pin(async move {
                 let (mut conn, addr) = f.conn().await?;
                 let replies = conn.req_packed_commands(cmd, offset, count).await;
@@ -94,7 +104,9 @@ impl ConnectionLike for Conn {
     fn get_db(&self) -> i64 {
         match self {
             Conn::Single(c) => c.get_db(),
+            #[cfg(feature = "cluster")]
             Conn::Cluster(c) => c.get_db(),
+            #[cfg(feature = "sentinel")]
             Conn::Sentinel(_) => 0,
         }
     }
@@ -218,7 +230,10 @@ impl Node {
 
     /// Whether this node is a whole Redis Cluster (keys of different slots live apart).
     pub(crate) fn is_cluster(&self) -> bool {
-        matches!(self.conn, Conn::Cluster(_))
+        #[cfg(feature = "cluster")]
+        return matches!(self.conn, Conn::Cluster(_));
+        #[cfg(not(feature = "cluster"))]
+        false
     }
 
     /// Bounds `fut` by the per-call timeout and maps its error: the one place where a
@@ -266,6 +281,7 @@ impl Node {
 
     /// Runs `cmd` on every master of a cluster at once: (`host:port`, reply) per master. A
     /// master's error reply comes back as its value. For listings (`SCAN`), never for writes.
+    #[cfg(feature = "cluster")]
     pub(crate) async fn on_every_master(
         &self,
         operation: &'static str,
@@ -337,6 +353,7 @@ impl Node {
 
     /// Runs `cmd` on the cluster node at `addr` (`host:port`, as
     /// [`on_every_master`](Self::on_every_master) names it).
+    #[cfg(feature = "cluster")]
     pub(crate) async fn query_at<T: FromRedisValue>(
         &self,
         operation: &'static str,
@@ -424,6 +441,26 @@ impl Node {
         if !self.is_cluster() || calls.len() < 2 {
             return self.run_batch(operation, calls).await;
         }
+        self.run_batch_by_slot(operation, calls).await
+    }
+
+    /// [`run_batch_routed`](Self::run_batch_routed) on a cluster.
+    #[cfg(not(feature = "cluster"))]
+    async fn run_batch_by_slot(
+        &self,
+        operation: &'static str,
+        calls: &[ScriptCall],
+    ) -> Result<Vec<Result<Value>>> {
+        self.run_batch(operation, calls).await
+    }
+
+    /// [`run_batch_routed`](Self::run_batch_routed) on a cluster.
+    #[cfg(feature = "cluster")]
+    async fn run_batch_by_slot(
+        &self,
+        operation: &'static str,
+        calls: &[ScriptCall],
+    ) -> Result<Vec<Result<Value>>> {
         let mut groups: Vec<(Option<Slot>, Vec<usize>)> = Vec::new();
         for (i, call) in calls.iter().enumerate() {
             let route = call.first_key().map(Slot::for_key);

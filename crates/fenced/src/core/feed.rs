@@ -16,13 +16,19 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use futures_util::StreamExt;
+#[cfg(feature = "cluster")]
 use futures_util::future::join_all;
 use redis::aio::{PubSubSink, PubSubStream};
+#[cfg(feature = "cluster")]
 use redis::cluster_async::ClusterConnection;
+#[cfg(feature = "cluster")]
 use redis::{PushInfo, PushKind};
+#[cfg(feature = "cluster")]
 use tokio::sync::mpsc;
 
-use crate::backend::{Dedicated, PubSubRoute, ShardedPubSub};
+#[cfg(feature = "cluster")]
+use crate::backend::ShardedPubSub;
+use crate::backend::{Dedicated, PubSubRoute};
 
 /// Where the pub/sub connection goes, and how it is made.
 pub(crate) enum Source {
@@ -33,6 +39,7 @@ pub(crate) enum Source {
         next: usize,
     },
     /// Sharded pub/sub over a cluster connection of its own.
+    #[cfg(feature = "cluster")]
     Sharded(ShardedPubSub),
 }
 
@@ -40,6 +47,7 @@ impl From<PubSubRoute> for Source {
     fn from(route: PubSubRoute) -> Self {
         match route {
             PubSubRoute::Rotating(clients) => Source::Rotating { clients, next: 0 },
+            #[cfg(feature = "cluster")]
             PubSubRoute::Sharded(make) => Source::Sharded(make),
         }
     }
@@ -51,6 +59,7 @@ pub(crate) enum Feed {
         sink: PubSubSink,
         stream: PubSubStream,
     },
+    #[cfg(feature = "cluster")]
     Sharded {
         conn: ClusterConnection,
         pushes: mpsc::UnboundedReceiver<PushInfo>,
@@ -102,6 +111,7 @@ impl Source {
                     }
                 }
             }
+            #[cfg(feature = "cluster")]
             Source::Sharded(make) => {
                 let (tx, pushes) = mpsc::unbounded_channel();
                 let client = match make(tx) {
@@ -126,6 +136,7 @@ impl Source {
         };
         let channels: Vec<&String> = wanted.iter().collect();
         if !channels.is_empty() && !feed.subscribe(&channels, timeout).await {
+            #[cfg_attr(not(feature = "cluster"), allow(irrefutable_let_patterns))]
             if let Source::Rotating { next, .. } = self {
                 *next = next.wrapping_add(1);
             }
@@ -143,6 +154,7 @@ impl Feed {
                 tokio::time::timeout(timeout, sink.subscribe(channels)).await,
                 Ok(Ok(()))
             ),
+            #[cfg(feature = "cluster")]
             // One SSUBSCRIBE per channel (channels of different slots live on different
             // nodes), all at once.
             Feed::Sharded { conn, .. } => {
@@ -164,6 +176,7 @@ impl Feed {
             Feed::Classic { sink, .. } => {
                 tokio::time::timeout(timeout, sink.unsubscribe(channel)).await
             }
+            #[cfg(feature = "cluster")]
             Feed::Sharded { conn, .. } => {
                 tokio::time::timeout(timeout, conn.sunsubscribe(channel)).await
             }
@@ -178,6 +191,7 @@ impl Feed {
                 Some(msg) => Event::Message(msg),
                 None => Event::Closed,
             },
+            #[cfg(feature = "cluster")]
             Feed::Sharded { pushes, .. } => loop {
                 let Some(push) = pushes.recv().await else {
                     return Event::Closed;
@@ -202,6 +216,7 @@ impl Feed {
     }
 }
 
+#[cfg(feature = "cluster")]
 /// The channel named by a subscription push (`[channel, count]`).
 fn pushed_channel(push: &PushInfo) -> Option<String> {
     match push.data.first()? {

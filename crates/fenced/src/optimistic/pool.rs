@@ -15,9 +15,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use super::Slot;
 use redis::AsyncConnectionConfig;
 use redis::aio::MultiplexedConnection;
-use redis::cluster_routing::Slot;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::backend::Dedicated;

@@ -5,8 +5,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use super::Slot;
 use redis::aio::MultiplexedConnection;
-use redis::cluster_routing::Slot;
 use redis::{Cmd, FromRedisValue, RedisError, ToRedisArgs, Value};
 use tokio::time::Instant;
 
@@ -237,11 +237,14 @@ impl Client {
         // One node: a transaction's WATCH lives on one connection. On a cluster, that is the
         // master of the keys' one slot.
         self.core().node()?;
+        #[cfg(feature = "cluster")]
         let slot = if self.core().backend().is_cluster() {
             Some(one_slot(keys)?)
         } else {
             None
         };
+        #[cfg(not(feature = "cluster"))]
+        let slot: Option<Slot> = None;
         let pool = self.tx_pool();
         let timeout = self.timeout();
         let (min, max) = policy.backoff().unwrap_or(DEFAULT_BACKOFF);
@@ -365,6 +368,12 @@ enum Redirect {
     Busy,
 }
 
+#[cfg(not(feature = "cluster"))]
+fn redirect(_: &RedisError, slot: Option<Slot>) -> Option<Redirect> {
+    slot.map(|slot| match slot {})
+}
+
+#[cfg(feature = "cluster")]
 /// The redirect in `e`, if it is about the transaction's `slot` (a key of another slot is
 /// the caller's mistake, reported as it is).
 fn redirect(e: &RedisError, slot: Option<Slot>) -> Option<Redirect> {
@@ -382,6 +391,7 @@ fn redirect(e: &RedisError, slot: Option<Slot>) -> Option<Redirect> {
     }
 }
 
+#[cfg(feature = "cluster")]
 /// The one hash slot of a cluster transaction's keys: `WATCH` and `MULTI` run on one node.
 fn one_slot(keys: &[&str]) -> Result<Slot> {
     let slot = Slot::for_key(keys[0]);
@@ -546,9 +556,12 @@ fn exec_outcome(replies: Vec<Value>, n: usize, slot: Option<Slot>) -> Result<Exe
 mod tests {
     use redis::Value;
 
+    #[cfg(feature = "cluster")]
     use redis::cluster_routing::Slot;
 
-    use super::{Exec, Redirect, exec_outcome};
+    #[cfg(feature = "cluster")]
+    use super::Redirect;
+    use super::{Exec, exec_outcome};
     use crate::error::Error;
 
     fn error(code: &str, detail: &str) -> Value {
@@ -584,6 +597,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg(feature = "cluster")]
     fn a_redirect_for_the_transactions_slot_aborts_it_for_a_retry_and_others_are_errors() {
         let slot = Slot::for_key("{order:42}:stock");
         let Some(number) = (0..16384u16).find(|n| Slot::new(*n) == Some(slot)) else {

@@ -1,0 +1,539 @@
+//! Connecting: from a [`Topology`] (one server, Sentinel, a Redis Cluster, Redlock) and the
+//! connection settings (password, TLS, timeouts) to a [`Backend`].
+//!
+//! Invariants:
+//! 1. A password never leaves this module in text a user can see: [`Secret`] has no `Debug`
+//!    of its content, and every URL in an error goes through [`redact`].
+//! 2. Connections made later (a Sentinel master after a failover, a cluster node named by
+//!    `MOVED`, a transaction's dedicated connection) get the same settings as the first:
+//!    each is made from a clone of the [`Connect`] that made the backend.
+//! 3. Nothing is sent before every setting is validated, and only one server and Sentinel are
+//!    checked against [`MIN_SERVER_VERSION`] (a cluster's and Redlock's nodes are many, and a
+//!    script says what an old one lacks).
+
+use std::fmt;
+use std::sync::Arc;
+#[cfg(feature = "redlock")]
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+
+#[cfg(feature = "redlock")]
+use super::Redlock;
+#[cfg(feature = "cluster")]
+use super::ShardedPubSub;
+#[cfg(feature = "cluster")]
+use super::bounded;
+use super::{Backend, Conn, Dedicated, Node};
+#[cfg(feature = "sentinel")]
+use super::{Connector, Failover};
+use crate::error::{Error, Result};
+use crate::options::ClientOptions;
+
+/// Makes a client of the node at `host:port` with a topology's settings.
+pub(crate) type NodeClients =
+    Arc<dyn Fn(&str, u16) -> redis::RedisResult<redis::Client> + Send + Sync>;
+
+/// The deployment a client talks to.
+#[derive(Clone, Debug)]
+pub(crate) enum Topology {
+    /// One server at this URL.
+    Single(String),
+    /// Several independent masters (Redlock).
+    #[cfg(feature = "redlock")]
+    Redlock(Vec<String>),
+    /// Seed nodes of a Redis Cluster.
+    #[cfg(feature = "cluster")]
+    Cluster(Vec<String>),
+    /// Sentinels and the service (master name) they watch.
+    #[cfg(feature = "sentinel")]
+    Sentinel {
+        /// The sentinels' URLs.
+        sentinels: Vec<String>,
+        /// The master's name.
+        service: String,
+    },
+}
+
+/// Everything needed to connect, kept to connect again later (invariant 2).
+#[derive(Clone, Debug)]
+pub(crate) struct Connect {
+    pub(crate) topology: Topology,
+    /// How long a restarted Redlock master does not vote (default: the default ttl).
+    #[cfg(feature = "redlock")]
+    pub(crate) redlock_restart_grace: Option<Duration>,
+    /// A password given apart from the URL (never shown by `Debug`).
+    pub(crate) password: Option<Secret>,
+    pub(crate) options: ClientOptions,
+    #[cfg(feature = "tls")]
+    pub(crate) tls_root_certificate: Option<Vec<u8>>,
+    /// A client certificate and key (PEM) for mutual TLS; the key is never shown.
+    #[cfg(feature = "tls")]
+    pub(crate) tls_client: Option<(Vec<u8>, Secret)>,
+}
+
+impl Connect {
+    /// Settings for one server at `url`, with default options.
+    pub(crate) fn new(url: &str) -> Connect {
+        Connect {
+            topology: Topology::Single(url.to_owned()),
+            #[cfg(feature = "redlock")]
+            redlock_restart_grace: None,
+            password: None,
+            options: ClientOptions::default(),
+            #[cfg(feature = "tls")]
+            tls_root_certificate: None,
+            #[cfg(feature = "tls")]
+            tls_client: None,
+        }
+    }
+
+    /// Connects to the topology and checks what can be checked now.
+    pub(crate) async fn backend(&self) -> Result<Backend> {
+        match &self.topology {
+            Topology::Single(url) => {
+                let (node, client) = self.node(url)?;
+                let node = node.with_acks(self.options.replica_acks);
+                check_server(&node).await?;
+                Ok(Backend::Single {
+                    node,
+                    client: Dedicated::Fixed(client),
+                })
+            }
+            #[cfg(feature = "redlock")]
+            Topology::Redlock(urls) => {
+                if self.options.replica_acks.is_some() {
+                    return Err(Error::invalid(
+                        "replica_acks asks replicas of one master; Redlock's masters are independent, with no replicas to ask",
+                    ));
+                }
+                self.redlock_backend(urls).await
+            }
+            #[cfg(feature = "cluster")]
+            Topology::Cluster(seeds) => self.cluster_backend(seeds).await,
+            #[cfg(feature = "sentinel")]
+            Topology::Sentinel { sentinels, service } => {
+                self.sentinel_backend(sentinels, service).await
+            }
+        }
+    }
+
+    /// On a cluster, a maker of clients for the node at `host:port` (named by a `MOVED`
+    /// reply), with the seeds' settings: where transactions go. `None` elsewhere.
+    pub(crate) fn node_clients(&self) -> Option<NodeClients> {
+        #[cfg(feature = "cluster")]
+        if let Topology::Cluster(seeds) = &self.topology {
+            let me = self.clone();
+            let template = seeds.first().cloned().unwrap_or_default();
+            return Some(Arc::new(move |host: &str, port: u16| {
+                me.client_at(&template, host, port)
+            }));
+        }
+        None
+    }
+}
+
+impl Connect {
+    /// A reconnecting connection to `url`, not connected yet.
+    fn node(&self, url: &str) -> Result<(Node, redis::Client)> {
+        let timeout = self.options.timeout;
+        let (conn, redis_client) = self.manager(url).map_err(|e| {
+            Error::invalid(format!("Redis URL {:?} is not usable: {e}", redact(url)))
+        })?;
+        Ok((Node::new(Conn::Single(conn), timeout), redis_client))
+    }
+
+    /// A reconnecting connection manager for `url` (lazy: it connects on first use), and a
+    /// client for dedicated connections to the same server.
+    fn manager(&self, url: &str) -> redis::RedisResult<(ConnectionManager, redis::Client)> {
+        self.manager_of(self.redis_client(url)?)
+    }
+
+    /// A reconnecting connection manager for `redis_client`'s server (lazy).
+    fn manager_of(
+        &self,
+        redis_client: redis::Client,
+    ) -> redis::RedisResult<(ConnectionManager, redis::Client)> {
+        let timeout = self.options.timeout;
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(timeout))
+            .set_response_timeout(Some(timeout))
+            .set_number_of_retries(2)
+            .set_max_delay(timeout);
+        let conn = ConnectionManager::new_lazy_with_config(redis_client.clone(), config)?;
+        Ok((conn, redis_client))
+    }
+
+    #[cfg(feature = "sentinel")]
+    /// The master of `service` behind Sentinel, located now and followed from then on
+    /// (`backend/sentinel.rs`).
+    async fn sentinel_backend(&self, sentinels: &[String], service: &str) -> Result<Backend> {
+        if sentinels.is_empty() || service.is_empty() {
+            return Err(Error::invalid(
+                "a Sentinel client needs at least one sentinel URL and the service (master) name",
+            ));
+        }
+        let timeout = self.options.timeout;
+        let mut clients = Vec::with_capacity(sentinels.len());
+        for url in sentinels {
+            // The builder's TLS settings (a private CA, a client certificate) apply to the
+            // sentinels too; its password does not (sentinels often have none, and an AUTH
+            // they do not expect fails the connection): give theirs in their URLs.
+            use redis::IntoConnectionInfo;
+            let info = url.as_str().into_connection_info();
+            clients.push(info.and_then(|info| self.client_of(info)).map_err(|e| {
+                Error::invalid(format!("Sentinel URL {:?} is not usable: {e}", redact(url)))
+            })?);
+        }
+        // The master is reached like the first sentinel (TLS or not, the same password and
+        // CA), at the address Sentinel names: a hostname or an IPv6 address needs no URL.
+        let me = self.clone();
+        let template = sentinels[0].clone();
+        let connect: Connector = Arc::new(move |host: &str, port: u16| {
+            me.manager_of(me.client_at(&template, host, port)?)
+        });
+        let failover = Failover::start(service.to_owned(), clients, connect, timeout);
+        let node = Node::new(Conn::Sentinel(failover.clone()), timeout)
+            .with_acks(self.options.replica_acks);
+        check_server(&node).await?;
+        Ok(Backend::Single {
+            node,
+            client: Dedicated::Sentinel(failover),
+        })
+    }
+
+    #[cfg(feature = "cluster")]
+    /// A Redis Cluster from its seed nodes: the slot map is read now, from the first seed
+    /// that answers.
+    async fn cluster_backend(&self, seeds: &[String]) -> Result<Backend> {
+        if seeds.is_empty() {
+            return Err(Error::invalid(
+                "a Redis Cluster client needs at least one seed node URL",
+            ));
+        }
+        let timeout = self.options.timeout;
+        let mut clients = Vec::with_capacity(seeds.len());
+        for url in seeds {
+            clients.push(self.redis_client(url).map_err(|e| {
+                Error::invalid(format!("Redis URL {:?} is not usable: {e}", redact(url)))
+            })?);
+        }
+        let cluster = self
+            .cluster_client_builder(seeds)?
+            // At most once (backend/node.rs, invariant 4): the node seam resends only what
+            // the cluster says did not run.
+            .retries(0)
+            .build()
+            .map_err(|e| Error::invalid(format!("Redis Cluster seeds are not usable: {e}")))?;
+        let conn = bounded(timeout, "connect", cluster.get_async_connection()).await?;
+        let node = Node::new(Conn::Cluster(conn), timeout).with_acks(self.options.replica_acks);
+        // Sharded pub/sub when the nodes run SPUBLISH (Redis 7+) and the user may: releases
+        // then travel to the channel's slot master only, not over the whole cluster bus.
+        let mut probe = redis::cmd("SPUBLISH");
+        probe
+            .arg(format!(
+                "{}{{fenced-probe}}:released",
+                self.options.namespace
+            ))
+            .arg("probe");
+        let sharded = match node.query::<i64>("sharded pub/sub probe", &probe).await {
+            Ok(_) => {
+                let me = self.clone();
+                let seeds = seeds.to_vec();
+                let make: ShardedPubSub = Arc::new(move |pushes| {
+                    me.cluster_client_builder(&seeds)
+                        .map_err(|e| {
+                            redis::RedisError::from((
+                                redis::ErrorKind::InvalidClientConfig,
+                                "cluster seeds",
+                                e.to_string(),
+                            ))
+                        })?
+                        .use_protocol(redis::ProtocolVersion::RESP3)
+                        .push_sender(pushes)
+                        .build()
+                });
+                Some(make)
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "fenced: no sharded pub/sub on this cluster; releases use PUBLISH");
+                None
+            }
+        };
+        Ok(Backend::Cluster {
+            node: node.with_sharded_pubsub(sharded.is_some()),
+            clients: clients.into_iter().map(Dedicated::Fixed).collect(),
+            sharded,
+        })
+    }
+
+    #[cfg(feature = "cluster")]
+    /// A cluster client builder over `seeds` with this builder's timeout, password and TLS.
+    fn cluster_client_builder(
+        &self,
+        seeds: &[String],
+    ) -> Result<redis::cluster::ClusterClientBuilder> {
+        let timeout = self.options.timeout;
+        let mut infos = Vec::with_capacity(seeds.len());
+        for url in seeds {
+            infos.push(self.connection_info(url).map_err(|e| {
+                Error::invalid(format!("Redis URL {:?} is not usable: {e}", redact(url)))
+            })?);
+        }
+        let mut builder = redis::cluster::ClusterClientBuilder::new(infos)
+            .connection_timeout(timeout)
+            .response_timeout(timeout);
+        if let Some(Secret(password)) = &self.password {
+            builder = builder.password(password);
+        }
+        #[cfg(feature = "tls")]
+        if self.tls_root_certificate.is_some() || self.tls_client.is_some() {
+            builder = builder.certs(self.tls_certificates());
+        }
+        Ok(builder)
+    }
+
+    #[cfg(feature = "redlock")]
+    /// Several masters: at least 3 distinct URLs, a majority of which answer now (the others
+    /// are reconnected to when they come back).
+    async fn redlock_backend(&self, urls: &[String]) -> Result<Backend> {
+        if urls.len() < 3 {
+            return Err(Error::invalid(format!(
+                "Redlock needs at least 3 independent masters, not {}",
+                urls.len()
+            )));
+        }
+        for (i, url) in urls.iter().enumerate() {
+            if urls[..i].contains(url) {
+                return Err(Error::invalid(format!(
+                    "Redlock master {:?} is listed twice; its vote would count twice",
+                    redact(url)
+                )));
+            }
+        }
+        let mut nodes = Vec::with_capacity(urls.len());
+        let mut clients = Vec::with_capacity(urls.len());
+        for url in urls {
+            let (node, client) = self.node(url)?;
+            nodes.push(node);
+            clients.push(client);
+        }
+        let grace = self
+            .redlock_restart_grace
+            .unwrap_or(self.options.default_ttl);
+        let redlock = Redlock::new(nodes, clients, grace);
+        let answered = redlock.ping().await;
+        let needed = urls.len() / 2 + 1;
+        if answered < needed {
+            return Err(Error::NoQuorum {
+                granted: answered,
+                needed,
+                nodes: urls.len(),
+            });
+        }
+        Ok(Backend::Redlock(Arc::new(redlock)))
+    }
+
+    /// Where to connect: the URL, with the separate password in place of the URL's.
+    fn connection_info(&self, url: &str) -> redis::RedisResult<redis::ConnectionInfo> {
+        use redis::IntoConnectionInfo;
+        let info = url.into_connection_info()?;
+        Ok(match &self.password {
+            Some(Secret(password)) => {
+                let settings = info.redis_settings().clone().set_password(password);
+                info.set_redis_settings(settings)
+            }
+            None => info,
+        })
+    }
+
+    fn redis_client(&self, url: &str) -> redis::RedisResult<redis::Client> {
+        self.client_of(self.connection_info(url)?)
+    }
+
+    /// A client of the server at `host:port`, with the settings of `template` (its scheme,
+    /// user, password and database) and of this builder (TLS certificates): the address of a
+    /// master named by Sentinel, or of a cluster node named by a `MOVED` reply.
+    pub(crate) fn client_at(
+        &self,
+        template: &str,
+        host: &str,
+        port: u16,
+    ) -> redis::RedisResult<redis::Client> {
+        use redis::ConnectionAddr;
+        let info = self.connection_info(template)?;
+        let addr = match info.addr() {
+            ConnectionAddr::Tcp(..) => ConnectionAddr::Tcp(host.to_owned(), port),
+            ConnectionAddr::TcpTls { insecure, .. } => ConnectionAddr::TcpTls {
+                host: host.to_owned(),
+                port,
+                insecure: *insecure,
+                tls_params: None,
+            },
+            _ => {
+                return Err(redis::RedisError::from((
+                    redis::ErrorKind::InvalidClientConfig,
+                    "a node named by the server is reached over TCP; the URL given is not a TCP one",
+                )));
+            }
+        };
+        self.client_of(info.set_addr(addr))
+    }
+
+    #[cfg(feature = "tls")]
+    fn client_of(&self, info: redis::ConnectionInfo) -> redis::RedisResult<redis::Client> {
+        if self.tls_root_certificate.is_none() && self.tls_client.is_none() {
+            return redis::Client::open(info);
+        }
+        redis::Client::build_with_tls(info, self.tls_certificates())
+    }
+
+    #[cfg(feature = "tls")]
+    fn tls_certificates(&self) -> redis::TlsCertificates {
+        redis::TlsCertificates {
+            client_tls: self.tls_client.as_ref().map(|(cert, Secret(key))| {
+                redis::ClientTlsConfig {
+                    client_cert: cert.clone(),
+                    client_key: key.clone().into_bytes(),
+                }
+            }),
+            root_cert: self.tls_root_certificate.clone(),
+        }
+    }
+
+    #[cfg(not(feature = "tls"))]
+    fn client_of(&self, info: redis::ConnectionInfo) -> redis::RedisResult<redis::Client> {
+        redis::Client::open(info)
+    }
+}
+
+/// A password: kept, sent to Redis, never shown.
+#[derive(Clone)]
+pub(crate) struct Secret(pub(crate) String);
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
+/// The URL without its password, for error messages.
+pub(crate) fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let userinfo = &url[scheme + 3..at];
+            match userinfo.find(':') {
+                Some(colon) => format!(
+                    "{}{}:***{}",
+                    &url[..scheme + 3],
+                    &userinfo[..colon],
+                    &url[at..]
+                ),
+                None => url.to_owned(),
+            }
+        }
+        _ => url.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redact;
+
+    #[test]
+    fn passwords_are_not_echoed() {
+        assert_eq!(
+            redact("redis://app:s3cret@127.0.0.1:6379"),
+            "redis://app:***@127.0.0.1:6379"
+        );
+        assert_eq!(redact("redis://127.0.0.1:6379"), "redis://127.0.0.1:6379");
+        assert_eq!(redact("redis://:pw@h/0"), "redis://:***@h/0");
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn no_password_survives_redaction(
+            user in "[a-z]{0,8}",
+            password in "[A-Za-z0-9!#%&*+=~-]{1,16}",
+            host in "[a-z0-9.]{1,12}",
+            rest in "(:[0-9]{1,5})?(/[0-9])?",
+        ) {
+            // A password that is the mask itself cannot be told from its redaction.
+            proptest::prop_assume!(password != "***");
+            let url = format!("redis://{user}:{password}@{host}{rest}");
+            let shown = redact(&url);
+            proptest::prop_assert!(!shown.contains(&format!(":{password}@")), "{}", shown);
+        }
+
+        #[test]
+        fn redaction_answers_for_any_text(text in ".{0,64}") {
+            let _ = redact(&text);
+        }
+    }
+}
+
+/// The oldest server fenced supports: Redis 6.2 (`KEEPTTL`, `GETDEL`, `SET … GET`, ACL
+/// selectors' predecessors; every Valkey reports 7.2 or later). Older servers are refused at
+/// connect, before a script fails on a command they lack.
+pub const MIN_SERVER_VERSION: (u32, u32) = (6, 2);
+
+/// Reads the server's version (`INFO server`, which also proves it answers) and refuses one
+/// older than [`MIN_SERVER_VERSION`]. A server that refuses `INFO` (an ACL without it, a
+/// renamed command, a proxy) is let through after a `PING`: the version cannot be read, and
+/// the scripts will say what they lack. (One server and Sentinel; a Redis Cluster and
+/// Redlock's masters are not checked.)
+async fn check_server(node: &Node) -> Result<()> {
+    let info = match node
+        .query::<String>("connect", redis::cmd("INFO").arg("server"))
+        .await
+    {
+        Ok(info) => info,
+        Err(Error::Permission { .. } | Error::Redis(_) | Error::UnexpectedReply { .. }) => {
+            let _: String = node.query("ping", &redis::cmd("PING")).await?;
+            return Ok(());
+        }
+        Err(e) => return Err(e),
+    };
+    match server_version(&info) {
+        Some(v) if (v.0, v.1) < MIN_SERVER_VERSION => Err(Error::unsupported(format!(
+            "Redis {}.{}.{} is older than {}.{}, the oldest fenced supports",
+            v.0, v.1, v.2, MIN_SERVER_VERSION.0, MIN_SERVER_VERSION.1
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// `redis_version` of an `INFO server` text (Valkey reports the Redis version it is
+/// compatible with there, 7.2.4 for every Valkey so far).
+fn server_version(info: &str) -> Option<(u32, u32, u32)> {
+    let text = info
+        .lines()
+        .find_map(|l| l.strip_prefix("redis_version:"))?
+        .trim();
+    let mut parts = text.split('.').map(|p| p.parse::<u32>().ok());
+    Some((
+        parts.next()??,
+        parts.next()??,
+        parts.next().flatten().unwrap_or(0),
+    ))
+}
+
+#[cfg(test)]
+mod version_tests {
+    use super::server_version;
+
+    #[test]
+    fn the_server_version_is_read_from_info() {
+        let info = "# Server\r\nredis_version:6.0.16\r\nredis_git_sha1:0\r\n";
+        assert_eq!(server_version(info), Some((6, 0, 16)));
+        assert_eq!(
+            server_version("redis_version:7.2.4\r\nvalkey_version:9.1.2"),
+            Some((7, 2, 4))
+        );
+        assert!(
+            server_version("redis_version:6.0.16")
+                .is_some_and(|v| (v.0, v.1) < super::MIN_SERVER_VERSION)
+        );
+        assert_eq!(server_version("nothing"), None);
+    }
+}
