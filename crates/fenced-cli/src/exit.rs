@@ -48,7 +48,7 @@ pub const TABLE: &[(&str, &str)] = &[
     ),
     (
         "69",
-        "Redis unreachable within --timeout, no quorum of Redlock masters, or too few replicas acknowledged",
+        "Redis unreachable within --timeout or refusing writes (OOM, MISCONF), no quorum of Redlock masters, or too few replicas acknowledged",
     ),
     (
         "70",

@@ -151,7 +151,7 @@ fn has_tls(path: &Path) -> Result<bool, TestkitError> {
 /// `PATH`, `/usr/bin/redis-server` and `/usr/sbin/redis-server`.
 fn candidates() -> Vec<PathBuf> {
     let mut all = Vec::new();
-    if let Some(p) = std::env::var_os("FENCED_REDIS_SERVER") {
+    if let Some(p) = std::env::var_os("FENCED_REDIS_SERVER").filter(|p| !p.is_empty()) {
         all.push(PathBuf::from(p));
     }
     if let Some(paths) = std::env::var_os("PATH") {

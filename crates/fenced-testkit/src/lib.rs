@@ -6,7 +6,7 @@
 //! `redis-server` binary can be found, [`RedisServer::start`] fails with a message that says
 //! how to install one; it never pretends.
 //!
-//! The binary is `$FENCED_REDIS_SERVER` if set, else `redis-server` on `PATH`, else
+//! The binary is `$FENCED_REDIS_SERVER` if set and not empty, else `redis-server` on `PATH`, else
 //! `/usr/bin/redis-server` or `/usr/sbin/redis-server`. `scripts/ensure-redis-server` installs
 //! Debian's package when it is missing, and `scripts/servers` fetches Redis 6.2 and Valkey 9.1.
 //! The kit reads each binary's version and whether it has TLS, and passes it only the
@@ -534,7 +534,7 @@ fn make_certificates(dir: &Path) -> Result<(), TestkitError> {
 
 /// The `redis-server` binary this kit would run, if any.
 pub fn redis_server_binary() -> Option<PathBuf> {
-    if let Some(p) = std::env::var_os("FENCED_REDIS_SERVER") {
+    if let Some(p) = std::env::var_os("FENCED_REDIS_SERVER").filter(|p| !p.is_empty()) {
         return Some(PathBuf::from(p));
     }
     let on_path = std::env::var_os("PATH").and_then(|paths| {

@@ -71,7 +71,11 @@ pub enum Error {
         /// How long it tried.
         waited: Duration,
     },
-    /// Redis could not be reached: the connection was refused, reset or closed.
+    /// Redis could not be reached (the connection was refused, reset or closed), or cannot
+    /// serve now and may soon: loading, a busy script, a replica or a failover under way
+    /// (`READONLY`, `MASTERDOWN`, `CLUSTERDOWN`, `TRYAGAIN`), or a master that refuses writes
+    /// (`OOM` at `maxmemory`, `MISCONF` after a failed save, `NOREPLICAS` below
+    /// `min-replicas-to-write`). Waits retry it within their deadline.
     #[error("Redis is unavailable: {source}")]
     Unavailable {
         /// The underlying client error.
@@ -123,11 +127,14 @@ pub enum Error {
     /// The Redis user may not run a command `fenced` needs (an ACL without it). The command is
     /// named even when it runs inside one of `fenced`'s scripts; the README's "Least
     /// privilege" lists what each feature needs.
-    #[error(
-        "the Redis user may not run {command:?} (needed by fenced's {operation}; grant +{command}): {detail}"
-    )]
+    ///
+    /// A user who may run the command but not on `fenced`'s keys or channels (their ACL
+    /// patterns, `~fenced:*` and `&fenced:*` for the default namespace) is refused too: the
+    /// command is then `keys` or `channels`.
+    #[error("{}", permission_text(command, operation, detail))]
     Permission {
-        /// The command refused, lower case, as ACL rules name it (`set`, `script|load`).
+        /// The command refused, lower case, as ACL rules name it (`set`, `script|load`); or
+        /// `keys` or `channels` when the user's key or channel patterns left `fenced`'s out.
         command: String,
         /// What `fenced` was doing (`acquire`, `release`, ...).
         operation: &'static str,
@@ -194,7 +201,7 @@ impl Error {
             redis::ErrorKind::Server(
                 S::BusyLoading | S::TryAgain | S::MasterDown | S::ReadOnly | S::ClusterDown
             )
-        ) || err.code() == Some("BUSY")
+        ) || matches!(err.code(), Some(code) if PASSING.contains(&code))
             || script_error_code(&err.to_string()).is_some_and(|code| PASSING.contains(&code));
         if passing
             || err.is_io_error()
@@ -282,8 +289,11 @@ impl Error {
 }
 
 /// Error codes of a server that cannot serve us now but may soon.
-const PASSING: [&str; 6] = [
+const PASSING: [&str; 9] = [
     "BUSY",
+    "OOM",
+    "MISCONF",
+    "NOREPLICAS",
     "LOADING",
     "TRYAGAIN",
     "MASTERDOWN",
@@ -302,6 +312,46 @@ fn script_error_code(text: &str) -> Option<&str> {
         .find(|word| word.len() >= 3 && word.bytes().all(|b| b.is_ascii_uppercase()))
 }
 
+/// A refusal's message, with the ACL rule that would grant what was refused.
+fn permission_text(command: &str, operation: &str, detail: &str) -> String {
+    match command {
+        "keys" => format!(
+            "the Redis user may not access fenced's keys (needed by fenced's {operation}; grant a key pattern such as ~fenced:* for the namespace): {detail}"
+        ),
+        "channels" => format!(
+            "the Redis user may not use fenced's channels (needed by fenced's {operation}; grant a channel pattern such as &fenced:* for the namespace): {detail}"
+        ),
+        _ => format!(
+            "the Redis user may not run {command:?} (needed by fenced's {operation}; grant +{command}): {detail}"
+        ),
+    }
+}
+
+/// What an ACL refused when the user may run the command but not on these keys or channels:
+/// `keys` or `channels`. The servers word it differently: Redis 7 `NOPERM this user has no
+/// permissions to access one of the keys used as arguments` (and, in a script, `can't access
+/// at least one of the keys`, `can't publish to the channel`), Valkey `No permissions to
+/// access a key` (or `a channel`).
+fn refused_access(text: &str) -> Option<&'static str> {
+    const KEYS: [&str; 3] = [
+        "access one of the keys",
+        "access a key",
+        "access at least one of the keys",
+    ];
+    const CHANNELS: [&str; 3] = [
+        "access one of the channels",
+        "access a channel",
+        "publish to the channel",
+    ];
+    if KEYS.iter().any(|k| text.contains(k)) {
+        Some("keys")
+    } else if CHANNELS.iter().any(|c| text.contains(c)) {
+        Some("channels")
+    } else {
+        None
+    }
+}
+
 /// Commands whose ACL rules name a subcommand (`pubsub|numsub`).
 const CONTAINERS: [&str; 6] = ["pubsub", "script", "client", "config", "object", "function"];
 
@@ -311,6 +361,9 @@ fn refused_command(err: &redis::RedisError) -> Option<String> {
     // Refused outright (code `NOPERM`), or inside MULTI (then EXEC answers EXECABORT with
     // the NOPERM text), or inside a script on Valkey, which answers `ERR ACL failure in
     // script: User u has no permissions to run the 'set' command` (no code of its own).
+    if let Some(what) = refused_access(&text) {
+        return Some(what.to_owned());
+    }
     if err.code() != Some("NOPERM")
         && !text.contains("NOPERM")
         && !text.contains("ACL failure in script")
@@ -337,7 +390,32 @@ const SUBCOMMAND_SENT: [(&str, &str); 2] = [("script", "script|load"), ("pubsub"
 
 #[cfg(test)]
 mod code_tests {
-    use super::script_error_code;
+    use super::{refused_access, script_error_code};
+
+    #[test]
+    fn key_and_channel_refusals_of_every_server_are_read() {
+        for keys in [
+            "NOPERM this user has no permissions to access one of the keys used as arguments",
+            "ERR The user executing the script can't access at least one of the keys mentioned in the command arguments script: bffd, on @user_script:1.",
+            "ERR Error running script (call to f_bffd): @user_script:1: @user_script: 1: The user executing the script can't access at least one of the keys mentioned in the command arguments",
+            "NOPERM No permissions to access a key",
+            "ERR ACL failure in script: No permissions to access a key script: on @user_script:1.",
+        ] {
+            assert_eq!(refused_access(keys), Some("keys"), "{keys}");
+        }
+        for channels in [
+            "NOPERM this user has no permissions to access one of the channels used as arguments",
+            "ERR The user executing the script can't publish to the channel mentioned in the command script: 57b7, on @user_script:1.",
+            "NOPERM No permissions to access a channel",
+            "ERR ACL failure in script: No permissions to access a channel script: on @user_script:1.",
+        ] {
+            assert_eq!(refused_access(channels), Some("channels"), "{channels}");
+        }
+        assert_eq!(
+            refused_access("NOPERM User u has no permissions to run the 'set' command"),
+            None
+        );
+    }
 
     #[test]
     fn a_code_inside_a_redis_6_script_error_is_found() {

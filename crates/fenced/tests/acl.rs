@@ -98,6 +98,44 @@ async fn the_documented_acl_is_enough_and_each_permission_is_needed() {
     }
 }
 
+/// A user who may run every command but not on fenced's keys, or not on its channels, gets
+/// [`Error::Permission`] naming `keys` or `channels`, on every server (each words it its own
+/// way).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_and_channels_outside_the_users_patterns_are_permission_errors() {
+    let server = crate::support::server();
+    let mut conn = raw(&server).await;
+    for (name, patterns) in [
+        ("nokeys", ["~other:*", "&fenced:*"]),
+        ("nochannels", ["~fenced:*", "&other:*"]),
+    ] {
+        let args = setuser(name, &patterns, &LOCK_COMMANDS);
+        let mut acl = redis::cmd(&args[0]);
+        for a in &args[1..] {
+            acl.arg(a);
+        }
+        let _: () = acl.query_async(&mut conn).await.unwrap();
+    }
+    let as_user = |name: &str| {
+        server
+            .url()
+            .replace("redis://", &format!("redis://{name}:pw@"))
+    };
+    let c = Client::connect(&as_user("nokeys")).await.unwrap();
+    let e = c.lock("k").try_acquire().await.unwrap_err();
+    assert!(
+        matches!(&e, Error::Permission { command, .. } if command == "keys"),
+        "a lock key outside the user's patterns: {e:?}"
+    );
+    assert!(e.to_string().contains("~fenced:*"), "{e}");
+    let c = Client::connect(&as_user("nochannels")).await.unwrap();
+    let g = c.lock("c").acquire().await.unwrap();
+    match g.release().await {
+        Err(Error::Permission { command, .. }) => assert_eq!(command, "channels"),
+        other => panic!("a release channel outside the user's patterns: {other:?}"),
+    }
+}
+
 /// What a semaphore client needs besides the lock's connection basics (`evalsha`,
 /// `script|load`, `ping`, `subscribe`, `unsubscribe`; README, "Least privilege").
 const SEMAPHORE_COMMANDS: [&str; 16] = [

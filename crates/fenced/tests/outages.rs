@@ -187,6 +187,34 @@ async fn busy_and_readonly_servers_are_unavailable_by_their_error_codes() {
     let g = c.lock("busy").acquire().await.unwrap();
     g.release().await.unwrap();
 
+    // A master at `maxmemory` with nothing to evict refuses writes: OOM, transient (keys
+    // expire, memory is freed).
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory")
+        .arg("1")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    match c.lock("oom").try_acquire().await {
+        Err(e @ Error::Unavailable { .. }) => assert!(e.to_string().contains("OOM"), "{e}"),
+        other => panic!("a master out of memory granted a lock: {other:?}"),
+    }
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory")
+        .arg("0")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    c.lock("oom")
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+
     // A replica refuses writes: READONLY, transient (a failover may be under way).
     let mut set = fenced_testkit::RedisSentinels::start(1, 0).unwrap();
     let on_replica = Client::builder(&set.node(1).url())
