@@ -13,6 +13,7 @@ use crate::client::Client;
 use crate::core::Wake;
 use crate::error::Result;
 use crate::keys::{LockKeys, validate_name};
+use crate::kind::permits::SemaphoreKeys;
 use crate::kind::{parse_token, unexpected};
 use crate::lock::Lock;
 use crate::scripts::{FORCE_RELEASE, ScriptCall};
@@ -255,7 +256,7 @@ impl Client {
             rw_locks: self.rw_locks(found.rw_locks).await?,
             fair_queues: self.fair_queues(found.fair_queues).await?,
             latches: self.latches(found.latches).await?,
-            grants: self.grants(&found.fences).await?,
+            grants: self.grants(&found.fences, &found.permit_fences).await?,
         })
     }
 
@@ -370,23 +371,34 @@ impl Client {
 
 impl Client {
     /// The last fencing token of each of `names` whose fence still exists (a lock,
-    /// reentrant, read-write, fair or multi grant within the fence retention).
-    async fn grants(&self, names: &[String]) -> Result<Vec<GrantStatus>> {
+    /// reentrant, read-write, fair or multi grant within the fence retention), then of each
+    /// semaphore of `semaphores` (its permits count their own tokens).
+    async fn grants(&self, names: &[String], semaphores: &[String]) -> Result<Vec<GrantStatus>> {
         let ns = &self.core().options().namespace;
         let node = self.core().node()?;
-        let mut out = Vec::with_capacity(names.len());
-        for chunk in names.chunks(500) {
+        let mut out = Vec::with_capacity(names.len() + semaphores.len());
+        let fences = names
+            .iter()
+            .map(|name| (name, LockKeys::new(ns, name).fence, false))
+            .chain(
+                semaphores
+                    .iter()
+                    .map(|name| (name, SemaphoreKeys::new(ns, name).fence, true)),
+            )
+            .collect::<Vec<_>>();
+        for chunk in fences.chunks(500) {
             let mut mget = redis::cmd("MGET");
-            for name in chunk {
-                mget.arg(LockKeys::new(ns, name).fence);
+            for (_, fence, _) in chunk {
+                mget.arg(fence);
             }
             let tokens: Vec<Option<Vec<u8>>> = node.query("grants", &mget).await?;
-            for (name, token) in chunk.iter().zip(tokens) {
+            for ((name, _, semaphore), token) in chunk.iter().zip(tokens) {
                 // Gone since the scan (its retention ended): not listed.
                 if let Some(token) = token {
                     out.push(GrantStatus {
-                        name: name.clone(),
+                        name: (*name).clone(),
                         last_fencing_token: parse_token("grants", &token)?,
+                        semaphore: *semaphore,
                     });
                 }
             }
@@ -403,6 +415,9 @@ pub struct GrantStatus {
     pub name: String,
     /// The fencing token of its last grant.
     pub last_fencing_token: FencingToken,
+    /// Whether these are a semaphore's permits, whose tokens count apart from a lock of the
+    /// same name's.
+    pub semaphore: bool,
 }
 
 /// `names` in batches of at most [`INSPECT_BATCH`]; on a cluster, of one hash slot each
@@ -452,6 +467,8 @@ struct Found {
     latches: Vec<String>,
     /// `<ns>{name}:fence`: a name's last token.
     fences: Vec<String>,
+    /// `<ns>{name}:permits:fence`: a semaphore's last token.
+    permit_fences: Vec<String>,
 }
 
 impl Found {
@@ -476,6 +493,7 @@ impl Found {
             ":queue" => &mut self.fair_queues,
             ":latch" => &mut self.latches,
             ":fence" => &mut self.fences,
+            ":permits:fence" => &mut self.permit_fences,
             _ => return,
         };
         list.push(name.to_owned());
@@ -489,6 +507,7 @@ impl Found {
             &mut self.fair_queues,
             &mut self.latches,
             &mut self.fences,
+            &mut self.permit_fences,
         ] {
             list.sort();
             list.dedup();

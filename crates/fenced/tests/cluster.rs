@@ -180,6 +180,11 @@ async fn listings_walk_every_master() {
     let sems = a.list("*").await.unwrap().semaphores;
     assert_eq!(sems.len(), 1);
     assert_eq!(sems[0].holders, 1);
+    let granted = a.list("*").await.unwrap().grants;
+    assert!(
+        granted.iter().any(|g| g.name == "pool-listed" && g.semaphore),
+        "{granted:?}"
+    );
     p.release().await.unwrap();
     for g in guards {
         g.release().await.unwrap();

@@ -154,10 +154,18 @@ async fn list_finds_every_kind_in_one_scan_pass() {
     assert_eq!(all.rw_locks[0].readers, 1);
     assert_eq!(all.latches.len(), 1);
     assert_eq!(all.latches[0].count, 3);
-    // Every lock-shaped grant's fence (a semaphore keeps its tokens apart, in
-    // `:permits:fence`): the lock and the read lease handed out tokens.
-    let granted: Vec<&str> = all.grants.iter().map(|g| g.name.as_str()).collect();
-    assert_eq!(granted, ["l-lock", "l-rw"]);
+    // Every grant's fence: the lock and the read lease handed out tokens, and the semaphore
+    // its own (kept apart, in `:permits:fence`).
+    let granted: Vec<(&str, bool)> = all
+        .grants
+        .iter()
+        .map(|g| (g.name.as_str(), g.semaphore))
+        .collect();
+    assert_eq!(
+        granted,
+        [("l-lock", false), ("l-rw", false), ("l-sem", true)]
+    );
+    assert_eq!(all.grants[2].last_fencing_token, permit.fencing_token());
     lock.release().await.unwrap();
     permit.release().await.unwrap();
     reader.release().await.unwrap();

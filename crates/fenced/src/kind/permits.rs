@@ -18,7 +18,8 @@ pub(crate) struct SemaphoreKeys {
     pub(crate) holders: String,
     /// hash: owner -> permits held.
     pub(crate) counts: String,
-    /// hash: `last` fencing token (its own: a lock of the same name keeps its own counter).
+    /// string: the last fencing token handed out (its own: a lock of the same name keeps its
+    /// own counter).
     pub(crate) fence: String,
     /// pub/sub: one message per release, saying how many permits came back.
     pub(crate) channel: String,
