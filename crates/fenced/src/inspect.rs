@@ -10,9 +10,9 @@ use redis::cluster_routing::Slot;
 
 use crate::backend::Node;
 use crate::client::Client;
-use crate::core::Wake;
 use crate::error::Result;
 use crate::keys::{LockKeys, validate_name};
+use crate::kind::Wake;
 use crate::kind::permits::SemaphoreKeys;
 use crate::kind::{parse_token, unexpected};
 use crate::lock::Lock;

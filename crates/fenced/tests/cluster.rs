@@ -182,7 +182,9 @@ async fn listings_walk_every_master() {
     assert_eq!(sems[0].holders, 1);
     let granted = a.list("*").await.unwrap().grants;
     assert!(
-        granted.iter().any(|g| g.name == "pool-listed" && g.semaphore),
+        granted
+            .iter()
+            .any(|g| g.name == "pool-listed" && g.semaphore),
         "{granted:?}"
     );
     p.release().await.unwrap();

@@ -27,10 +27,10 @@ pub(crate) use redlock::Redlock;
 #[cfg(feature = "sentinel")]
 pub(crate) use sentinel::{Connector, Failover};
 
-use crate::core::lease::ExpiryReply;
 #[cfg(any(feature = "cluster", feature = "redlock"))]
 use crate::error::Error;
 use crate::error::Result;
+use crate::kind::ExpiryReply;
 use crate::kind::{
     AcquireReply, LeaseKind, ReleaseReply, abandon_reply, acquire_reply, expiry_reply,
     release_reply,

@@ -43,8 +43,8 @@ use tokio::time::Instant;
 use tokio_util::task::TaskTracker;
 
 use crate::backend::Node;
-use crate::core::lease::ExpiryReply;
 use crate::error::{Error, Result};
+use crate::kind::ExpiryReply;
 use crate::kind::{
     AcquireReply, LeaseKind, ReleaseReply, abandon_reply, acquire_reply, expiry_reply,
     release_reply,

@@ -546,7 +546,7 @@ mod tests {
     use std::sync::Mutex;
 
     use super::*;
-    use crate::core::Wake;
+    use crate::kind::Wake;
     use crate::util::lock_unpoisoned;
 
     fn spec(policy: WaitPolicy, poll: Duration) -> WaitSpec<'static> {

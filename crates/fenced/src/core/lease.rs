@@ -28,6 +28,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::kind::ExpiryReply;
 use crate::options::drift_allowance;
 
 /// What a guard, its lease clones and the renewal loop share about one lease.
@@ -64,17 +65,6 @@ pub(crate) struct ExpiryChange {
     pub(crate) ttl: Duration,
     /// The deadline it sets if Redis applies it.
     deadline: Instant,
-}
-
-/// How Redis answered an expiry change.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum ExpiryReply {
-    /// Applied: the lease now lasts the request's ttl from when Redis ran it.
-    Applied,
-    /// Refused without change: a request of a newer epoch was applied before it.
-    Superseded,
-    /// The lease is not ours any more.
-    NotHeld,
 }
 
 impl LeaseState {

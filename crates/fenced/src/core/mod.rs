@@ -29,10 +29,10 @@ use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
 
+pub(crate) use crate::kind::Wake;
 pub(crate) use acquire::LeaseOptions;
 pub(crate) use held::Held;
 pub use held::Lease;
-pub(crate) use notify::Wake;
 
 use crate::backend::{Backend, Node};
 use crate::options::{ClientOptions, ttl_millis};

@@ -42,45 +42,8 @@ use tokio::time::Instant;
 use crate::backend::PubSubRoute;
 use crate::core::feed::{Event, Feed, Source};
 use crate::core::handover::{MAX_IN_A_ROW, Offer};
+use crate::kind::Wake;
 use crate::util::{Backoff, lock_unpoisoned, sleep_until_opt};
-
-/// Whom a release wakes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Wake {
-    /// One head: an exclusive lease came back.
-    One,
-    /// Up to N heads: N permits came back.
-    N(u32),
-    /// Every head: a latch opened, or a writer left and every reader may enter.
-    All,
-}
-
-impl Wake {
-    /// The message a release publishes: `<client id> <wake>`.
-    pub(crate) fn message(self, client_id: &str) -> String {
-        match self {
-            Wake::One => format!("{client_id} 1"),
-            Wake::N(n) => format!("{client_id} {n}"),
-            Wake::All => format!("{client_id} all"),
-        }
-    }
-
-    /// Reads a message: who sent it, and whom it wakes.
-    fn parse(payload: &[u8]) -> (&[u8], Wake) {
-        let Some(space) = payload.iter().position(|&b| b == b' ') else {
-            return (payload, Wake::One);
-        };
-        let (sender, wake) = (&payload[..space], &payload[space + 1..]);
-        let wake = match wake {
-            b"all" => Wake::All,
-            digits => std::str::from_utf8(digits)
-                .ok()
-                .and_then(|d| d.parse::<u32>().ok())
-                .map_or(Wake::One, |n| if n == 1 { Wake::One } else { Wake::N(n) }),
-        };
-        (sender, wake)
-    }
-}
 
 /// The waiters of one name in this process.
 pub(crate) struct WaitQueue {

@@ -40,10 +40,11 @@ use tokio::time::Instant;
 
 use crate::backend::Backend;
 use crate::core::cleanup::{self, CleanUp, Job};
-use crate::core::lease::{ExpiryChange, ExpiryReply, LeaseState};
+use crate::core::lease::{ExpiryChange, LeaseState};
 use crate::core::metrics;
 use crate::core::notify::LocalWaiters;
 use crate::error::{Error, Result};
+use crate::kind::ExpiryReply;
 use crate::kind::LeaseKind;
 use crate::options::ttl_millis;
 use crate::scripts::ScriptCall;

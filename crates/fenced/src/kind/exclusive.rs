@@ -3,8 +3,8 @@
 
 use std::sync::Arc;
 
-use crate::core::Wake;
 use crate::keys::LockKeys;
+use crate::kind::Wake;
 use crate::kind::{LeaseKind, Primitive};
 use crate::scripts::{ABANDON, ACQUIRE, EXTEND, FENCE_RAISE, HAND_OVER, RELEASE, ScriptCall};
 use crate::token::{FencingToken, OwnerToken};

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use crate::core::Wake;
+use crate::kind::Wake;
 use crate::kind::exclusive::Exclusive;
 use crate::kind::{LeaseKind, Primitive};
 use crate::scripts::{FAIR_ABANDON, FAIR_ACQUIRE, FAIR_RELEASE, ScriptCall};

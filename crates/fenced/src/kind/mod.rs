@@ -19,18 +19,18 @@ pub(crate) mod fair;
 pub(crate) mod multi;
 pub(crate) mod permits;
 pub(crate) mod reentrant;
+pub(crate) mod reply;
 pub(crate) mod rw;
 
 use std::sync::Arc;
-use std::time::Duration;
 
-use redis::Value;
-
-use crate::core::Wake;
-use crate::core::lease::ExpiryReply;
-use crate::error::{Error, Result};
 use crate::scripts::ScriptCall;
 use crate::token::{FencingToken, OwnerToken};
+
+pub(crate) use reply::{
+    AcquireReply, ExpiryReply, HandOverReply, ReleaseReply, Wake, abandon_reply, acquire_reply,
+    expiry_reply, hand_over_reply, parse_token, release_reply, unexpected,
+};
 
 /// Which primitive a lease belongs to: the `primitive` label of the metrics, and the word
 /// errors use for it. An enum, so that every metric names each one with a literal label
@@ -129,137 +129,6 @@ pub(crate) trait LeaseKind: Send + Sync + 'static {
     ) -> Option<ScriptCall> {
         None
     }
-}
-
-/// What a hand-over found.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum HandOverReply {
-    /// The successor holds the lease now, with this fencing token.
-    Handed(FencingToken),
-    /// The lease was not ours any more; nothing changed.
-    NotHeld,
-    /// Another client waits too; nothing changed (release as usual).
-    OthersWait,
-}
-
-pub(crate) fn hand_over_reply(value: Value) -> Result<HandOverReply> {
-    let Value::Array(pair) = value else {
-        return Err(unexpected("hand over", format!("{value:?}")));
-    };
-    match pair.as_slice() {
-        [Value::Int(1), Value::BulkString(token)] => {
-            parse_token("hand over", token).map(HandOverReply::Handed)
-        }
-        [Value::Int(0), Value::Int(0)] => Ok(HandOverReply::NotHeld),
-        [Value::Int(0), Value::Int(1)] => Ok(HandOverReply::OthersWait),
-        other => Err(unexpected("hand over", format!("{other:?}"))),
-    }
-}
-
-/// What an acquire attempt found.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum AcquireReply {
-    /// The lease is ours, with this fencing token.
-    Acquired(FencingToken),
-    /// Somebody holds it; the blocking lease has this much left (`None`: unknown).
-    Busy { remaining: Option<Duration> },
-    /// This attempt had been abandoned by the client before it reached Redis; nothing changed.
-    Abandoned,
-    /// A re-entry whose lease is no longer held by its owner: refused, nothing changed.
-    NotHeld,
-}
-
-/// What a release found.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum ReleaseReply {
-    /// Given back now; waiters were notified.
-    Released,
-    /// An earlier attempt of this same release already did it (its reply was lost).
-    AlreadyReleased,
-    /// Not ours any more; nothing changed.
-    NotHeld,
-    /// This hold is given back, but the lease stays: other holds of the same owner remain.
-    Retained,
-}
-
-impl ReleaseReply {
-    /// True when the lease itself was given back by this call, so waiters may proceed.
-    pub(crate) fn freed(self) -> bool {
-        matches!(self, ReleaseReply::Released | ReleaseReply::AlreadyReleased)
-    }
-}
-
-pub(crate) fn acquire_reply(value: Value) -> Result<AcquireReply> {
-    let mut pair = match value {
-        // A bare token is a grant's (the exclusive lock's cheapest reply): a decimal string.
-        // Scripts are compiled in and called by their hash, so no older script answers.
-        Value::BulkString(token) => {
-            return parse_token("acquire", &token).map(AcquireReply::Acquired);
-        }
-        Value::Array(pair) => pair,
-        other => return Err(unexpected("acquire", format!("{other:?}"))),
-    };
-    let (Some(detail), Some(Value::Int(granted)), None) = (pair.pop(), pair.pop(), pair.pop())
-    else {
-        return Err(unexpected("acquire", format!("{pair:?}")));
-    };
-    match (granted, detail) {
-        (1, Value::BulkString(bytes)) => parse_token("acquire", &bytes).map(AcquireReply::Acquired),
-        (0, Value::Int(-3)) => Ok(AcquireReply::Abandoned),
-        (0, Value::Int(-4)) => Ok(AcquireReply::NotHeld),
-        (0, Value::Int(ms)) => Ok(AcquireReply::Busy {
-            remaining: u64::try_from(ms).ok().map(Duration::from_millis),
-        }),
-        (g, v) => Err(unexpected("acquire", format!("{g}, {v:?}"))),
-    }
-}
-
-pub(crate) fn expiry_reply(value: Value) -> Result<ExpiryReply> {
-    match value {
-        Value::Int(1) => Ok(ExpiryReply::Applied),
-        Value::Int(2) => Ok(ExpiryReply::Superseded),
-        Value::Int(0) => Ok(ExpiryReply::NotHeld),
-        other => Err(unexpected("extend", format!("{other:?}"))),
-    }
-}
-
-pub(crate) fn release_reply(value: Value) -> Result<ReleaseReply> {
-    match value {
-        Value::Int(1) => Ok(ReleaseReply::Released),
-        Value::Int(0) => Ok(ReleaseReply::NotHeld),
-        Value::Int(3) => Ok(ReleaseReply::Retained),
-        other => Err(unexpected("release", format!("{other:?}"))),
-    }
-}
-
-/// True when an abandon found the attempt had taken the lease (and released it).
-pub(crate) fn abandon_reply(value: Value) -> Result<bool> {
-    match value {
-        Value::Int(n) => Ok(n == 1),
-        other => Err(unexpected("abandon", format!("{other:?}"))),
-    }
-}
-
-/// A fencing token as the scripts send it: a decimal string.
-pub(crate) fn parse_token(script: &'static str, bytes: &[u8]) -> Result<FencingToken> {
-    std::str::from_utf8(bytes)
-        .ok()
-        .and_then(|s| s.parse::<u64>().ok())
-        .map(FencingToken::new)
-        .ok_or_else(|| {
-            unexpected(
-                script,
-                format!(
-                    "fencing token {:?} is not a u64",
-                    String::from_utf8_lossy(bytes)
-                ),
-            )
-        })
-}
-
-/// The one constructor of [`Error::UnexpectedReply`].
-pub(crate) fn unexpected(script: &'static str, detail: String) -> Error {
-    Error::UnexpectedReply { script, detail }
 }
 
 #[cfg(test)]

@@ -3,8 +3,8 @@
 
 use std::sync::Arc;
 
-use crate::core::Wake;
 use crate::keys::LockKeys;
+use crate::kind::Wake;
 use crate::kind::{LeaseKind, Primitive};
 use crate::scripts::{MULTI_ABANDON, MULTI_ACQUIRE, MULTI_EXTEND, MULTI_RELEASE, ScriptCall};
 use crate::token::OwnerToken;

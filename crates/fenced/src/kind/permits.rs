@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use crate::core::Wake;
+use crate::kind::Wake;
 use crate::kind::{LeaseKind, Primitive};
 use crate::scripts::{
     SEMAPHORE_ABANDON, SEMAPHORE_ACQUIRE, SEMAPHORE_EXTEND, SEMAPHORE_FENCE_RAISE,

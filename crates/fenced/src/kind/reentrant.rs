@@ -4,8 +4,8 @@
 
 use std::sync::Arc;
 
-use crate::core::Wake;
 use crate::keys::LockKeys;
+use crate::kind::Wake;
 use crate::kind::{LeaseKind, Primitive};
 use crate::scripts::{
     REENTRANT_ABANDON, REENTRANT_ACQUIRE, REENTRANT_EXTEND, REENTRANT_RELEASE, ScriptCall,

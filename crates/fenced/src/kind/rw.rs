@@ -5,8 +5,8 @@
 
 use std::sync::Arc;
 
-use crate::core::Wake;
 use crate::keys::LockKeys;
+use crate::kind::Wake;
 use crate::kind::exclusive::Exclusive;
 use crate::kind::{LeaseKind, Primitive};
 use crate::scripts::{
