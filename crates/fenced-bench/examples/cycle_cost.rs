@@ -3,11 +3,11 @@
 //! and connecting cancel out.
 //!
 //! ```text
-//! cycle_cost fenced|raw CYCLES REDIS_URL
+//! cycle_cost fenced|unfenced|raw CYCLES REDIS_URL
 //! ```
 //!
 //! `fenced`: `Lock::try_acquire` then `LockGuard::release`, with the default settings
-//! (renewal on). `raw`: the bench's floor, `SET NX PX` with a fresh token then an `EVALSHA`
+//! (renewal on); `unfenced`: the same on `Lock::unfenced`. `raw`: the bench's floor, `SET NX PX` with a fresh token then an `EVALSHA`
 //! compare-and-delete. Both run in a spawned task of a two-worker runtime, as in the bench.
 
 use std::error::Error;
@@ -18,7 +18,7 @@ type BoxError = Box<dyn Error + Send + Sync>;
 fn main() -> Result<(), BoxError> {
     let mut args = std::env::args().skip(1);
     let (Some(library), Some(cycles), Some(url)) = (args.next(), args.next(), args.next()) else {
-        return Err("usage: cycle_cost fenced|raw CYCLES REDIS_URL".into());
+        return Err("usage: cycle_cost fenced|unfenced|raw CYCLES REDIS_URL".into());
     };
     let cycles: u64 = cycles.parse()?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -30,6 +30,21 @@ fn main() -> Result<(), BoxError> {
             "fenced" => {
                 let client = fenced::Client::connect(&url).await?;
                 let lock = client.lock("cycle-cost").with_ttl(Duration::from_secs(30));
+                tokio::spawn(async move {
+                    for _ in 0..cycles {
+                        let guard = lock.try_acquire().await?.ok_or("the lock was held")?;
+                        guard.release().await?;
+                    }
+                    Ok::<_, BoxError>(())
+                })
+                .await?
+            }
+            "unfenced" => {
+                let client = fenced::Client::connect(&url).await?;
+                let lock = client
+                    .lock("cycle-cost")
+                    .with_ttl(Duration::from_secs(30))
+                    .unfenced();
                 tokio::spawn(async move {
                     for _ in 0..cycles {
                         let guard = lock.try_acquire().await?.ok_or("the lock was held")?;
@@ -55,7 +70,7 @@ fn main() -> Result<(), BoxError> {
                 })
                 .await?
             }
-            other => Err(format!("unknown library {other:?}: fenced or raw").into()),
+            other => Err(format!("unknown library {other:?}: fenced, unfenced or raw").into()),
         }
     })
 }

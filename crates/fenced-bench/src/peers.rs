@@ -13,6 +13,7 @@ pub(crate) const TTL: Duration = Duration::from_secs(30);
 /// One lock name, as one library takes it.
 pub(crate) enum Locker {
     Fenced(fenced::Lock),
+    Unfenced(fenced::UnfencedLock),
     Raw(RawLock),
     Rslock(Arc<rslock::LockManager>, String),
 }
@@ -20,6 +21,7 @@ pub(crate) enum Locker {
 /// A held lock.
 pub(crate) enum Held {
     Fenced(fenced::LockGuard),
+    Unfenced(fenced::UnfencedGuard),
     Raw(String),
     Rslock(rslock::Lock),
 }
@@ -34,6 +36,9 @@ impl Locker {
     ) -> Result<Self, BoxError> {
         Ok(match library {
             Library::Fenced => Locker::Fenced(env.fenced.lock(name).with_ttl(TTL)),
+            Library::FencedUnfenced => {
+                Locker::Unfenced(env.fenced.lock(name).with_ttl(TTL).unfenced())
+            }
             Library::Raw => Locker::Raw(RawLock::new(env.raw.clone(), name)),
             Library::Rslock => Locker::Rslock(rslock.clone(), name.to_owned()),
             other => return Err(format!("{} is not an async lock", other.name()).into()),
@@ -47,6 +52,11 @@ impl Locker {
                 lock.try_acquire()
                     .await?
                     .ok_or("fenced lock unexpectedly held")?,
+            ),
+            Locker::Unfenced(lock) => Held::Unfenced(
+                lock.try_acquire()
+                    .await?
+                    .ok_or("unfenced lock unexpectedly held")?,
             ),
             Locker::Raw(raw) => Held::Raw(
                 raw.try_acquire()
@@ -64,6 +74,7 @@ impl Locker {
     pub(crate) async fn wait(&mut self) -> Result<Held, BoxError> {
         Ok(match self {
             Locker::Fenced(lock) => Held::Fenced(lock.acquire().await?),
+            Locker::Unfenced(lock) => Held::Unfenced(lock.acquire().await?),
             Locker::Raw(raw) => Held::Raw(raw.acquire_polling().await?),
             Locker::Rslock(manager, name) => {
                 Held::Rslock(manager.acquire_no_guard(name.as_bytes(), TTL).await?)
@@ -74,6 +85,7 @@ impl Locker {
     pub(crate) async fn release(&mut self, held: Held) -> Result<(), BoxError> {
         match (self, held) {
             (_, Held::Fenced(guard)) => guard.release().await?,
+            (_, Held::Unfenced(guard)) => guard.release().await?,
             (Locker::Raw(raw), Held::Raw(token)) => {
                 raw.release(&token).await?;
             }

@@ -122,9 +122,9 @@ impl Scenario {
         use Library::*;
         match self {
             Scenario::Uncontended1 | Scenario::Uncontended32 | Scenario::Contended8 => {
-                &[Fenced, Raw, Rslock, Redlock]
+                &[Fenced, FencedUnfenced, Raw, Rslock, Redlock]
             }
-            Scenario::Waiters1000 => &[Fenced, Raw, Rslock],
+            Scenario::Waiters1000 => &[Fenced, FencedUnfenced, Raw, Rslock],
             Scenario::Renew10000
             | Scenario::Semaphore4of16
             | Scenario::ReentrantDepth3
@@ -211,6 +211,8 @@ impl FromStr for Scenario {
 pub enum Library {
     /// This project's lock.
     Fenced,
+    /// This project's unfenced lock (`Lock::unfenced`): no fencing token.
+    FencedUnfenced,
     /// The hand-written redis-rs lock floor.
     Raw,
     /// rslock 0.10 (async, redis-rs 1.x).
@@ -231,8 +233,9 @@ pub enum Library {
 
 impl Library {
     /// Every library.
-    pub const ALL: [Library; 9] = [
+    pub const ALL: [Library; 10] = [
         Library::Fenced,
+        Library::FencedUnfenced,
         Library::Raw,
         Library::Rslock,
         Library::Redlock,
@@ -247,6 +250,7 @@ impl Library {
     pub fn name(self) -> &'static str {
         match self {
             Library::Fenced => "fenced",
+            Library::FencedUnfenced => "fenced-unfenced",
             Library::Raw => "raw",
             Library::Rslock => "rslock",
             Library::Redlock => "redlock",

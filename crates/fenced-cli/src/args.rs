@@ -267,6 +267,11 @@ pub struct RunArgs {
     /// while it waits).
     #[arg(long, conflicts_with = "permits")]
     pub write: bool,
+    /// Hold an unfenced lock: exclusion without a fencing token (no FENCED_TOKEN for CMD), at
+    /// the cost of a bare SET NX PX. For jobs whose double run only wastes work; not
+    /// re-entrant (a nested run of the same name waits).
+    #[arg(long, conflicts_with_all = ["permits", "fair", "read", "write"])]
+    pub unfenced: bool,
     /// After the lease is lost: time between SIGTERM and SIGKILL to CMD (at most 1 day).
     #[arg(long, default_value = "10s", value_parser = kill_after, value_name = "DUR")]
     pub kill_after: Duration,

@@ -198,6 +198,59 @@ async fn a_held_lock_gives_75_with_no_wait_and_after_the_wait() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unfenced_run_excludes_fenced_ones_and_gives_its_command_no_token() {
+    let s = server();
+    let c = client(&s).await;
+    let done = finish(
+        fenced(
+            &s.url(),
+            &[
+                "run",
+                "--unfenced",
+                "job",
+                "--",
+                "sh",
+                "-c",
+                "echo token=${FENCED_TOKEN:-none} name=$FENCED_NAME",
+            ],
+        ),
+        Duration::from_secs(10),
+    )
+    .await;
+    assert_eq!(done.code, Some(0), "{}", done.stderr);
+    assert_eq!(done.stdout.trim(), "token=none name=job");
+    // Held by a fenced lock: an unfenced run does not get in, and the other way round.
+    let held = c.lock("job").acquire().await.unwrap();
+    let refused = finish(
+        fenced(
+            &s.url(),
+            &["run", "--unfenced", "--no-wait", "job", "--", "true"],
+        ),
+        Duration::from_secs(10),
+    )
+    .await;
+    assert_eq!(refused.code, Some(75), "{}", refused.stderr);
+    held.release().await.unwrap();
+    let holder = c.lock("job").unfenced().acquire().await.unwrap();
+    let refused = finish(
+        fenced(&s.url(), &["run", "--no-wait", "job", "--", "true"]),
+        Duration::from_secs(10),
+    )
+    .await;
+    assert_eq!(refused.code, Some(75), "{}", refused.stderr);
+    holder.release().await.unwrap();
+    let usage = finish(
+        fenced(
+            &s.url(),
+            &["run", "--unfenced", "--fair", "job", "--", "true"],
+        ),
+        Duration::from_secs(10),
+    )
+    .await;
+    assert_eq!(usage.code, Some(64), "{}", usage.stderr);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lost_lease_stops_the_command_and_exits_76() {
     let s = server();
     let c = client(&s).await;

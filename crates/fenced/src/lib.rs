@@ -114,7 +114,7 @@
 //! Every primitive reports through the [`metrics`](https://docs.rs/metrics) facade; nothing is
 //! recorded until the application installs a recorder (a Prometheus exporter, say). Labels are
 //! bounded: `primitive` is one of `lock`, `reentrant_lock`, `semaphore`, `rw_read`, `rw_write`,
-//! `fair_lock`, `multi_lock`; a lock's name is never a label.
+//! `fair_lock`, `multi_lock`, `unfenced_lock`; a lock's name is never a label.
 //!
 //! | series | kind | labels |
 //! |---|---|---|
@@ -170,6 +170,7 @@ mod rwlock;
 mod semaphore;
 mod striped;
 mod token;
+mod unfenced;
 mod wait;
 
 pub use backend::connect::MIN_SERVER_VERSION;
@@ -289,6 +290,7 @@ pub use rwlock::{ReadGuard, RwLock, WriteGuard};
 pub use semaphore::{Semaphore, SemaphorePermit};
 pub use striped::StripedLock;
 pub use token::FencingToken;
+pub use unfenced::{UnfencedGuard, UnfencedLock};
 pub use wait::WaitPolicy;
 
 /// Every limit the crate checks before it sends anything, in one place.

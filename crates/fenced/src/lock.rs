@@ -88,6 +88,11 @@ impl Lock {
         &self.name
     }
 
+    /// Its parts, for [`unfenced`](Self::unfenced).
+    pub(crate) fn into_parts(self) -> (Arc<Core>, Arc<str>, Arc<LockKeys>, LeaseOptions) {
+        (self.core, self.name, self.keys, self.opts)
+    }
+
     pub(crate) fn core(&self) -> &Arc<Core> {
         &self.core
     }

@@ -190,6 +190,7 @@ impl FencedResource {
     ) -> Result<FencedWrite> {
         validate_name("resource", &self.name)?;
         check_field_count(fields.len())?;
+        check_token(token)?;
         let mut call = ScriptCall::new(&FENCED_WRITE)
             .key(&self.keys.data)
             .key(&self.keys.fence)
@@ -248,6 +249,7 @@ impl FencedResource {
     ) -> Result<FencedRead<Vec<Option<Vec<u8>>>>> {
         validate_name("resource", &self.name)?;
         check_field_count(fields.len())?;
+        check_token(token)?;
         let mut call = ScriptCall::new(&FENCED_READ)
             .key(&self.keys.data)
             .key(&self.keys.fence)
@@ -335,4 +337,15 @@ impl FencedResource {
         let raw: Option<Vec<u8>> = self.core.node()?.query("resource read", &cmd).await?;
         raw.map(|b| parse_token("resource read", &b)).transpose()
     }
+}
+
+/// Refuses [`FencingToken::UNFENCED`]: an unfenced lease's token fences nothing, and a write
+/// carrying it must not pass for a fenced one (on a resource no token reached yet, it would).
+fn check_token(token: FencingToken) -> Result<()> {
+    if token == FencingToken::UNFENCED {
+        return Err(Error::invalid(
+            "fencing token 0 is an unfenced lease's, which fences nothing: take the lease with Lock, not Lock::unfenced, to write to a fenced resource",
+        ));
+    }
+    Ok(())
 }

@@ -17,6 +17,10 @@ use std::sync::Arc;
 pub struct FencingToken(u64);
 
 impl FencingToken {
+    /// The token of an unfenced lease ([`UnfencedLock`](crate::UnfencedLock)), which has none:
+    /// zero, below every token a grant hands out, and refused by every fenced write.
+    pub const UNFENCED: FencingToken = FencingToken(0);
+
     /// Wraps a raw value, for example one read back from a database column.
     pub const fn new(value: u64) -> Self {
         FencingToken(value)

@@ -41,4 +41,5 @@ mod rwlock;
 mod semaphore;
 mod sentinel;
 mod storms;
+mod unfenced;
 mod wakeup;

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use fenced::{
     Client, FencingToken, HolderHandle, LockGuard, ReadGuard, ReentrantGuard, SemaphorePermit,
-    WaitPolicy, WriteGuard,
+    UnfencedGuard, WaitPolicy, WriteGuard,
 };
 use futures_util::FutureExt;
 use futures_util::future::BoxFuture;
@@ -35,17 +35,21 @@ pub enum Hold {
     Fair(LockGuard),
     /// A plain (not re-entrant) lock: Redlock over several masters runs no re-entrant one.
     Plain(LockGuard),
+    /// An unfenced lock (`--unfenced`): no fencing token, not re-entrant.
+    Unfenced(UnfencedGuard),
 }
 
 impl Hold {
-    pub fn fencing_token(&self) -> FencingToken {
-        match self {
+    /// The grant's fencing token; `None` for an unfenced lock, which has none.
+    pub fn fencing_token(&self) -> Option<FencingToken> {
+        Some(match self {
             Hold::Lock(g) => g.fencing_token(),
             Hold::Permits(p) => p.fencing_token(),
             Hold::Read(r) => r.fencing_token(),
             Hold::Write(w) => w.fencing_token(),
             Hold::Fair(g) | Hold::Plain(g) => g.fencing_token(),
-        }
+            Hold::Unfenced(_) => return None,
+        })
     }
 
     pub fn lost(&self) -> WaitForCancellationFutureOwned {
@@ -55,6 +59,7 @@ impl Hold {
             Hold::Read(r) => r.lost(),
             Hold::Write(w) => w.lost(),
             Hold::Fair(g) | Hold::Plain(g) => g.lost(),
+            Hold::Unfenced(g) => g.lost(),
         }
     }
 
@@ -65,6 +70,7 @@ impl Hold {
             Hold::Read(r) => r.is_lost(),
             Hold::Write(w) => w.is_lost(),
             Hold::Fair(g) | Hold::Plain(g) => g.is_lost(),
+            Hold::Unfenced(g) => g.is_lost(),
         }
     }
 
@@ -75,6 +81,7 @@ impl Hold {
             Hold::Read(r) => r.release().await,
             Hold::Write(w) => w.release().await,
             Hold::Fair(g) | Hold::Plain(g) => g.release().await,
+            Hold::Unfenced(g) => g.release().await,
         }
     }
 
@@ -201,6 +208,26 @@ pub async fn acquire(
             let write = showing_progress(&args.name, rw.write(), lookup, global.verbose).await;
             write.map(Hold::Write).map_err(fail)
         };
+    }
+    if args.unfenced {
+        let unfenced = client
+            .lock(args.name.clone())
+            .with_ttl(args.ttl)
+            .with_wait(policy)
+            .unfenced();
+        let plain = client.lock(args.name.clone());
+        let lookup = || {
+            let plain = plain.clone();
+            async move {
+                plain.status().await.map(|status| match status.holder {
+                    Some(h) => h.owner_prefix,
+                    None => "somebody".to_owned(),
+                })
+            }
+            .boxed()
+        };
+        let guard = showing_progress(&args.name, unfenced.acquire(), lookup, global.verbose).await;
+        return guard.map(Hold::Unfenced).map_err(fail);
     }
     if global.redis.len() > 1 {
         // Redlock (several --redis): a plain lock, granted by a majority with a quorum

@@ -87,14 +87,18 @@ async fn run_command(global: &Global, args: &RunArgs) -> Result<u8, Failure> {
             json!({
                 "event": "acquired",
                 "name": args.name,
-                "fencing_token": token.get(),
+                "fencing_token": token.map(|t| t.get()),
                 "waited_ms": asked.elapsed().as_millis() as u64,
             })
         );
     }
     if global.verbose {
+        let with = token.map_or_else(
+            || "unfenced".to_owned(),
+            |t| format!("with fencing token {t}"),
+        );
         warn!(
-            "fenced: acquired {:?} with fencing token {token} after {}",
+            "fenced: acquired {:?} {with} after {}",
             args.name,
             show(asked.elapsed())
         );
@@ -114,7 +118,8 @@ async fn run_command(global: &Global, args: &RunArgs) -> Result<u8, Failure> {
             format!("cannot become a subreaper: {e}"),
         ));
     }
-    let child = Command::new("/proc/self/exe")
+    let mut command = Command::new("/proc/self/exe");
+    command
         .arg0("fenced")
         .arg(supervise::SUBCOMMAND)
         .arg(std::process::id().to_string())
@@ -122,11 +127,15 @@ async fn run_command(global: &Global, args: &RunArgs) -> Result<u8, Failure> {
         .arg("--")
         .arg(program)
         .args(program_args)
-        .env("FENCED_TOKEN", token.to_string())
         .env("FENCED_NAME", &args.name)
         .env(hold::HOLDS_VAR, guard.holds_for_children(global))
-        .kill_on_drop(false)
-        .spawn();
+        .kill_on_drop(false);
+    match token {
+        Some(token) => command.env("FENCED_TOKEN", token.to_string()),
+        // Not an inherited token of an enclosing run: an unfenced lock has none.
+        None => command.env_remove("FENCED_TOKEN"),
+    };
+    let child = command.spawn();
     let mut child = match child {
         Ok(c) => c,
         Err(e) => {

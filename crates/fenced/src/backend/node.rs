@@ -27,9 +27,14 @@
 //!    waiter has it, so with acknowledgements there is none (`Backend::hands_over`).
 //!    Optimistic transactions (`MULTI`/`EXEC` on a pooled connection) do not wait either:
 //!    their writes are the caller's own data, and `Client::transaction` says so.
+//! 6. Native twins (`scripts/mod.rs`, invariant 3). A call whose script has a native twin is
+//!    sent as the twin where the server has its command. Whether it has one is learned from
+//!    the first use, not assumed: an "unknown command" (an older server, or a failover to
+//!    one) or an ACL refusal of the twin's command is remembered for this node, and the call
+//!    goes out as its script at once, so the caller never sees the difference.
 
-#[cfg(feature = "sentinel")]
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Duration;
 
 use redis::aio::{ConnectionLike, ConnectionManager};
@@ -121,6 +126,32 @@ pub(crate) struct Node {
     acks: Option<(usize, Duration)>,
     /// Scripts announce releases with `SPUBLISH` (sharded pub/sub on a cluster).
     sharded: bool,
+    /// What the server answered to native twins that not every server has (invariant 6).
+    natives: Arc<NativeSupport>,
+}
+
+/// Whether a node runs the native twins that need a recent server (`DELIFEQ`), as learned
+/// from their first use: unknown, yes or no.
+#[derive(Debug, Default)]
+pub(crate) struct NativeSupport(AtomicU8);
+
+impl NativeSupport {
+    const UNKNOWN: u8 = 0;
+    const YES: u8 = 1;
+    const NO: u8 = 2;
+
+    fn worth_trying(&self) -> bool {
+        self.0.load(Ordering::Relaxed) != Self::NO
+    }
+
+    fn learned(&self, supported: bool) {
+        let value = if supported { Self::YES } else { Self::NO };
+        self.0.store(value, Ordering::Relaxed);
+    }
+
+    fn unknown(&self) -> bool {
+        self.0.load(Ordering::Relaxed) == Self::UNKNOWN
+    }
 }
 
 /// Too few replicas acknowledged a write (`WAIT`).
@@ -148,7 +179,88 @@ impl Node {
             timeout,
             acks: None,
             sharded: false,
+            natives: Arc::default(),
         }
+    }
+
+    /// The native twin of `call` to send, if it has one this node may run (invariant 6).
+    fn native_of(&self, call: &ScriptCall) -> Option<(Cmd, Option<Cmd>)> {
+        let native = call.lua.native?;
+        if !native.everywhere() && !self.natives.worth_trying() {
+            return None;
+        }
+        call.native(self.sharded)
+    }
+
+    /// Sends a native twin (its command, and its announcement after it), with `WAIT` after
+    /// them when `wait` is given (invariant 5): the call's reply, and `WAIT`'s. A lone
+    /// command goes out as itself, not as a pipeline: it is the hot path of an unfenced
+    /// acquire. `Ok(None)` when the server does not run the twin: that is remembered, and the
+    /// caller sends the script instead (invariant 6).
+    async fn run_native(
+        &self,
+        operation: &'static str,
+        (cmd, announce): (Cmd, Option<Cmd>),
+        wait: Option<&Cmd>,
+        everywhere: bool,
+    ) -> Result<Option<(Value, Option<Value>)>> {
+        let (first, acked) = if announce.is_none() && wait.is_none() {
+            // Only twins every server runs go alone (a probed one has its announcement), so an
+            // error here is the command's own: mapped as any other.
+            let cmd = &cmd;
+            let reply = self
+                .bounded(
+                    operation,
+                    self.resending(
+                        |mut conn| async move { cmd.query_async::<Value>(&mut conn).await },
+                    ),
+                )
+                .await?;
+            (Ok(reply), None)
+        } else {
+            let mut pipe = redis::pipe();
+            pipe.ignore_errors().add_command(cmd);
+            if let Some(announce) = announce {
+                pipe.add_command(announce).ignore();
+            }
+            if let Some(wait) = wait {
+                pipe.add_command(wait.clone());
+            }
+            let pipe = &pipe;
+            let replies: Vec<Result<Value, RedisError>> = self
+                .bounded(
+                    operation,
+                    self.resending(|mut conn| async move { pipe.query_async(&mut conn).await }),
+                )
+                .await?;
+            let mut replies = replies.into_iter();
+            let Some(first) = replies.next() else {
+                return Err(unexpected(
+                    operation,
+                    "a native command had no reply".into(),
+                ));
+            };
+            (first, replies.next())
+        };
+        let first = match first {
+            Ok(value) => value,
+            Err(e) if !everywhere && lacks_command(&e) => {
+                tracing::debug!(error = %e, "fenced: no native twin on this server; using its script");
+                self.natives.learned(false);
+                return Ok(None);
+            }
+            Err(e) => return Err(Error::from_redis(operation, self.timeout, e)),
+        };
+        if !everywhere && self.natives.unknown() {
+            self.natives.learned(true);
+        }
+        let acked = match (wait, acked) {
+            (None, _) => None,
+            (Some(_), Some(Ok(acked))) => Some(acked),
+            (Some(_), Some(Err(e))) => return Err(Error::from_redis("wait", self.timeout, e)),
+            (Some(_), None) => return Err(unexpected("wait", "WAIT had no reply".into())),
+        };
+        Ok(Some((first, acked)))
     }
 
     /// Scripts announce with `SPUBLISH`: on a Redis Cluster whose nodes run it (Redis 7+).
@@ -185,6 +297,20 @@ impl Node {
             return Ok((self.run(call).await?, None));
         };
         let operation = call.lua.operation;
+        if let Some(native) = self.native_of(call) {
+            let everywhere = call.lua.native.is_some_and(|n| n.everywhere());
+            if let Some((value, acked)) = self
+                .run_native(operation, native, Some(&wait), everywhere)
+                .await?
+            {
+                let acked = match acked {
+                    Some(Value::Int(n)) => usize::try_from(n).unwrap_or(0),
+                    other => return Err(unexpected("wait", format!("{other:?}"))),
+                };
+                let short = (acked < needed).then_some(Shortfall { acked, needed });
+                return Ok((value, short));
+            }
+        }
         let body = call.lua.body(self.sharded);
         let source = body.source();
         let mut pipe = redis::pipe();
@@ -412,6 +538,13 @@ impl Node {
     /// reads, and for writes whose loss in a failover is harmless (invariant 5).
     pub(crate) async fn run<T: FromRedisValue>(&self, call: &ScriptCall) -> Result<T> {
         let operation = call.lua.operation;
+        if let Some(native) = self.native_of(call) {
+            let everywhere = call.lua.native.is_some_and(|n| n.everywhere());
+            if let Some((value, _)) = self.run_native(operation, native, None, everywhere).await? {
+                return redis::from_redis_value(value)
+                    .map_err(|e| unexpected(operation, e.to_string()));
+            }
+        }
         let body = call.lua.body(self.sharded);
         let source = body.source();
         let cmd = &call.evalsha(body);
@@ -584,6 +717,13 @@ pub(crate) async fn bounded<T>(
             after: timeout,
         }),
     }
+}
+
+/// The server does not run a native twin's command: it does not know it (an older server),
+/// or the user's ACL does not allow it (the script, allowed or not, then speaks for itself).
+fn lacks_command(e: &RedisError) -> bool {
+    let text = e.to_string();
+    text.contains("unknown command") || e.code() == Some("NOPERM")
 }
 
 fn is_noscript(e: &RedisError) -> bool {

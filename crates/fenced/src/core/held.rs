@@ -385,11 +385,11 @@ impl Lease {
     }
 }
 
-/// The surface every guard of a held lease has (name, token, lease, lost signal, deadline,
-/// extend), for a struct with a `held: Held` field, and its [`LeaseGuard`](crate::LeaseGuard)
+/// The surface every guard of a held lease has (name, lease, lost signal, deadline, extend),
+/// for a struct with a `held: Held` field, and its [`LeaseGuard`](crate::LeaseGuard)
 /// implementation: one definition for every guard, so none can lack a method. Each guard
 /// writes its own `release`, whose documentation says whom it wakes.
-macro_rules! lease_accessors {
+macro_rules! lease_surface {
     ($guard:ty) => {
         impl $guard {
             /// The name this lease is on (a multi-lock's names, sorted and joined by `, `).
@@ -397,12 +397,7 @@ macro_rules! lease_accessors {
                 self.held.lease().name()
             }
 
-            /// This grant's fencing token: send it with every write to the protected resource.
-            pub fn fencing_token(&self) -> $crate::FencingToken {
-                self.held.lease().fencing_token()
-            }
-
-            /// A cheap handle on this lease (token, deadline, lost signal) to pass to the work.
+            /// A cheap handle on this lease (deadline, lost signal, token) to pass to the work.
             pub fn lease(&self) -> $crate::Lease {
                 self.held.lease().clone()
             }
@@ -482,6 +477,21 @@ macro_rules! lease_accessors {
 
             fn release(self) -> impl std::future::Future<Output = $crate::Result<()>> + Send {
                 <$guard>::release(self)
+            }
+        }
+    };
+}
+pub(crate) use lease_surface;
+
+/// [`lease_surface`] and the fencing token: every guard whose grant carries one.
+macro_rules! lease_accessors {
+    ($guard:ty) => {
+        $crate::core::held::lease_surface!($guard);
+
+        impl $guard {
+            /// This grant's fencing token: send it with every write to the protected resource.
+            pub fn fencing_token(&self) -> $crate::FencingToken {
+                self.held.lease().fencing_token()
             }
         }
 

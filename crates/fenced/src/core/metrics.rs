@@ -92,6 +92,7 @@ macro_rules! by_primitive {
             Primitive::RwWrite => $emit!($before "rw_write"),
             Primitive::FairLock => $emit!($before "fair_lock"),
             Primitive::MultiLock => $emit!($before "multi_lock"),
+            Primitive::UnfencedLock => $emit!($before "unfenced_lock"),
         }
     };
 }
@@ -205,7 +206,7 @@ mod tests {
     use super::*;
     use metrics_util::debugging::DebuggingRecorder;
 
-    fn every_primitive() -> [Primitive; 7] {
+    fn every_primitive() -> [Primitive; 8] {
         // A new primitive stops this from compiling until it is listed below too.
         let _listed = |p: Primitive| match p {
             Primitive::Lock
@@ -214,7 +215,8 @@ mod tests {
             | Primitive::RwRead
             | Primitive::RwWrite
             | Primitive::FairLock
-            | Primitive::MultiLock => (),
+            | Primitive::MultiLock
+            | Primitive::UnfencedLock => (),
         };
         [
             Primitive::Lock,
@@ -224,6 +226,7 @@ mod tests {
             Primitive::RwWrite,
             Primitive::FairLock,
             Primitive::MultiLock,
+            Primitive::UnfencedLock,
         ]
     }
 

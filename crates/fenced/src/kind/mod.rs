@@ -21,6 +21,7 @@ pub(crate) mod permits;
 pub(crate) mod reentrant;
 pub(crate) mod reply;
 pub(crate) mod rw;
+pub(crate) mod unfenced;
 
 use std::sync::Arc;
 
@@ -44,11 +45,12 @@ pub(crate) enum Primitive {
     RwWrite,
     FairLock,
     MultiLock,
+    UnfencedLock,
 }
 
 impl Primitive {
     /// The label: `lock`, `reentrant_lock`, `semaphore`, `rw_read`, `rw_write`, `fair_lock`,
-    /// `multi_lock`.
+    /// `multi_lock`, `unfenced_lock`.
     pub(crate) fn as_str(self) -> &'static str {
         match self {
             Primitive::Lock => "lock",
@@ -58,6 +60,7 @@ impl Primitive {
             Primitive::RwWrite => "rw_write",
             Primitive::FairLock => "fair_lock",
             Primitive::MultiLock => "multi_lock",
+            Primitive::UnfencedLock => "unfenced_lock",
         }
     }
 }

@@ -126,6 +126,10 @@ pub(crate) fn acquire_reply(value: Value) -> Result<AcquireReply> {
             return parse_token("acquire", &token).map(AcquireReply::Acquired);
         }
         Value::Array(pair) => pair,
+        // An unfenced lease's `SET NX PX`: granted, with no token to carry (it is never shown:
+        // an unfenced guard has no `fencing_token`), or refused, with no ttl read.
+        Value::Okay => return Ok(AcquireReply::Acquired(FencingToken::UNFENCED)),
+        Value::Nil => return Ok(AcquireReply::Busy { remaining: None }),
         other => return Err(unexpected("acquire", format!("{other:?}"))),
     };
     let (Some(detail), Some(Value::Int(granted)), None) = (pair.pop(), pair.pop(), pair.pop())

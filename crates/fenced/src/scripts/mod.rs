@@ -10,6 +10,9 @@
 //!    static text compiled into the binary.
 //! 2. A [`ScriptCall`] names all the keys it touches, and the keys of one primitive share a
 //!    `{hash tag}`, so a call runs on one Redis Cluster slot.
+//! 3. A script with a [`Native`] twin answers exactly what the twin's first command answers,
+//!    so a node may send either (the twin where the server has its command) and the reply is
+//!    read the same way.
 
 use std::sync::LazyLock;
 
@@ -23,6 +26,27 @@ pub(crate) struct Lua {
     /// For a script that announces releases: the same script announcing with `SPUBLISH`
     /// (sharded pub/sub on a Redis Cluster, `spublish.lua`). `None` for the others.
     sharded: Option<Body>,
+    /// The server command that does the same, where the server has it (invariant 3).
+    pub(crate) native: Option<Native>,
+}
+
+/// A server command (or two) that does what a script does, with the script's reply as the
+/// first command's (invariant 3), and without the script's cost on the server.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Native {
+    /// `SET KEYS[1] ARGV[1] NX PX ARGV[2]`: every server has it.
+    SetNxPx,
+    /// `DELIFEQ KEYS[1] ARGV[1]` (Valkey 9), then `PUBLISH ARGV[2] ARGV[3]` (`SPUBLISH` with
+    /// sharded pub/sub): compare-and-delete and the release's announcement. The announcement
+    /// goes out even when nothing was deleted: a waiter woken for nothing tries once more.
+    DelIfEqThenPublish,
+}
+
+impl Native {
+    /// Whether every server fenced supports runs it (no probe needed).
+    pub(crate) fn everywhere(self) -> bool {
+        matches!(self, Native::SetNxPx)
+    }
 }
 
 /// One script text as sent to Redis.
@@ -62,7 +86,9 @@ impl Lua {
 }
 
 macro_rules! lua {
-    ($(#[$doc:meta])* $name:ident, $operation:literal, announces, $($file:literal),+) => {
+    (@native) => { None };
+    (@native $native:ident) => { Some(Native::$native) };
+    ($(#[$doc:meta])* $name:ident, $operation:literal, announces $(native $native:ident)?, $($file:literal),+) => {
         $(#[$doc])*
         pub(crate) static $name: Lua = Lua {
             operation: $operation,
@@ -78,9 +104,10 @@ macro_rules! lua {
                     Script::new(concat!(include_str!("spublish.lua"), $(include_str!($file)),+))
                 }),
             }),
+            native: lua!(@native $($native)?),
         };
     };
-    ($(#[$doc:meta])* $name:ident, $operation:literal, $($file:literal),+) => {
+    ($(#[$doc:meta])* $name:ident, $operation:literal, $(native $native:ident,)? $($file:literal),+) => {
         $(#[$doc])*
         pub(crate) static $name: Lua = Lua {
             operation: $operation,
@@ -89,6 +116,7 @@ macro_rules! lua {
                 script: LazyLock::new(|| Script::new(concat!($(include_str!($file)),+))),
             },
             sharded: None,
+            native: lua!(@native $($native)?),
         };
     };
 }
@@ -99,6 +127,11 @@ lua!(/// Give a held lock straight to a waiter of the same client.
     HAND_OVER, "hand over", "fence.lua", "hand_over.lua");
 lua!(/// Compare-and-delete a lock, then publish.
     RELEASE, "release", announces, "release.lua");
+lua!(/// Take an unfenced lease: `SET NX PX`, no fence, no `TIME`.
+    UNFENCED_ACQUIRE, "acquire", native SetNxPx, "unfenced_acquire.lua");
+lua!(/// Compare-and-delete an unfenced lease (or void an attempt of unknown outcome), then
+    /// publish: `release.lua`, or `DELIFEQ` where the server has it.
+    UNFENCED_RELEASE, "release", announces native DelIfEqThenPublish, "release.lua");
 lua!(/// Void an acquire attempt of unknown outcome.
     ABANDON, "abandon", announces, "abandon.lua");
 lua!(/// Renew or re-time a lease, in epoch order.
@@ -257,6 +290,45 @@ impl ScriptCall {
             }
         }
         cmd
+    }
+
+    /// The native twin of this call, built from its keys and arguments (invariant 3): its
+    /// command, and an announcement to send after it (whose reply is not the call's); `None`
+    /// when its script has none or the call's shape does not fit it.
+    pub(crate) fn native(&self, sharded: bool) -> Option<(Cmd, Option<Cmd>)> {
+        let native = self.lua.native?;
+        let mut parts = self.parts.args_iter().filter_map(|a| match a {
+            redis::Arg::Simple(bytes) => Some(bytes),
+            _ => None,
+        });
+        if self.keys != 1 {
+            return None;
+        }
+        let (key, owner) = (parts.next()?, parts.next()?);
+        match native {
+            Native::SetNxPx => {
+                let ttl = parts.next()?;
+                let mut cmd = Cmd::with_capacity(6, 64 + key.len() + owner.len());
+                cmd.arg("SET")
+                    .arg(key)
+                    .arg(owner)
+                    .arg("NX")
+                    .arg("PX")
+                    .arg(ttl);
+                Some((cmd, None))
+            }
+            Native::DelIfEqThenPublish => {
+                let (channel, message) = (parts.next()?, parts.next()?);
+                let mut cmd = Cmd::with_capacity(3, 16 + key.len() + owner.len());
+                cmd.arg("DELIFEQ").arg(key).arg(owner);
+                let mut announce = Cmd::with_capacity(3, 16 + channel.len() + message.len());
+                announce
+                    .arg(if sharded { "SPUBLISH" } else { "PUBLISH" })
+                    .arg(channel)
+                    .arg(message);
+                Some((cmd, Some(announce)))
+            }
+        }
     }
 
     /// How many keys the call touches (the cluster and Redlock backends route by them).

@@ -1,0 +1,77 @@
+//! The unfenced lease under [`UnfencedLock`](crate::UnfencedLock): the exclusive lease without
+//! a fencing token. The same key and value as [`Exclusive`](super::exclusive::Exclusive)
+//! (so fenced and unfenced holders of one name exclude each other), taken by a bare
+//! `SET NX PX` and given back by compare-and-delete (`DELIFEQ` where the server has it): no
+//! fence key, no `TIME`, no script on the way in.
+//!
+//! What the token-less way in gives up: an attempt of unknown outcome cannot be voided by a
+//! tombstone (the native `SET` reads none). Its abandon deletes the lease if the attempt took
+//! it; an attempt that reaches Redis later still (stuck in a dead connection's buffer) holds
+//! the name for its ttl, owned by nobody. Exclusion is not at stake, only that ttl.
+
+use std::sync::Arc;
+
+use crate::keys::LockKeys;
+use crate::kind::Wake;
+use crate::kind::{LeaseKind, Primitive};
+use crate::scripts::{EXTEND, ScriptCall, UNFENCED_ACQUIRE, UNFENCED_RELEASE};
+use crate::token::OwnerToken;
+
+/// One unfenced exclusive lease on a name.
+pub(crate) struct Unfenced {
+    pub(crate) name: Arc<str>,
+    pub(crate) keys: Arc<LockKeys>,
+}
+
+impl LeaseKind for Unfenced {
+    fn primitive(&self) -> Primitive {
+        Primitive::UnfencedLock
+    }
+
+    fn name(&self) -> &Arc<str> {
+        &self.name
+    }
+
+    fn channels(&self) -> &[String] {
+        std::slice::from_ref(&self.keys.channel)
+    }
+
+    fn wakes(&self) -> Wake {
+        Wake::One
+    }
+
+    fn acquire(&self, owner: &OwnerToken, ttl_ms: u64) -> ScriptCall {
+        ScriptCall::new(&UNFENCED_ACQUIRE)
+            .key(&self.keys.lock)
+            .arg(owner.as_str())
+            .arg(ttl_ms)
+    }
+
+    fn extend(&self, owner: &OwnerToken, ttl_ms: u64, epoch: u64) -> ScriptCall {
+        // The epoch order needs the script (`extend.lua`); renewals are off the hot path.
+        ScriptCall::new(&EXTEND)
+            .key(&self.keys.lock)
+            .key(self.keys.epoch(owner))
+            .arg(owner.as_str())
+            .arg(ttl_ms)
+            .arg(epoch)
+    }
+
+    fn release(&self, owner: &OwnerToken, message: &str) -> ScriptCall {
+        ScriptCall::new(&UNFENCED_RELEASE)
+            .key(&self.keys.lock)
+            .arg(owner.as_str())
+            .arg(&self.keys.channel)
+            .arg(message)
+    }
+
+    fn abandon(&self, owner: &OwnerToken, message: &str, _patience_ms: u64) -> ScriptCall {
+        // Deletes the lease if the attempt took it: 1, as an abandon that released answers.
+        self.release(owner, message)
+    }
+
+    fn on_redlock(&self) -> bool {
+        // Each master grants or refuses with `SET NX PX`; no token to agree on.
+        true
+    }
+}

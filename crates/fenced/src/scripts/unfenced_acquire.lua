@@ -1,0 +1,14 @@
+-- Take an unfenced lease: exclusion without a fencing token, for work that fences nothing
+-- (deduplication, scheduled jobs, cache fills). The same key and value as a fenced lock's, so
+-- fenced and unfenced holders of one name exclude each other.
+--
+-- Nodes send its native twin, `SET KEYS[1] ARGV[1] NX PX ARGV[2]`, which every server runs;
+-- this text is its contract (docs/protocol.md), and the fallback the registry requires.
+--
+-- KEYS[1]  lock key (string: owner token, PX = lease)
+-- ARGV[1]  owner token (128 random bits, hex)
+-- ARGV[2]  lease in ms
+--
+-- Returns OK   when granted,
+--         nil  when somebody holds the lock.
+return redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
