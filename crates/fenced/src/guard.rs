@@ -108,7 +108,10 @@ impl LockGuard {
     ///
     /// # Errors
     ///
-    /// [`Error::NotHeld`](crate::Error::NotHeld) when the lease had already expired or been
+    /// [`Error::LeaseLost`](crate::Error::LeaseLost) at once, without a round trip, when the
+    /// lease was already known lost (its lost signal fired, or its validity deadline passed):
+    /// whatever Redis may still hold for it is given back in the background.
+    /// [`Error::NotHeld`](crate::Error::NotHeld) when Redis found the lease already expired or
     /// taken over: nothing was deleted (another holder's lock is never touched), and your
     /// exclusive access had ended before this call. Transport errors when Redis cannot be
     /// reached; the lease then expires by its ttl.
@@ -148,7 +151,7 @@ where
     };
     match guard.release().await {
         Ok(()) => Ok(out),
-        Err(crate::Error::NotHeld { .. }) => Err(lost()),
+        Err(crate::Error::NotHeld { .. } | crate::Error::LeaseLost { .. }) => Err(lost()),
         Err(e) => {
             tracing::warn!(lock = %lease.name(), error = %e, "fenced: release after the work failed; the lease will expire by its ttl");
             Ok(out)

@@ -194,7 +194,8 @@ impl MultiGuard {
     ///
     /// # Errors
     ///
-    /// [`Error::NotHeld`] when none of the names was held any more; transport errors.
+    /// [`Error::LeaseLost`] at once, without a round trip, when the lease was already known
+    /// lost; [`Error::NotHeld`] when none of the names was held any more; transport errors.
     pub async fn release(self) -> Result<()> {
         self.held.release().await.map(|_| ())
     }

@@ -242,7 +242,8 @@ impl ReentrantGuard {
     ///
     /// # Errors
     ///
-    /// [`Error::NotHeld`] when the lease had already expired or been taken over; transport
+    /// [`Error::LeaseLost`] at once, without a round trip, when the lease was already known
+    /// lost; [`Error::NotHeld`] when the lease had already expired or been taken over; transport
     /// errors (the hold is then given back in the background, or expires by its ttl).
     pub async fn release(self) -> Result<()> {
         self.held.release().await.map(|_| ())

@@ -282,7 +282,8 @@ impl ReadGuard {
     ///
     /// # Errors
     ///
-    /// [`Error::NotHeld`] when the lease had already ended; transport errors.
+    /// [`Error::LeaseLost`] at once, without a round trip, when the lease was already known
+    /// lost; [`Error::NotHeld`] when the lease had already ended; transport errors.
     pub async fn release(self) -> Result<()> {
         let ReadGuard { held, _reading } = self;
         held.release().await.map(|_| ())
@@ -312,7 +313,8 @@ impl WriteGuard {
     ///
     /// # Errors
     ///
-    /// [`Error::NotHeld`] when the lease had already ended; transport errors.
+    /// [`Error::LeaseLost`] at once, without a round trip, when the lease was already known
+    /// lost; [`Error::NotHeld`] when the lease had already ended; transport errors.
     pub async fn release(self) -> Result<()> {
         self.held.release().await.map(|_| ())
     }

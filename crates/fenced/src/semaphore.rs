@@ -286,7 +286,8 @@ impl SemaphorePermit {
     ///
     /// # Errors
     ///
-    /// [`Error::NotHeld`] when the lease had already ended (the permits were counted free
+    /// [`Error::LeaseLost`] at once, without a round trip, when the lease was already known
+    /// lost; [`Error::NotHeld`] when the lease had already ended (the permits were counted free
     /// already); transport errors (the permits then come back in the background, or when the
     /// lease ends).
     pub async fn release(self) -> Result<()> {

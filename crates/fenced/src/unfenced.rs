@@ -200,7 +200,8 @@ impl UnfencedGuard {
     ///
     /// # Errors
     ///
-    /// As [`LockGuard::release`](crate::LockGuard::release): [`Error::NotHeld`] when the lease
+    /// As [`LockGuard::release`](crate::LockGuard::release): [`Error::LeaseLost`] at once when
+    /// the lease was known lost, [`Error::NotHeld`] when the lease
     /// had already expired or been taken over.
     pub async fn release(self) -> Result<()> {
         self.held.release().await.map(|_| ())

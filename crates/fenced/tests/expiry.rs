@@ -101,7 +101,7 @@ async fn an_expired_lease_without_renewal_signals_lost_and_frees_the_lock() {
     assert!(next.fencing_token() > guard.fencing_token());
     assert!(matches!(
         guard.release().await,
-        Err(fenced::Error::NotHeld { .. })
+        Err(fenced::Error::LeaseLost { .. })
     ));
     next.release().await.unwrap();
 }

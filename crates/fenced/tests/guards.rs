@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use fenced::{Client, Error, FencedGuard};
+use fenced::{Client, Error, FencedGuard, LeaseGuard};
 
 use crate::support::{client, server};
 
@@ -55,6 +55,118 @@ async fn every_guard_has_the_same_surface() {
     ] {
         assert_eq!(ttl, Duration::from_secs(7));
     }
+}
+
+/// Waits for `guard`'s lease to run out (no renewal), then, with the server paused so that no
+/// round trip could answer, expects `extend` and `release` to say `LeaseLost` at once.
+async fn answers_at_once_when_lost<G: LeaseGuard>(
+    guard: G,
+    server: &mut fenced_testkit::RedisServer,
+) {
+    let name = guard.name().to_owned();
+    tokio::time::timeout(Duration::from_secs(2), guard.lost())
+        .await
+        .expect("the lease runs out without renewal");
+    server.pause().unwrap();
+    let started = tokio::time::Instant::now();
+    let extended = guard.extend(Duration::from_secs(5)).await;
+    let released = guard.release().await;
+    let took = started.elapsed();
+    server.resume().unwrap();
+    assert!(
+        matches!(extended, Err(Error::LeaseLost { .. })),
+        "{name}: {extended:?}"
+    );
+    assert!(
+        matches!(released, Err(Error::LeaseLost { .. })),
+        "{name}: {released:?}"
+    );
+    assert!(
+        took < Duration::from_millis(100),
+        "{name}: {took:?}: a round trip was tried"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_guard_whose_lease_is_lost_answers_at_once_without_redis() {
+    let mut server = server();
+    let c = client(&server).await;
+    let ttl = Duration::from_millis(200);
+    let g = c
+        .lock("l")
+        .with_ttl(ttl)
+        .with_auto_renew(false)
+        .acquire()
+        .await
+        .unwrap();
+    answers_at_once_when_lost(g, &mut server).await;
+    let g = c
+        .lock("u")
+        .with_ttl(ttl)
+        .with_auto_renew(false)
+        .unfenced()
+        .acquire()
+        .await
+        .unwrap();
+    answers_at_once_when_lost(g, &mut server).await;
+    let g = c
+        .reentrant_lock("r")
+        .with_ttl(ttl)
+        .with_auto_renew(false)
+        .acquire()
+        .await
+        .unwrap();
+    answers_at_once_when_lost(g, &mut server).await;
+    let g = c
+        .fair_lock("f")
+        .with_ttl(ttl)
+        .with_auto_renew(false)
+        .acquire()
+        .await
+        .unwrap();
+    answers_at_once_when_lost(g, &mut server).await;
+    let g = c
+        .rw_lock("rw")
+        .with_ttl(ttl)
+        .with_auto_renew(false)
+        .read()
+        .await
+        .unwrap();
+    answers_at_once_when_lost(g, &mut server).await;
+    let g = c
+        .rw_lock("rw")
+        .with_ttl(ttl)
+        .with_auto_renew(false)
+        .write()
+        .await
+        .unwrap();
+    answers_at_once_when_lost(g, &mut server).await;
+    let g = c
+        .semaphore("s", 2)
+        .with_ttl(ttl)
+        .with_auto_renew(false)
+        .acquire()
+        .await
+        .unwrap();
+    answers_at_once_when_lost(g, &mut server).await;
+    let multi = c
+        .multi_lock(["m1", "m2"])
+        .unwrap()
+        .with_ttl(ttl)
+        .with_auto_renew(false);
+    answers_at_once_when_lost(multi.acquire().await.unwrap(), &mut server).await;
+    // A re-entry through a lost hold is refused at once too.
+    let g = c
+        .reentrant_lock("r2")
+        .with_ttl(ttl)
+        .with_auto_renew(false)
+        .acquire()
+        .await
+        .unwrap();
+    tokio::time::timeout(Duration::from_secs(2), g.lost())
+        .await
+        .unwrap();
+    assert!(matches!(g.reenter().await, Err(Error::LeaseLost { .. })));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

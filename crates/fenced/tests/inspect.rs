@@ -83,7 +83,10 @@ async fn force_release_breaks_the_lock_wakes_waiters_and_the_holder_learns() {
     tokio::time::timeout(Duration::from_secs(3), guard.lost())
         .await
         .expect("holder learns at its next renewal");
-    assert!(matches!(guard.release().await, Err(Error::NotHeld { .. })));
+    assert!(matches!(
+        guard.release().await,
+        Err(Error::LeaseLost { .. })
+    ));
     next.release().await.unwrap();
     assert_eq!(operator.lock("stuck").force_release().await.unwrap(), None);
 }

@@ -57,7 +57,10 @@ async fn deleting_the_key_fires_the_lost_signal_within_one_renewal_period() {
         token.is_cancelled(),
         "the CancellationToken handed to the work fires too"
     );
-    assert!(matches!(guard.release().await, Err(Error::NotHeld { .. })));
+    assert!(matches!(
+        guard.release().await,
+        Err(Error::LeaseLost { .. })
+    ));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -208,7 +208,7 @@ async fn run_command(global: &Global, args: &RunArgs) -> Result<u8, Failure> {
     }
     match guard.release().await {
         Ok(()) => {}
-        Err(fenced::Error::NotHeld { .. }) => {
+        Err(fenced::Error::NotHeld { .. } | fenced::Error::LeaseLost { .. }) => {
             client.flush().await;
             return Err(Failure::new(
                 exit::LEASE_LOST,

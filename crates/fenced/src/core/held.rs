@@ -79,10 +79,10 @@ impl Held {
     pub(crate) async fn extend(&self, ttl: Duration) -> Result<()> {
         validate_ttl(ttl)?;
         let owner = &self.owner;
-        if self.lease.state.lost.is_cancelled() {
-            // Declared lost already (and no longer renewed): extending now would make a
-            // lease nobody watches. Acquire again instead.
-            return Err(self.lease.lost_error());
+        // Known lost (or past its deadline, no longer certainly ours): extending now would
+        // revive a lease whose work was told to stop. Acquire again instead.
+        if let Some(e) = self.known_over() {
+            return Err(e);
         }
         let renewer = &self.core.renewer;
         let change = self.lease.state.begin(Some(ttl));
@@ -106,6 +106,12 @@ impl Held {
     /// re-entrant hold). Dropped before it finishes, the guard's `Drop` releases in the
     /// background: the lease is never left to run out its ttl.
     pub(crate) async fn release(mut self) -> Result<ReleaseReply> {
+        // Known lost: the answer needs no round trip. Dropping `self` still gives back
+        // whatever Redis may hold for it, in the background.
+        if let Some(e) = self.known_over() {
+            metrics::released(self.kind.primitive(), Outcome::NotHeld);
+            return Err(e);
+        }
         let owner = self.owner.clone();
         let core = self.core.clone();
         // Stop renewing first, so the renewal of a lease being released is not mistaken for
@@ -242,6 +248,17 @@ impl Held {
                 Handing::Unknown
             }
         }
+    }
+
+    /// [`Error::LeaseLost`] when the lease is known to be over: lost, or past its validity
+    /// deadline (then the lost signal fires now, as the renewal loop would make it). Calls on
+    /// such a guard answer with it at once, without a round trip.
+    fn known_over(&self) -> Option<Error> {
+        if !self.lease.state.is_over() {
+            return None;
+        }
+        self.lease.state.lost.cancel();
+        Some(self.lease.lost_error())
     }
 
     fn not_held(&self) -> Error {
@@ -430,9 +447,10 @@ macro_rules! lease_surface {
             ///
             /// # Errors
             ///
-            /// [`Error::NotHeld`](crate::Error::NotHeld) if the lease is already gone (it is
-            /// not re-created); [`Error::LeaseLost`](crate::Error::LeaseLost) if it was
-            /// declared lost before; [`Error::InvalidArgument`](crate::Error::InvalidArgument)
+            /// [`Error::LeaseLost`](crate::Error::LeaseLost) at once, without a round trip,
+            /// if the lease was known lost or past its deadline before;
+            /// [`Error::NotHeld`](crate::Error::NotHeld) if Redis finds it gone (it is not
+            /// re-created); [`Error::InvalidArgument`](crate::Error::InvalidArgument)
             /// for a bad ttl; transport errors as usual (the outcome is then unknown, and the
             /// deadline stays at the earlier of the old and the new one).
             ///
