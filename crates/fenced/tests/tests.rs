@@ -24,6 +24,7 @@ mod faults;
 mod fencing;
 mod guards;
 mod handover;
+mod holds;
 mod hostile;
 mod inspect;
 mod latch;

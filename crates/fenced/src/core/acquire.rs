@@ -58,6 +58,45 @@ pub(crate) struct AcquireRequest<'a> {
     /// Whether a local holder may hand the lease straight to this waiter (a plain lock;
     /// `handover.rs`).
     pub(crate) hand_over: bool,
+    /// The least and the most time the lease is held ([`Holds`]).
+    pub(crate) holds: Holds,
+}
+
+/// How long a lease is held at least and at most, from its grant, whatever its holder does:
+/// a release before `min` leaves the lease to expire at `min` (nothing waits for it), and at
+/// `max` the lease ends (its lost signal fires, it is no longer renewed, and Redis frees it
+/// within a ttl even if the holder never gives it back).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Holds {
+    /// The least time held.
+    pub(crate) min: Option<Duration>,
+    /// The most time held.
+    pub(crate) max: Option<Duration>,
+}
+
+impl Holds {
+    /// Checked before anything is sent: each at most [`MAX_TTL`](crate::limits::MAX_TTL),
+    /// and the least no more than the most.
+    pub(crate) fn validate(&self) -> Result<()> {
+        for (what, d) in [("min_hold", self.min), ("max_hold", self.max)] {
+            if let Some(d) = d
+                && (d.is_zero() || d > crate::options::MAX_TTL)
+            {
+                return Err(Error::invalid(format!(
+                    "{what} {d:?} is out of range: more than zero, at most {:?}",
+                    crate::options::MAX_TTL
+                )));
+            }
+        }
+        if let (Some(min), Some(max)) = (self.min, self.max)
+            && min > max
+        {
+            return Err(Error::invalid(format!(
+                "min_hold {min:?} is longer than max_hold {max:?}"
+            )));
+        }
+        Ok(())
+    }
 }
 
 /// A primitive handle's lease settings, with the checks every acquire makes before it sends
@@ -70,6 +109,8 @@ pub(crate) struct LeaseOptions {
     pub(crate) auto_renew: bool,
     /// How long an acquire waits.
     pub(crate) wait: WaitPolicy,
+    /// The least and the most time a lease is held.
+    pub(crate) holds: Holds,
 }
 
 impl Default for LeaseOptions {
@@ -78,6 +119,7 @@ impl Default for LeaseOptions {
             ttl: None,
             auto_renew: true,
             wait: WaitPolicy::forever(),
+            holds: Holds::default(),
         }
     }
 }
@@ -92,6 +134,7 @@ impl LeaseOptions {
     pub(crate) fn checked_ttl(&self, core: &Core, what: &str, name: &str) -> Result<Duration> {
         crate::keys::validate_name(what, name)?;
         self.wait.validate()?;
+        self.holds.validate()?;
         let ttl = self.ttl(core);
         crate::options::validate_ttl(ttl)?;
         Ok(ttl)
@@ -114,6 +157,7 @@ impl LeaseOptions {
             heads,
             also: &[],
             hand_over: false,
+            holds: self.holds,
         }
     }
 }
@@ -151,6 +195,7 @@ impl Core {
                 name: req.name.clone(),
                 ttl: req.ttl,
                 auto_renew: req.auto_renew,
+                holds: req.holds,
                 to,
             };
             self.waiters.post_offer(req.channel, offer, front);
@@ -202,12 +247,19 @@ impl Core {
         requested_at: Instant,
         ttl: Duration,
         auto_renew: bool,
+        holds: Holds,
         via: Via,
     ) -> Held {
         tracing::debug!(name = %name, %fencing_token, via = via.as_str(), "fenced: acquired");
         metrics::acquired(kind.primitive(), via);
         tracing::trace!(owner = owner.as_str(), "fenced: owner token");
+        // The holds count from now, when the grant is known: at least `min` after the grant,
+        // and never beyond `max` after the request was sent.
+        let granted_at = Instant::now();
         let state = Arc::new(LeaseState::new(requested_at, ttl));
+        if let Some(max) = holds.max {
+            state.end_by(requested_at + max);
+        }
         let id = self.renewer.track(Tracked {
             kind: kind.clone(),
             owner: owner.clone(),
@@ -216,7 +268,8 @@ impl Core {
             state: state.clone(),
         });
         let lease = Lease::new(name, fencing_token, state);
-        Held::new(self.clone(), kind, owner, id, lease)
+        let min_until = holds.min.map(|min| granted_at + min);
+        Held::new(self.clone(), kind, owner, id, lease, min_until)
     }
 
     /// Waits, by `wait`, for a condition that is not a lease (a latch opening): `check` is
@@ -286,6 +339,7 @@ impl Core {
                 requested_at,
                 req.ttl,
                 req.auto_renew,
+                req.holds,
                 Via::Attempt,
             ))),
             AcquireReply::Busy { remaining } => {

@@ -43,6 +43,9 @@ pub(crate) enum CleanUp {
     Release,
     /// An acquire attempt of unknown outcome: release it if it took the lease, void it if not.
     Abandon,
+    /// A guard given back before its minimum hold ended: set the lease to expire in `ms` (an
+    /// expiry change of epoch `epoch`), deleting nothing and waking nobody.
+    ExpireIn { ms: u64, epoch: u64 },
 }
 
 /// One clean-up, as handed to the renewal task.
@@ -77,6 +80,15 @@ pub(crate) async fn run(backend: Backend, local: Arc<LocalWaiters>, job: Job) {
         )
         .await
         .map(ReleaseReply::freed),
+        CleanUp::ExpireIn { ms, epoch } => {
+            retry_transient(give_up_at, || async {
+                backend
+                    .extend(&kind.extend(&owner, ms, epoch), &*kind)
+                    .await
+                    .map(|_| false)
+            })
+            .await
+        }
         CleanUp::Abandon => {
             retry_transient(give_up_at, || async {
                 backend

@@ -53,6 +53,8 @@ pub(crate) struct Offer {
     pub(crate) ttl: Duration,
     /// Whether the waiter's lease is renewed in the background.
     pub(crate) auto_renew: bool,
+    /// The waiter's least and most hold.
+    pub(crate) holds: crate::core::acquire::Holds,
     /// Where the lease goes.
     pub(crate) to: oneshot::Sender<Handed>,
 }
@@ -74,6 +76,7 @@ pub(crate) struct Handed {
     pub(crate) requested_at: Instant,
     pub(crate) ttl: Duration,
     pub(crate) auto_renew: bool,
+    pub(crate) holds: crate::core::acquire::Holds,
     pub(crate) taken: bool,
 }
 
@@ -89,6 +92,7 @@ impl Handed {
             self.requested_at,
             self.ttl,
             self.auto_renew,
+            self.holds,
             Via::Handover,
         )
     }

@@ -39,6 +39,8 @@ pub(crate) struct Held {
     live: bool,
     id: u64,
     lease: Lease,
+    /// A minimum hold's end: a release before it leaves the lease to expire then.
+    min_until: Option<Instant>,
 }
 
 impl Held {
@@ -48,6 +50,7 @@ impl Held {
         owner: OwnerToken,
         id: u64,
         lease: Lease,
+        min_until: Option<Instant>,
     ) -> Self {
         Held {
             core,
@@ -56,7 +59,15 @@ impl Held {
             live: true,
             id,
             lease,
+            min_until,
         }
+    }
+
+    /// How much of a minimum hold is left, if any.
+    fn min_hold_left(&self) -> Option<Duration> {
+        self.min_until?
+            .checked_duration_since(Instant::now())
+            .filter(|left| !left.is_zero())
     }
 
     /// What kind of primitive holds this lease (the metrics' label).
@@ -111,6 +122,9 @@ impl Held {
         if let Some(e) = self.known_over() {
             metrics::released(self.kind.primitive(), Outcome::NotHeld);
             return Err(e);
+        }
+        if let Some(left) = self.min_hold_left() {
+            return self.expire_after_min_hold(left).await;
         }
         let owner = self.owner.clone();
         let core = self.core.clone();
@@ -173,6 +187,44 @@ impl Held {
         Ok(reply)
     }
 
+    /// A release before the minimum hold ends: the lease is left to expire when it ends (an
+    /// expiry change of a new epoch), not deleted, and nobody is woken. The guard is done
+    /// with it either way; should Redis not answer, the change is retried in the background.
+    async fn expire_after_min_hold(mut self, left: Duration) -> Result<ReleaseReply> {
+        let core = self.core.clone();
+        core.renewer.untrack(self.id);
+        let change = self.lease.state.begin(Some(left));
+        let call = self
+            .kind
+            .extend(&self.owner, ttl_millis(left).max(1), change.epoch);
+        self.lease.state.end();
+        self.live = false;
+        match core.backend().extend(&call, &*self.kind).await {
+            Ok(ExpiryReply::Applied | ExpiryReply::Superseded) => {
+                metrics::released(self.kind.primitive(), Outcome::Released);
+                tracing::debug!(name = %self.lease.name, ?left, "fenced: released; held until the minimum hold ends");
+                Ok(ReleaseReply::Released)
+            }
+            Ok(ExpiryReply::NotHeld) => {
+                metrics::released(self.kind.primitive(), Outcome::NotHeld);
+                Err(self.not_held())
+            }
+            Err(e) => {
+                metrics::released(self.kind.primitive(), Outcome::Failed);
+                if e.is_transient() {
+                    core.renewer.expire_in_background(
+                        self.id,
+                        self.kind.clone(),
+                        self.owner.clone(),
+                        left,
+                        change.epoch,
+                    );
+                }
+                Err(e)
+            }
+        }
+    }
+
     /// Wakes this process's waiters for the lease's channels, and ends any run of handovers.
     fn wake_local(&self, core: &Core) {
         for channel in self.kind.channels() {
@@ -225,6 +277,7 @@ impl Held {
                     requested_at,
                     ttl: offer.ttl,
                     auto_renew: offer.auto_renew,
+                    holds: offer.holds,
                     taken: false,
                 };
                 // A waiter gone meanwhile: the lease comes back and is released in the
@@ -272,6 +325,20 @@ impl Drop for Held {
     fn drop(&mut self) {
         if self.live {
             self.live = false;
+            if let Some(left) = self.min_hold_left()
+                && !self.lease.state.is_over()
+            {
+                let change = self.lease.state.begin(Some(left));
+                self.lease.state.end();
+                self.core.renewer.expire_in_background(
+                    self.id,
+                    self.kind.clone(),
+                    self.owner.clone(),
+                    left,
+                    change.epoch,
+                );
+                return;
+            }
             self.lease.state.end();
             self.core.renewer.release_in_background(
                 self.id,
@@ -543,6 +610,29 @@ macro_rules! lease_option_setters {
         /// How long an acquire waits (default: no limit).
         pub fn with_wait(mut self, policy: $crate::WaitPolicy) -> Self {
             self.opts.wait = policy;
+            self
+        }
+
+        /// The least time a lease is held, from its grant (default: none). A release (or a
+        /// drop) before it gives the lease back as an expiry at that moment instead: the
+        /// name stays taken until then, and nothing waits for it. For scheduled jobs that
+        /// run on several machines whose clocks differ: a job that ends at once still keeps
+        /// the others out for `min`. At most [`MAX_TTL`](crate::limits::MAX_TTL).
+        ///
+        /// With Redis unreachable at the release, the expiry is set in the background once it
+        /// answers; until then the lease's last renewal bounds it.
+        pub fn with_min_hold(mut self, min: std::time::Duration) -> Self {
+            self.opts.holds.min = Some(min);
+            self
+        }
+
+        /// The most time a lease is held, from the request that took it (default: none).
+        /// Then the lease ends whatever its holder does: its lost signal fires (stop the
+        /// work), it is no longer renewed, and Redis frees it within a ttl even if the guard
+        /// is never given back. At most [`MAX_TTL`](crate::limits::MAX_TTL), and no less than
+        /// [`with_min_hold`](Self::with_min_hold).
+        pub fn with_max_hold(mut self, max: std::time::Duration) -> Self {
+            self.opts.holds.max = Some(max);
             self
         }
 

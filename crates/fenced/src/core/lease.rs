@@ -54,6 +54,8 @@ struct Timing {
     unknown: Vec<(u64, Instant)>,
     /// When the lease ended by release or drop.
     ended_at: Option<Instant>,
+    /// The most it may be held until (a maximum hold): never valid past it.
+    end_by: Option<Instant>,
 }
 
 /// One request that changes a lease's expiry: what to send, and what it would mean.
@@ -79,8 +81,15 @@ impl LeaseState {
                 confirmed: (0, deadline_of(requested_at, ttl)),
                 unknown: Vec::new(),
                 ended_at: None,
+                end_by: None,
             }),
         }
+    }
+
+    /// Caps the lease at `end`: it is never valid past it, so its lost signal fires then and
+    /// the renewal loop stops renewing it (a maximum hold).
+    pub(crate) fn end_by(&self, end: Instant) {
+        self.timing().end_by = Some(end);
     }
 
     fn timing(&self) -> MutexGuard<'_, Timing> {
@@ -104,7 +113,9 @@ impl LeaseState {
     /// stall of a third of the ttl (less the drift allowance) loses nothing.
     pub(crate) fn renew_at(&self) -> Instant {
         let t = self.timing();
-        let until = t.valid_until();
+        // From the validity Redis granted, not the maximum hold's cap: a lease near its cap
+        // is renewed on the usual schedule, not over and over.
+        let until = t.granted_until();
         // Before the clock's start (a long extend of unknown outcome on a fresh host): now.
         until
             .checked_sub(t.ttl * 2 / 3)
@@ -180,6 +191,14 @@ impl LeaseState {
 
 impl Timing {
     fn valid_until(&self) -> Instant {
+        match self.end_by {
+            Some(end) => self.granted_until().min(end),
+            None => self.granted_until(),
+        }
+    }
+
+    /// [`valid_until`](Self::valid_until) without the maximum hold's cap.
+    fn granted_until(&self) -> Instant {
         let newest = self.confirmed.0;
         let mut until = self.confirmed.1;
         for (_, d) in self.unknown.iter().filter(|(e, _)| *e > newest) {

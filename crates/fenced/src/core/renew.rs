@@ -243,6 +243,29 @@ impl Renewer {
         });
     }
 
+    /// Sets a lease given back before its minimum hold ended to expire in `after` (an expiry
+    /// change of epoch `epoch`), without waiting: for a dropped guard, or a release that could
+    /// not reach Redis. Keeps trying for `after`, past which it expires anyway.
+    pub(crate) fn expire_in_background(
+        &self,
+        id: u64,
+        kind: Arc<dyn LeaseKind>,
+        owner: OwnerToken,
+        after: Duration,
+        epoch: u64,
+    ) {
+        self.untrack(id);
+        self.clean_up(Job {
+            kind,
+            owner,
+            how: CleanUp::ExpireIn {
+                ms: ttl_millis(after).max(1),
+                epoch,
+            },
+            patience: after,
+        });
+    }
+
     /// Abandons, without waiting, an acquire attempt whose outcome is unknown (it timed out,
     /// or its future was dropped mid-flight). The attempt may still reach Redis after an
     /// outage, so this keeps trying for `patience`.
