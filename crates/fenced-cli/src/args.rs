@@ -194,7 +194,10 @@ pub const RUN_HELP: &str = "Examples:
   fenced run backup --ttl 30s --wait 10m -- pg_dump db  # wait up to 10 minutes for the lock
   fenced run report --no-wait -- ./report.sh            # skip this run if another holds it
   fenced run pool --permits 4 -- ./worker               # at most 4 at once
-  fenced run index --read -- ./query.sh                 # many readers, or one --write";
+  fenced run index --read -- ./query.sh                 # many readers, or one --write
+  fenced run nightly --no-wait --min-hold 5m -- ./job   # from cron on every machine: runs once
+  fenced run sync --max-hold 1h -- ./sync.sh            # stop a hung run after an hour (exit 124)
+  fenced run dedupe --unfenced -- ./dedupe.sh           # no fencing token needed: SET NX PX only";
 
 /// The whole command line, with the exit codes (`exit::TABLE`) after the help of `fenced`
 /// and of `fenced run`: what parsing, `--help`, the man page and completions all use.
@@ -272,6 +275,15 @@ pub struct RunArgs {
     /// re-entrant (a nested run of the same name waits).
     #[arg(long, conflicts_with_all = ["permits", "fair", "read", "write"])]
     pub unfenced: bool,
+    /// Keep the lock at least this long from the grant, even when CMD ends sooner: the lock is
+    /// then left to expire at that moment (fenced returns at once), so cron runs of one job
+    /// on machines whose clocks differ do not each run it.
+    #[arg(long, value_parser = duration, value_name = "DUR")]
+    pub min_hold: Option<Duration>,
+    /// Let CMD run at most this long with the lock: then stop it as on a lost lease (SIGTERM,
+    /// SIGKILL after --kill-after), release the lock and exit 124.
+    #[arg(long, value_parser = duration, value_name = "DUR")]
+    pub max_hold: Option<Duration>,
     /// After the lease is lost: time between SIGTERM and SIGKILL to CMD (at most 1 day).
     #[arg(long, default_value = "10s", value_parser = kill_after, value_name = "DUR")]
     pub kill_after: Duration,

@@ -26,6 +26,8 @@ pub const NO_PERMISSION: u8 = 77;
 /// sysexits' EX_CONFIG: the deployment cannot do what was asked (a primitive on a backend
 /// that does not support it).
 pub const CONFIG: u8 = 78;
+/// The command ran past `--max-hold` and was stopped (as `timeout(1)` exits).
+pub const MAX_HOLD: u8 = 124;
 /// The command could not be executed (as shells do).
 pub const CANNOT_EXECUTE: u8 = 126;
 /// The command was not found (as shells do).
@@ -68,6 +70,10 @@ pub const TABLE: &[(&str, &str)] = &[
         "the Redis user lacks a permission fenced needs (the command is named)",
     ),
     ("78", "this deployment does not support what was asked"),
+    (
+        "124",
+        "the command ran past --max-hold: it was stopped (SIGTERM, then SIGKILL after --kill-after) and the lock released",
+    ),
 ];
 
 /// [`TABLE`] as `--help` and the man page show it.

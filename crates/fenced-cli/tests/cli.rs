@@ -197,6 +197,77 @@ async fn a_held_lock_gives_75_with_no_wait_and_after_the_wait() {
     assert!(waited.stderr.contains("held"), "{}", waited.stderr);
 }
 
+/// Five cron-style runs of one job, started 0.3 s apart (machines whose clocks differ), each
+/// with `--no-wait`: with `--min-hold 3s` the job runs once; without, every run runs it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_minimum_hold_makes_staggered_runs_of_a_quick_job_run_it_once() {
+    let s = server();
+    let dir = tempfile::tempdir().unwrap();
+    for (name, flags) in [("once", &["--min-hold", "3s"][..]), ("every", &[][..])] {
+        let log = dir.path().join(name);
+        let script = format!("echo ran >> {}", log.display());
+        let mut runs = Vec::new();
+        for _ in 0..5 {
+            let mut args = vec!["run", "--no-wait", name];
+            args.extend_from_slice(flags);
+            args.extend_from_slice(&["--", "sh", "-c", &script]);
+            runs.push(finish(fenced(&s.url(), &args), Duration::from_secs(10)).await);
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+        let ran = std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .lines()
+            .count();
+        let codes: Vec<Option<i32>> = runs.iter().map(|r| r.code).collect();
+        if flags.is_empty() {
+            assert_eq!(ran, 5, "without --min-hold every run runs it: {codes:?}");
+        } else {
+            assert_eq!(
+                ran, 1,
+                "with --min-hold only the first run runs it: {codes:?}"
+            );
+            assert_eq!(codes, [Some(0), Some(75), Some(75), Some(75), Some(75)]);
+            // Each run returned at once: the hold is the lock's expiry, not a wait.
+            assert!(runs[0].took < Duration::from_secs(2), "{:?}", runs[0].took);
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_past_its_maximum_hold_is_stopped_exits_124_and_frees_the_name() {
+    let s = server();
+    let c = client(&s).await;
+    let done = finish(
+        fenced(
+            &s.url(),
+            &[
+                "run",
+                "hung",
+                "--max-hold",
+                "1s",
+                "--kill-after",
+                "1s",
+                "--",
+                "sleep",
+                "30",
+            ],
+        ),
+        Duration::from_secs(10),
+    )
+    .await;
+    assert_eq!(done.code, Some(124), "{}", done.stderr);
+    assert!(
+        done.took < Duration::from_secs(2) + Duration::from_millis(500),
+        "{:?}",
+        done.took
+    );
+    assert!(done.stderr.contains("--max-hold"), "{}", done.stderr);
+    assert!(
+        c.lock("hung").try_acquire().await.unwrap().is_some(),
+        "the name is free right after"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unfenced_run_excludes_fenced_ones_and_gives_its_command_no_token() {
     let s = server();

@@ -26,6 +26,32 @@ use crate::exit::{self, Failure, show};
 /// environment, processes of the same user can read them in `/proc/<pid>/environ`.
 pub const HOLDS_VAR: &str = "FENCED_HOLDS";
 
+/// `--min-hold` on any primitive's handle.
+trait MinHold: Sized {
+    fn min_hold_of(self, args: &RunArgs) -> Self;
+}
+
+macro_rules! min_hold_of {
+    ($($handle:ty),+) => {$(
+        impl MinHold for $handle {
+            fn min_hold_of(self, args: &RunArgs) -> Self {
+                match args.min_hold {
+                    Some(min) => self.with_min_hold(min),
+                    None => self,
+                }
+            }
+        }
+    )+};
+}
+
+min_hold_of!(
+    fenced::Lock,
+    fenced::ReentrantLock,
+    fenced::FairLock,
+    fenced::RwLock,
+    fenced::Semaphore
+);
+
 /// The lock or permit held while CMD runs.
 pub enum Hold {
     Lock(ReentrantGuard),
@@ -150,6 +176,7 @@ pub async fn acquire(
         let pool = client
             .semaphore(args.name.clone(), n)
             .with_ttl(args.ttl)
+            .min_hold_of(args)
             .with_wait(policy);
         let lookup = || {
             let pool = pool.clone();
@@ -172,6 +199,7 @@ pub async fn acquire(
         let fair = client
             .fair_lock(args.name.clone())
             .with_ttl(args.ttl)
+            .min_hold_of(args)
             .with_wait(policy);
         let lookup = || {
             let fair = fair.clone();
@@ -189,6 +217,7 @@ pub async fn acquire(
         let rw = client
             .rw_lock(args.name.clone())
             .with_ttl(args.ttl)
+            .min_hold_of(args)
             .with_wait(policy);
         let plain = client.lock(args.name.clone());
         let lookup = || {
@@ -213,6 +242,7 @@ pub async fn acquire(
         let unfenced = client
             .lock(args.name.clone())
             .with_ttl(args.ttl)
+            .min_hold_of(args)
             .with_wait(policy)
             .unfenced();
         let plain = client.lock(args.name.clone());
@@ -235,6 +265,7 @@ pub async fn acquire(
         let plain = client
             .lock(args.name.clone())
             .with_ttl(args.ttl)
+            .min_hold_of(args)
             .with_wait(policy);
         let lookup = || async { Ok("somebody".to_owned()) }.boxed();
         let guard = showing_progress(&args.name, plain.acquire(), lookup, global.verbose).await;
@@ -243,6 +274,7 @@ pub async fn acquire(
     let lock = client
         .reentrant_lock(args.name.clone())
         .with_ttl(args.ttl)
+        .min_hold_of(args)
         .with_wait(policy);
     if let Some(secret) = inherited_secret(global, &args.name) {
         // Started under a `fenced run` that holds this lock: enter its hold, never wait for it.

@@ -153,9 +153,18 @@ async fn run_command(global: &Global, args: &RunArgs) -> Result<u8, Failure> {
         .map(Pid::from_raw);
 
     let mut lost = false;
+    // `--max-hold`: from the grant, as the library's maximum hold counts, CMD may run this
+    // long; then it is stopped as on a lost lease, and the lock, still held, is released.
+    let max_hold_at = args.max_hold.map(|max| tokio::time::Instant::now() + max);
+    let mut timed_out = false;
     let status = loop {
         tokio::select! {
             status = child.wait() => break status,
+            _ = sleep_until_opt(max_hold_at), if !timed_out && !lost => {
+                send(supervisor, supervise::LEASE_LOST);
+                timed_out = true;
+                warn!("fenced: {:?} ran past --max-hold {}; stopping the command and everything it started (SIGTERM, SIGKILL after {})", args.name, show(args.max_hold.unwrap_or_default()), show(args.kill_after));
+            }
             _ = guard.lost(), if !lost => {
                 // Signal first: nothing (not even a closed stderr) may delay stopping CMD.
                 send(supervisor, supervise::LEASE_LOST);
@@ -205,6 +214,11 @@ async fn run_command(global: &Global, args: &RunArgs) -> Result<u8, Failure> {
         drop(guard);
         client.flush().await;
         return Ok(exit::LEASE_LOST);
+    }
+    if timed_out {
+        release(&client, guard, global).await;
+        client.flush().await;
+        return Ok(exit::MAX_HOLD);
     }
     match guard.release().await {
         Ok(()) => {}
@@ -297,5 +311,13 @@ impl Signals {
             std::task::Poll::Pending
         })
         .await
+    }
+}
+
+/// Sleeps until `at`; forever without one.
+async fn sleep_until_opt(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
     }
 }
