@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use fenced::{Error, LeaseGuard, WaitPolicy};
+use fenced::{Error, WaitPolicy};
 use tokio::time::Instant;
 
 use crate::support::{client, lock_key, raw, server};
