@@ -41,6 +41,7 @@ mod renewal;
 mod rwlock;
 mod semaphore;
 mod sentinel;
+mod sql_fencing;
 mod storms;
 mod unfenced;
 mod wakeup;
