@@ -80,6 +80,11 @@ impl FairLock {
         &self.name
     }
 
+    /// The kind of a lease resumed from a ticket: a holder, no longer a waiter.
+    pub(crate) fn ticket_kind(&self) -> FairLease {
+        self.kind(&Arc::from(""), false)
+    }
+
     fn kind(&self, waiter: &Arc<str>, queues: bool) -> FairLease {
         let options = self.core.options();
         FairLease {

@@ -101,6 +101,14 @@ impl LockGuard {
         LockGuard { held }
     }
 
+    pub(crate) fn held(&self) -> &Held {
+        &self.held
+    }
+
+    pub(crate) fn into_held(self) -> Held {
+        self.held
+    }
+
     /// Gives the lease back and wakes the next waiter.
     ///
     /// A release whose reply was lost is retried; the retry recognises the first attempt's

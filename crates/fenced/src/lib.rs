@@ -169,6 +169,7 @@ pub mod resource;
 mod rwlock;
 mod semaphore;
 mod striped;
+mod ticket;
 mod token;
 mod unfenced;
 mod wait;

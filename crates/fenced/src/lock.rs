@@ -172,12 +172,16 @@ impl Lock {
 
     /// The lease kind and a fresh owner for one attempt.
     fn next_attempt(&self) -> Result<(Exclusive, OwnerToken)> {
-        let kind = Exclusive {
+        Ok((self.exclusive_kind(), OwnerToken::fresh()?))
+    }
+
+    /// The lease kind of this name.
+    pub(crate) fn exclusive_kind(&self) -> Exclusive {
+        Exclusive {
             name: self.name.clone(),
             keys: self.keys.clone(),
             fence_retention_ms: self.core.fence_retention_ms(),
-        };
-        Ok((kind, OwnerToken::fresh()?))
+        }
     }
 
     /// Runs `work` while holding the lock: acquires (waiting by the policy), runs the work,

@@ -151,11 +151,15 @@ impl UnfencedLock {
 
     /// The lease kind and a fresh owner for one attempt.
     fn next_attempt(&self) -> Result<(Unfenced, OwnerToken)> {
-        let kind = Unfenced {
+        Ok((self.kind(), OwnerToken::fresh()?))
+    }
+
+    /// The lease kind of this name.
+    pub(crate) fn kind(&self) -> Unfenced {
+        Unfenced {
             name: self.name.clone(),
             keys: self.keys.clone(),
-        };
-        Ok((kind, OwnerToken::fresh()?))
+        }
     }
 }
 
@@ -196,6 +200,18 @@ impl fmt::Debug for UnfencedGuard {
 crate::core::held::lease_surface!(UnfencedGuard);
 
 impl UnfencedGuard {
+    pub(crate) fn new(held: Held) -> Self {
+        UnfencedGuard { held }
+    }
+
+    pub(crate) fn held(&self) -> &Held {
+        &self.held
+    }
+
+    pub(crate) fn into_held(self) -> Held {
+        self.held
+    }
+
     /// Gives the lease back and wakes the next waiter; see [`LockGuard::release`](crate::LockGuard::release).
     ///
     /// # Errors

@@ -43,5 +43,6 @@ mod semaphore;
 mod sentinel;
 mod sql_fencing;
 mod storms;
+mod tickets;
 mod unfenced;
 mod wakeup;

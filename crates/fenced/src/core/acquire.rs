@@ -32,7 +32,7 @@ use crate::core::metrics::{self, Via};
 use crate::core::notify::LocalWaiters;
 use crate::core::renew::Tracked;
 use crate::error::{Error, Result};
-use crate::kind::{AcquireReply, LeaseKind};
+use crate::kind::{AcquireReply, ExpiryReply, LeaseKind};
 use crate::options::ttl_millis;
 use crate::token::{FencingToken, OwnerToken};
 use crate::util::{Backoff, sleep_until_opt};
@@ -270,6 +270,45 @@ impl Core {
         let lease = Lease::new(name, fencing_token, state);
         let min_until = holds.min.map(|min| granted_at + min);
         Held::new(self.clone(), kind, owner, id, lease, min_until)
+    }
+
+    /// Takes over a lease handed from another process (a ticket): one expiry change of the
+    /// epoch after the ticket's confirms the owner still holds it and starts its validity;
+    /// from then on it is renewed and guarded like any other.
+    pub(crate) async fn resume(
+        self: &Arc<Self>,
+        kind: Arc<dyn LeaseKind>,
+        owner: OwnerToken,
+        fencing_token: FencingToken,
+        ttl: Duration,
+        epoch: u64,
+    ) -> Result<Held> {
+        self.backend().supports(&*kind)?;
+        let epoch = epoch.saturating_add(1);
+        let requested_at = Instant::now();
+        let call = kind.extend(&owner, ttl_millis(ttl), epoch);
+        match self.backend().extend(&call, &*kind).await? {
+            ExpiryReply::Applied => {}
+            // Not this owner's any more (re-granted since, or never), or resumed again with a
+            // newer epoch: either way not ours to hold.
+            ExpiryReply::NotHeld | ExpiryReply::Superseded => {
+                return Err(Error::NotHeld {
+                    name: kind.name().to_string(),
+                });
+            }
+        }
+        let name = kind.name().clone();
+        metrics::acquired(kind.primitive(), Via::Attempt);
+        let state = Arc::new(LeaseState::resumed(requested_at, ttl, epoch));
+        let id = self.renewer.track(Tracked {
+            kind: kind.clone(),
+            owner: owner.clone(),
+            fencing_token,
+            renew: true,
+            state: state.clone(),
+        });
+        let lease = Lease::new(name, fencing_token, state);
+        Ok(Held::new(self.clone(), kind, owner, id, lease, None))
     }
 
     /// Waits, by `wait`, for a condition that is not a lease (a latch opening): `check` is

@@ -63,6 +63,22 @@ impl Held {
         }
     }
 
+    /// Hands the lease to another process (a ticket): no longer renewed or released here,
+    /// and over for every clone of its `Lease` in this process. What the ticket needs: the
+    /// kind, the owner, the ttl and the newest epoch.
+    pub(crate) fn hand_off(mut self) -> (Arc<dyn LeaseKind>, OwnerToken, Duration, u64) {
+        self.core.renewer.untrack(self.id);
+        let (ttl, epoch) = (self.lease.state.ttl(), self.lease.state.epoch());
+        self.lease.state.end();
+        self.live = false;
+        (self.kind.clone(), self.owner.clone(), ttl, epoch)
+    }
+
+    /// The namespace of the client that holds this lease.
+    pub(crate) fn core_namespace(&self) -> String {
+        self.core.options().namespace.clone()
+    }
+
     /// How much of a minimum hold is left, if any.
     fn min_hold_left(&self) -> Option<Duration> {
         self.min_until?

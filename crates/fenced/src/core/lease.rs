@@ -86,6 +86,23 @@ impl LeaseState {
         }
     }
 
+    /// A lease taken over from another process (a ticket), confirmed by an expiry change of
+    /// `epoch` sent at `requested_at` for `ttl`: its own renewals continue in that epoch.
+    pub(crate) fn resumed(requested_at: Instant, ttl: Duration, epoch: u64) -> Self {
+        let state = LeaseState::new(requested_at, ttl);
+        {
+            let mut t = state.timing();
+            t.epoch = epoch;
+            t.confirmed = (epoch, deadline_of(requested_at, ttl));
+        }
+        state
+    }
+
+    /// The newest epoch opened: a ticket carries it, so its next holder orders after it.
+    pub(crate) fn epoch(&self) -> u64 {
+        self.timing().epoch
+    }
+
     /// Caps the lease at `end`: it is never valid past it, so its lost signal fires then and
     /// the renewal loop stops renewing it (a maximum hold).
     pub(crate) fn end_by(&self, end: Instant) {

@@ -65,6 +65,10 @@ impl LeaseKind for Exclusive {
         true
     }
 
+    fn ticket_kind(&self) -> Option<&'static str> {
+        Some("lock")
+    }
+
     fn propose_token(&self, acquire: &ScriptCall, token: u64) -> Option<ScriptCall> {
         // The acquire script's optional last argument.
         Some(acquire.clone().arg(token))

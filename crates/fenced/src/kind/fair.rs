@@ -62,6 +62,10 @@ impl LeaseKind for FairLease {
         self.exclusive.extend(owner, ttl_ms, epoch)
     }
 
+    fn ticket_kind(&self) -> Option<&'static str> {
+        Some("fair")
+    }
+
     fn release(&self, owner: &OwnerToken, _message: &str) -> ScriptCall {
         ScriptCall::new(&FAIR_RELEASE)
             .key(&self.exclusive.keys.lock)

@@ -92,6 +92,11 @@ pub(crate) trait LeaseKind: Send + Sync + 'static {
     /// Void an attempt of unknown outcome: release what it took, or leave a tombstone that
     /// lives `patience_ms`.
     fn abandon(&self, owner: &OwnerToken, message: &str, patience_ms: u64) -> ScriptCall;
+    /// The kind's name in a ticket (`ticket.rs`): `lock`, `fair` or `unfenced`; `None` for
+    /// kinds that are not handed between processes.
+    fn ticket_kind(&self) -> Option<&'static str> {
+        None
+    }
     /// Whether leases of this kind run on several independent masters (Redlock).
     fn on_redlock(&self) -> bool {
         false

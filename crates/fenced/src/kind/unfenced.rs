@@ -70,6 +70,10 @@ impl LeaseKind for Unfenced {
         self.release(owner, message)
     }
 
+    fn ticket_kind(&self) -> Option<&'static str> {
+        Some("unfenced")
+    }
+
     fn on_redlock(&self) -> bool {
         // Each master grants or refuses with `SET NX PX`; no token to agree on.
         true

@@ -1,0 +1,191 @@
+//! Tickets: a held lease handed from one process to another. A web request takes a lock and
+//! queues the work with a ticket; a worker resumes the lease from it, finishes the work and
+//! releases.
+//!
+//! A ticket is text: `fenced1.<kind>.<ttl ms>.<epoch>.<token>.<owner>.<hex namespace>.<hex
+//! name>`. It carries the lease's owner token, which is what releasing or extending it takes:
+//! treat a ticket as a secret, as the holder's own. A ticket resumes only while its lease is
+//! still held by that owner; a lease re-granted since (its ticket is stale), a made-up owner or
+//! a ticket of another namespace is refused, and never touches another holder's lease.
+
+use crate::client::Client;
+use crate::core::Held;
+use crate::error::{Error, Result};
+use crate::guard::LockGuard;
+use crate::keys::validate_name;
+use crate::kind::LeaseKind;
+use crate::token::{FencingToken, OwnerToken, hex};
+use crate::unfenced::UnfencedGuard;
+
+/// The first field of every ticket: its format's version.
+const VERSION: &str = "fenced1";
+
+/// A parsed ticket.
+struct Ticket {
+    kind: String,
+    ttl: std::time::Duration,
+    epoch: u64,
+    token: FencingToken,
+    owner: OwnerToken,
+    namespace: String,
+    name: String,
+}
+
+/// Writes a ticket for a lease handed off by `held`.
+pub(crate) fn write(namespace: &str, held: Held) -> String {
+    let name = held.lease().name().to_owned();
+    let token = held.lease().fencing_token();
+    let (kind, owner, ttl, epoch) = held.hand_off();
+    format!(
+        "{VERSION}.{}.{}.{epoch}.{}.{}.{}.{}",
+        kind.ticket_kind().unwrap_or("lock"),
+        ttl.as_millis(),
+        token.get(),
+        owner.as_str(),
+        hex(namespace.as_bytes()),
+        hex(name.as_bytes()),
+    )
+}
+
+fn parse(text: &str) -> Result<Ticket> {
+    let bad = |what: &str| {
+        Error::invalid(format!(
+            "not a fenced ticket ({what}); a ticket is passed on exactly as `into_ticket` wrote it"
+        ))
+    };
+    let fields: Vec<&str> = text.trim().split('.').collect();
+    let [version, kind, ttl, epoch, token, owner, namespace, name] = fields[..] else {
+        return Err(bad("it has the wrong number of fields: truncated?"));
+    };
+    if version != VERSION {
+        return Err(bad("unknown version"));
+    }
+    let number = |field: &str, what: &str| field.parse::<u64>().map_err(|_| bad(what));
+    let unhex = |field: &str, what: &str| {
+        let bytes = (0..field.len())
+            .step_by(2)
+            .map(|i| {
+                field
+                    .get(i..i + 2)
+                    .and_then(|d| u8::from_str_radix(d, 16).ok())
+            })
+            .collect::<Option<Vec<u8>>>()
+            .ok_or_else(|| bad(what))?;
+        String::from_utf8(bytes).map_err(|_| bad(what))
+    };
+    let ttl = std::time::Duration::from_millis(number(ttl, "its ttl")?);
+    crate::options::validate_ttl(ttl)?;
+    Ok(Ticket {
+        kind: kind.to_owned(),
+        ttl,
+        epoch: number(epoch, "its epoch")?,
+        token: FencingToken::new(number(token, "its token")?),
+        owner: OwnerToken::parse(owner).ok_or_else(|| bad("its owner"))?,
+        namespace: unhex(namespace, "its namespace")?,
+        name: unhex(name, "its name")?,
+    })
+}
+
+impl Client {
+    /// Takes over a [`Lock`](crate::Lock) or [`FairLock`](crate::FairLock) lease from a
+    /// ticket written by [`LockGuard::into_ticket`], in this process or another: the guard
+    /// renews, extends, signals loss and releases like the original. A ticket is resumed
+    /// once; the lease is then this guard's.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for text that is not a ticket (a truncated or altered one),
+    /// a ticket of another kind or another namespace, before anything is sent;
+    /// [`Error::NotHeld`] when the lease is no longer held by the ticket's owner: it expired
+    /// or was released and granted again since (a stale ticket), or the owner is made up.
+    /// Nothing is changed then. Transport errors as usual.
+    ///
+    /// ```
+    /// # fenced_testkit::doctest(|url| async move {
+    /// let client = fenced::Client::connect(&url).await?;
+    /// let ticket = client.lock("order:7").acquire().await?.into_ticket();
+    /// // ... queue the work with the ticket; a worker, with a client of its own:
+    /// let worker = fenced::Client::connect(&url).await?;
+    /// let guard = worker.resume(&ticket).await?;
+    /// guard.release().await?;
+    /// # Ok(()) });
+    /// ```
+    pub async fn resume(&self, ticket: &str) -> Result<LockGuard> {
+        let ticket = self.parse_ticket(ticket, &["lock", "fair"])?;
+        let kind: std::sync::Arc<dyn LeaseKind> = match ticket.kind.as_str() {
+            "fair" => std::sync::Arc::new(self.fair_lock(ticket.name.clone()).ticket_kind()),
+            _ => std::sync::Arc::new(self.lock(ticket.name.clone()).exclusive_kind()),
+        };
+        self.resume_held(kind, ticket).await.map(LockGuard::new)
+    }
+
+    /// [`resume`](Self::resume) for a ticket written by [`UnfencedGuard::into_ticket`].
+    ///
+    /// # Errors
+    ///
+    /// As [`resume`](Self::resume).
+    pub async fn resume_unfenced(&self, ticket: &str) -> Result<UnfencedGuard> {
+        let ticket = self.parse_ticket(ticket, &["unfenced"])?;
+        let kind = self.lock(ticket.name.clone()).unfenced().kind();
+        self.resume_held(std::sync::Arc::new(kind), ticket)
+            .await
+            .map(UnfencedGuard::new)
+    }
+
+    fn parse_ticket(&self, text: &str, kinds: &[&str]) -> Result<Ticket> {
+        let ticket = parse(text)?;
+        if !kinds.contains(&ticket.kind.as_str()) {
+            return Err(Error::invalid(format!(
+                "this is a ticket of a {} lease; resume it with {}",
+                ticket.kind,
+                if ticket.kind == "unfenced" {
+                    "resume_unfenced"
+                } else {
+                    "resume"
+                }
+            )));
+        }
+        if ticket.namespace != self.namespace() {
+            return Err(Error::invalid(format!(
+                "the ticket is for namespace {:?}, this client's is {:?}",
+                ticket.namespace,
+                self.namespace()
+            )));
+        }
+        validate_name("lock", &ticket.name)?;
+        Ok(ticket)
+    }
+
+    async fn resume_held(
+        &self,
+        kind: std::sync::Arc<dyn LeaseKind>,
+        ticket: Ticket,
+    ) -> Result<Held> {
+        self.core()
+            .resume(kind, ticket.owner, ticket.token, ticket.ttl, ticket.epoch)
+            .await
+    }
+}
+
+impl LockGuard {
+    /// Hands this lease to another process: the text to pass on (a queue message, a job's
+    /// arguments), from which [`Client::resume`] takes it over. From now on this process
+    /// neither renews nor releases it, and its [`Lease`](crate::Lease) clones say it ended;
+    /// the lease lives on for its ttl, in which the other process must resume it.
+    ///
+    /// The ticket holds the lease's owner token: whoever has it can release or extend the
+    /// lease. Keep it as secret as the work's own credentials.
+    pub fn into_ticket(self) -> String {
+        let namespace = self.held().core_namespace();
+        write(&namespace, self.into_held())
+    }
+}
+
+impl UnfencedGuard {
+    /// [`LockGuard::into_ticket`] for an unfenced lease; resume it with
+    /// [`Client::resume_unfenced`].
+    pub fn into_ticket(self) -> String {
+        let namespace = self.held().core_namespace();
+        write(&namespace, self.into_held())
+    }
+}
