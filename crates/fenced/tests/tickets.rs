@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use fenced::{Client, Error, LeaseGuard};
+use fenced::{Client, Error};
 
 use crate::support::{client, lock_key, raw, server};
 
