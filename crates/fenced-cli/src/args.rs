@@ -136,16 +136,33 @@ pub enum Command {
         #[arg(long, default_value = "1s", value_parser = duration, value_name = "DUR")]
         interval: Duration,
     },
-    /// Break a lock whoever holds it (needs --force), and wake its waiters.
+    /// Break a lock whoever holds it (needs --force), and wake its waiters; or, with
+    /// --ticket, release the lease a program handed over.
     #[command(
-        after_help = "Examples:\n  fenced status deploy:web          # who holds it, for how long\n  fenced release deploy:web --force"
+        after_help = "Examples:\n  fenced status deploy:web          # who holds it, for how long\n  fenced release deploy:web --force\n  fenced release --ticket \"$TICKET\"  # a lease handed over by a program"
     )]
     Release {
         /// The lock's name.
-        name: String,
+        #[arg(required_unless_present = "ticket", conflicts_with = "ticket")]
+        name: Option<String>,
         /// Really delete somebody else's lock.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "ticket")]
         force: bool,
+        /// Release the lease of this ticket (from `into_ticket` in a program), as its holder.
+        #[arg(long, value_name = "TICKET")]
+        ticket: Option<String>,
+    },
+    /// Set the lease of a ticket to DUR from now; prints the ticket to use from then on.
+    #[command(
+        after_help = "Examples:\n  TICKET=$(fenced extend --ticket \"$TICKET\" --ttl 5m)  # more time for the job"
+    )]
+    Extend {
+        /// The lease's ticket (from `into_ticket` in a program, or an earlier `fenced extend`).
+        #[arg(long, value_name = "TICKET")]
+        ticket: String,
+        /// The new lease length, from now.
+        #[arg(long, value_parser = duration, value_name = "DUR")]
+        ttl: Duration,
     },
     /// The seed scenarios end to end: a contended product lock, a seckill sale, a stale holder.
     ///
@@ -197,7 +214,8 @@ pub const RUN_HELP: &str = "Examples:
   fenced run index --read -- ./query.sh                 # many readers, or one --write
   fenced run nightly --no-wait --min-hold 5m -- ./job   # from cron on every machine: runs once
   fenced run sync --max-hold 1h -- ./sync.sh            # stop a hung run after an hour (exit 124)
-  fenced run dedupe --unfenced -- ./dedupe.sh           # no fencing token needed: SET NX PX only";
+  fenced run dedupe --unfenced -- ./dedupe.sh           # no fencing token needed: SET NX PX only
+  fenced run order:7 --ticket \"$TICKET\" -- ./finish.sh  # continue a lease a program handed over";
 
 /// The whole command line, with the exit codes (`exit::TABLE`) after the help of `fenced`
 /// and of `fenced run`: what parsing, `--help`, the man page and completions all use.
@@ -284,6 +302,10 @@ pub struct RunArgs {
     /// SIGKILL after --kill-after), release the lock and exit 124.
     #[arg(long, value_parser = duration, value_name = "DUR")]
     pub max_hold: Option<Duration>,
+    /// Run under the lease of this ticket (handed over by a program with `into_ticket`)
+    /// instead of acquiring: NAME must be the ticket's. Released when CMD ends.
+    #[arg(long, value_name = "TICKET", conflicts_with_all = ["permits", "fair", "read", "write", "unfenced", "no_wait", "wait"])]
+    pub ticket: Option<String>,
     /// After the lease is lost: time between SIGTERM and SIGKILL to CMD (at most 1 day).
     #[arg(long, default_value = "10s", value_parser = kill_after, value_name = "DUR")]
     pub kill_after: Duration,

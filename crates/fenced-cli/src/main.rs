@@ -67,9 +67,14 @@ fn main() -> ExitCode {
             Command::Top { pattern, interval } => {
                 cmd::top::top(&cli.global, pattern, *interval).await
             }
-            Command::Release { name, force } => {
-                cmd::inspect::release(&cli.global, name, *force).await
+            Command::Release {
+                ticket: Some(ticket),
+                ..
+            } => cmd::ticket::release(&cli.global, ticket).await,
+            Command::Release { name, force, .. } => {
+                cmd::inspect::release(&cli.global, name.as_deref().unwrap_or(""), *force).await
             }
+            Command::Extend { ticket, ttl } => cmd::ticket::extend(&cli.global, ticket, *ttl).await,
             Command::Demo => cmd::demo::demo(&cli.global).await,
             Command::Latch { name, action } => cmd::latch::latch(&cli.global, name, action).await,
             Command::Completions { .. } | Command::Man { .. } => Ok(exit::OK),

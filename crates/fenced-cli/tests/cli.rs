@@ -268,6 +268,98 @@ async fn a_run_past_its_maximum_hold_is_stopped_exits_124_and_frees_the_name() {
     );
 }
 
+/// A lease a program handed over with `into_ticket`, extended, run under and released from
+/// the command line; stale and malformed tickets refused in one line (65, 64).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tickets_are_extended_run_under_and_released_from_the_command_line() {
+    let s = server();
+    let c = client(&s).await;
+    let guard = c
+        .lock("order:7")
+        .with_ttl(Duration::from_secs(2))
+        .acquire()
+        .await
+        .unwrap();
+    let token = guard.fencing_token();
+    let ticket = guard.into_ticket();
+    let extended = finish(
+        fenced(&s.url(), &["extend", "--ticket", &ticket, "--ttl", "20s"]),
+        Duration::from_secs(10),
+    )
+    .await;
+    assert_eq!(extended.code, Some(0), "{}", extended.stderr);
+    let next = extended.stdout.trim().to_owned();
+    let pttl: i64 = fenced::redis::cmd("PTTL")
+        .arg("fenced:{order:7}")
+        .query_async(&mut raw(&s).await)
+        .await
+        .unwrap();
+    assert!(pttl > 15_000, "pttl {pttl}");
+    // The old ticket is superseded by the extend: refused, as a stale one.
+    let old = finish(
+        fenced(&s.url(), &["release", "--ticket", &ticket]),
+        Duration::from_secs(10),
+    )
+    .await;
+    assert_eq!(old.code, Some(65), "{}", old.stderr);
+    assert_eq!(old.stderr.trim().lines().count(), 1, "{}", old.stderr);
+    // A run under the ticket's lease: its token, released at the end.
+    let wrong = finish(
+        fenced(
+            &s.url(),
+            &["run", "order:8", "--ticket", &next, "--", "true"],
+        ),
+        Duration::from_secs(10),
+    )
+    .await;
+    assert_eq!(wrong.code, Some(64), "{}", wrong.stderr);
+    let run = finish(
+        fenced(
+            &s.url(),
+            &[
+                "run",
+                "order:7",
+                "--ticket",
+                &next,
+                "--",
+                "sh",
+                "-c",
+                "echo $FENCED_TOKEN",
+            ],
+        ),
+        Duration::from_secs(10),
+    )
+    .await;
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    assert_eq!(run.stdout.trim(), token.to_string());
+    assert!(
+        c.lock("order:7").try_acquire().await.unwrap().is_some(),
+        "released"
+    );
+    // Released from the command line; then the same ticket is stale.
+    let ticket = c.lock("order:9").acquire().await.unwrap().into_ticket();
+    let released = finish(
+        fenced(&s.url(), &["release", "--ticket", &ticket]),
+        Duration::from_secs(10),
+    )
+    .await;
+    assert_eq!(released.code, Some(0), "{}", released.stderr);
+    assert!(c.lock("order:9").try_acquire().await.unwrap().is_some());
+    let again = finish(
+        fenced(&s.url(), &["release", "--ticket", &ticket]),
+        Duration::from_secs(10),
+    )
+    .await;
+    assert_eq!(again.code, Some(65), "{}", again.stderr);
+    let truncated = finish(
+        fenced(&s.url(), &["release", "--ticket", &ticket[..20]]),
+        Duration::from_secs(10),
+    )
+    .await;
+    assert_eq!(truncated.code, Some(64), "{}", truncated.stderr);
+    assert_eq!(truncated.stderr.trim().lines().count(), 1);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unfenced_run_excludes_fenced_ones_and_gives_its_command_no_token() {
     let s = server();

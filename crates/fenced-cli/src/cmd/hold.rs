@@ -172,6 +172,23 @@ pub async fn acquire(
 ) -> Result<Hold, Failure> {
     let server = address(global.redis_url());
     let fail = |e: fenced::Error| Failure::from_lib(e, &server);
+    if let Some(ticket) = &args.ticket {
+        // Checked before the lease is touched: a resumed ticket cannot be resumed again.
+        if let Some(name) = crate::cmd::ticket::name_of(ticket)
+            && name != args.name
+        {
+            return Err(Failure::usage(format!(
+                "the ticket is for {name:?}, not {:?}",
+                args.name
+            )));
+        }
+        return Ok(
+            match crate::cmd::ticket::resume(client, global, ticket).await? {
+                crate::cmd::ticket::Resumed::Lock(g) => Hold::Plain(g),
+                crate::cmd::ticket::Resumed::Unfenced(g) => Hold::Unfenced(g),
+            },
+        );
+    }
     if let Some(n) = args.permits {
         let pool = client
             .semaphore(args.name.clone(), n)

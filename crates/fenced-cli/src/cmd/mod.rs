@@ -7,6 +7,7 @@ pub mod inspect;
 pub mod latch;
 pub mod run;
 pub mod supervise;
+pub mod ticket;
 pub mod top;
 
 use fenced::Client;

@@ -1,0 +1,99 @@
+//! Tickets from the command line: a lease handed over by a program (with
+//! `LockGuard::into_ticket`) is released or extended here (`fenced release --ticket`,
+//! `fenced extend --ticket`), or continued under a command (`fenced run NAME --ticket`).
+
+use std::time::Duration;
+
+use fenced::{Client, LockGuard, UnfencedGuard};
+
+use crate::args::Global;
+use crate::cmd::{address, check_url, connect};
+use crate::exit::{self, Failure};
+
+/// A lease taken over from a ticket.
+pub enum Resumed {
+    /// A lock's or a fair lock's.
+    Lock(LockGuard),
+    /// An unfenced lock's.
+    Unfenced(UnfencedGuard),
+}
+
+/// Takes over the lease of `ticket` (a lock's, a fair lock's or an unfenced lock's). A stale
+/// or made-up ticket is a data error (65), a malformed one a usage error (64).
+pub async fn resume(client: &Client, global: &Global, ticket: &str) -> Result<Resumed, Failure> {
+    let server = address(global.redis_url());
+    let fail = |e: fenced::Error| match e {
+        fenced::Error::NotHeld { name } => Failure::new(
+            exit::DATA,
+            format!(
+                "the ticket's lease on {name:?} is no longer held by its owner: it ran out or was released (a stale ticket), or the ticket was not written for it"
+            ),
+        ),
+        e => Failure::from_lib(e, &server),
+    };
+    // The kind is the ticket's second field; `resume` checks the rest.
+    if ticket.split('.').nth(1) == Some("unfenced") {
+        client
+            .resume_unfenced(ticket)
+            .await
+            .map(Resumed::Unfenced)
+            .map_err(fail)
+    } else {
+        client.resume(ticket).await.map(Resumed::Lock).map_err(fail)
+    }
+}
+
+/// The name a ticket is for (its last field, hex), if it reads as one.
+pub fn name_of(ticket: &str) -> Option<String> {
+    let field = ticket.trim().rsplit('.').next()?;
+    let bytes = (0..field.len())
+        .step_by(2)
+        .map(|i| {
+            field
+                .get(i..i + 2)
+                .and_then(|d| u8::from_str_radix(d, 16).ok())
+        })
+        .collect::<Option<Vec<u8>>>()?;
+    String::from_utf8(bytes).ok()
+}
+
+/// `fenced release --ticket T`: releases the lease a program handed over.
+pub async fn release(global: &Global, ticket: &str) -> Result<u8, Failure> {
+    check_url(global.redis_url())?;
+    let client = connect(global).await?;
+    let server = address(global.redis_url());
+    let (name, released) = match resume(&client, global, ticket).await? {
+        Resumed::Lock(g) => (g.name().to_owned(), g.release().await),
+        Resumed::Unfenced(g) => (g.name().to_owned(), g.release().await),
+    };
+    released.map_err(|e| Failure::from_lib(e, &server))?;
+    client.flush().await;
+    say!("released {name:?}");
+    Ok(exit::OK)
+}
+
+/// `fenced extend --ticket T --ttl DUR`: sets the lease to DUR from now and prints the ticket
+/// to use from now on (the old one is superseded by this change).
+pub async fn extend(global: &Global, ticket: &str, ttl: Duration) -> Result<u8, Failure> {
+    check_url(global.redis_url())?;
+    fenced::check_ttl(ttl).map_err(|e| Failure::from_lib(e, ""))?;
+    let client = connect(global).await?;
+    let server = address(global.redis_url());
+    let next = match resume(&client, global, ticket).await? {
+        Resumed::Lock(g) => {
+            g.extend(ttl)
+                .await
+                .map_err(|e| Failure::from_lib(e, &server))?;
+            g.into_ticket()
+        }
+        Resumed::Unfenced(g) => {
+            g.extend(ttl)
+                .await
+                .map_err(|e| Failure::from_lib(e, &server))?;
+            g.into_ticket()
+        }
+    };
+    client.flush().await;
+    say!("{next}");
+    Ok(exit::OK)
+}
