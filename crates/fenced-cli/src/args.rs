@@ -215,7 +215,8 @@ pub const RUN_HELP: &str = "Examples:
   fenced run nightly --no-wait --min-hold 5m -- ./job   # from cron on every machine: runs once
   fenced run sync --max-hold 1h -- ./sync.sh            # stop a hung run after an hour (exit 124)
   fenced run dedupe --unfenced -- ./dedupe.sh           # no fencing token needed: SET NX PX only
-  fenced run order:7 --ticket \"$TICKET\" -- ./finish.sh  # continue a lease a program handed over";
+  fenced run order:7 --ticket \"$TICKET\" -- ./finish.sh  # continue a lease a program handed over
+  fenced run order:7 --hand-off -- ./enqueue.sh         # CMD queues $FENCED_TICKET; a worker finishes";
 
 /// The whole command line, with the exit codes (`exit::TABLE`) after the help of `fenced`
 /// and of `fenced run`: what parsing, `--help`, the man page and completions all use.
@@ -306,6 +307,12 @@ pub struct RunArgs {
     /// instead of acquiring: NAME must be the ticket's. Released when CMD ends.
     #[arg(long, value_name = "TICKET", conflicts_with_all = ["permits", "fair", "read", "write", "unfenced", "no_wait", "wait"])]
     pub ticket: Option<String>,
+    /// Give CMD a ticket of the lease in FENCED_TICKET to pass on, and when CMD ends hand the
+    /// lease over instead of releasing it: whoever resumes the ticket (a program's
+    /// `Client::resume`, `fenced run --ticket`, `fenced release --ticket`) within the lease's
+    /// ttl finishes the job. Holds a plain lock (not re-entrant).
+    #[arg(long, conflicts_with_all = ["permits", "read", "write", "ticket"])]
+    pub hand_off: bool,
     /// After the lease is lost: time between SIGTERM and SIGKILL to CMD (at most 1 day).
     #[arg(long, default_value = "10s", value_parser = kill_after, value_name = "DUR")]
     pub kill_after: Duration,

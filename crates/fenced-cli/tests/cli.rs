@@ -360,6 +360,49 @@ async fn tickets_are_extended_run_under_and_released_from_the_command_line() {
     assert_eq!(truncated.stderr.trim().lines().count(), 1);
 }
 
+/// `fenced run --hand-off`: CMD passes `FENCED_TICKET` on and ends; the lock stays held for
+/// whoever resumes the ticket, who finishes and releases.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hand_off_run_leaves_its_lease_to_whoever_resumes_its_ticket() {
+    let s = server();
+    let c = client(&s).await;
+    let dir = tempfile::tempdir().unwrap();
+    let queued = dir.path().join("queued");
+    let script = format!(
+        "echo $FENCED_TICKET > {}; echo $FENCED_TOKEN",
+        queued.display()
+    );
+    let run = finish(
+        fenced(
+            &s.url(),
+            &[
+                "run",
+                "order:1",
+                "--hand-off",
+                "--ttl",
+                "5s",
+                "--",
+                "sh",
+                "-c",
+                &script,
+            ],
+        ),
+        Duration::from_secs(10),
+    )
+    .await;
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    assert!(
+        c.lock("order:1").try_acquire().await.unwrap().is_none(),
+        "handed off, not released"
+    );
+    let ticket = std::fs::read_to_string(&queued).unwrap();
+    let worker = client(&s).await;
+    let guard = worker.resume(ticket.trim()).await.unwrap();
+    assert_eq!(guard.fencing_token().to_string(), run.stdout.trim());
+    guard.release().await.unwrap();
+    assert!(c.lock("order:1").try_acquire().await.unwrap().is_some());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unfenced_run_excludes_fenced_ones_and_gives_its_command_no_token() {
     let s = server();

@@ -89,6 +89,56 @@ impl Hold {
         }
     }
 
+    /// For `--hand-off`: a ticket of this lease for CMD to pass on, and the lease, still held
+    /// and renewed here until CMD ends. (The lease is handed to a ticket and taken back at
+    /// once, at the next epoch; whoever resumes the ticket takes it at that epoch too.)
+    pub async fn with_ticket(self, client: &Client) -> fenced::Result<(Hold, String)> {
+        Ok(match self {
+            Hold::Plain(g) => {
+                let ticket = g.into_ticket();
+                (Hold::Plain(client.resume(&ticket).await?), ticket)
+            }
+            Hold::Fair(g) => {
+                let ticket = g.into_ticket();
+                (Hold::Fair(client.resume(&ticket).await?), ticket)
+            }
+            Hold::Unfenced(g) => {
+                let ticket = g.into_ticket();
+                (
+                    Hold::Unfenced(client.resume_unfenced(&ticket).await?),
+                    ticket,
+                )
+            }
+            other => {
+                return Err(fenced::Error::Unsupported(format!(
+                    "only a lock, a fair lock or an unfenced lock is handed off ({} held)",
+                    other.kind()
+                )));
+            }
+        })
+    }
+
+    /// For `--hand-off`: lets the lease go without releasing it, to whoever resumes its
+    /// ticket within its ttl (or to its expiry).
+    pub fn hand_off(self) {
+        match self {
+            Hold::Plain(g) | Hold::Fair(g) => drop(g.into_ticket()),
+            Hold::Unfenced(g) => drop(g.into_ticket()),
+            other => drop(other),
+        }
+    }
+
+    fn kind(&self) -> &'static str {
+        match self {
+            Hold::Lock(_) => "a re-entrant lock",
+            Hold::Permits(_) => "a permit",
+            Hold::Read(_) => "a read lease",
+            Hold::Write(_) => "a write lease",
+            Hold::Fair(_) | Hold::Plain(_) => "a lock",
+            Hold::Unfenced(_) => "an unfenced lock",
+        }
+    }
+
     pub fn is_lost(&self) -> bool {
         match self {
             Hold::Lock(g) => g.is_lost(),
@@ -276,8 +326,8 @@ pub async fn acquire(
         let guard = showing_progress(&args.name, unfenced.acquire(), lookup, global.verbose).await;
         return guard.map(Hold::Unfenced).map_err(fail);
     }
-    if global.redis.len() > 1 {
-        // Redlock (several --redis): a plain lock, granted by a majority with a quorum
+    if global.redis.len() > 1 || args.hand_off {
+        // Redlock (several --redis), or a lease to hand off by ticket: a plain lock, granted by a majority with a quorum
         // fencing token. A `fenced run` started under CMD waits for it like anybody else.
         let plain = client
             .lock(args.name.clone())

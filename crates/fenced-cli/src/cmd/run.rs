@@ -80,6 +80,21 @@ async fn run_command(global: &Global, args: &RunArgs) -> Result<u8, Failure> {
             return Err(failure);
         }
     };
+    // `--hand-off`: a ticket for CMD to pass on.
+    let (guard, ticket) = if args.hand_off {
+        match guard.with_ticket(&client).await {
+            Ok((guard, ticket)) => (guard, Some(ticket)),
+            Err(e) => {
+                client.flush().await;
+                return Err(Failure::from_lib(
+                    e,
+                    &crate::cmd::address(global.redis_url()),
+                ));
+            }
+        }
+    } else {
+        (guard, None)
+    };
     let token = guard.fencing_token();
     if global.json {
         warn!(
@@ -134,6 +149,10 @@ async fn run_command(global: &Global, args: &RunArgs) -> Result<u8, Failure> {
         Some(token) => command.env("FENCED_TOKEN", token.to_string()),
         // Not an inherited token of an enclosing run: an unfenced lock has none.
         None => command.env_remove("FENCED_TOKEN"),
+    };
+    match &ticket {
+        Some(ticket) => command.env("FENCED_TICKET", ticket),
+        None => command.env_remove("FENCED_TICKET"),
     };
     let child = command.spawn();
     let mut child = match child {
@@ -203,7 +222,12 @@ async fn run_command(global: &Global, args: &RunArgs) -> Result<u8, Failure> {
         // under the lock may outlive it.
         supervise::kill_subtree_now();
         if !lost && !guard.is_lost() {
-            release(&client, guard, global).await;
+            if args.hand_off {
+                guard.hand_off();
+                client.flush().await;
+            } else {
+                release(&client, guard, global).await;
+            }
             return Err(Failure::new(
                 exit::SOFTWARE,
                 "the supervisor was killed; stopped the command and everything it started",
@@ -214,6 +238,16 @@ async fn run_command(global: &Global, args: &RunArgs) -> Result<u8, Failure> {
         drop(guard);
         client.flush().await;
         return Ok(exit::LEASE_LOST);
+    }
+    if args.hand_off {
+        // Handed over, not released: whoever resumed (or resumes) the ticket has it now.
+        guard.hand_off();
+        client.flush().await;
+        return Ok(if timed_out {
+            exit::MAX_HOLD
+        } else {
+            exit_code(status)
+        });
     }
     if timed_out {
         release(&client, guard, global).await;
