@@ -34,6 +34,7 @@ mod locked;
 mod multi;
 mod optimistic;
 mod outages;
+mod postgres;
 mod redlock;
 mod reentrant;
 mod release;
