@@ -214,18 +214,18 @@ impl Client {
     /// `products`. Names are up to [`MAX_NAME_LEN`](crate::limits::MAX_NAME_LEN) bytes and may not
     /// contain `{` or `}`.
     pub fn lock(&self, name: impl Into<String>) -> Lock {
-        Lock::new(self, name.into())
+        Lock::new(&self.core, name.into())
     }
 
     /// A reentrant lock named `name`: its holder may take it again (through its guard or an
     /// owner handle) without waiting for itself. Excludes plain [`Lock`]s of the same name.
     pub fn reentrant_lock(&self, name: impl Into<String>) -> ReentrantLock {
-        ReentrantLock::new(self, name.into())
+        ReentrantLock::new(&self.core, name.into())
     }
 
     /// A semaphore named `name` with `permits` leased permits in all.
     pub fn semaphore(&self, name: impl Into<String>, permits: u32) -> Semaphore {
-        Semaphore::new(self, name.into(), permits)
+        Semaphore::new(&self.core, name.into(), permits)
     }
 
     /// Lock segments: `stripes` locks named `<prefix>:stripe:<n>` covering any number of
@@ -236,7 +236,7 @@ impl Client {
     /// [`Error::InvalidArgument`] for 0 or more than [`MAX_STRIPES`](crate::limits::MAX_STRIPES)
     /// stripes, or a prefix that makes an invalid lock name.
     pub fn striped_lock(&self, prefix: impl Into<String>, stripes: u32) -> Result<StripedLock> {
-        StripedLock::new(self, prefix.into(), stripes)
+        StripedLock::new(&self.core, prefix.into(), stripes)
     }
 
     /// Several names locked together, all or nothing (sorted and deduplicated).
@@ -250,22 +250,22 @@ impl Client {
         I: IntoIterator<Item = S>,
         S: Into<String>,
     {
-        MultiLock::new(self, names.into_iter().map(Into::into).collect())
+        MultiLock::new(&self.core, names.into_iter().map(Into::into).collect())
     }
 
     /// A fair lock named `name`: granted in FIFO order across processes.
     pub fn fair_lock(&self, name: impl Into<String>) -> FairLock {
-        FairLock::new(self, name.into())
+        FairLock::new(&self.core, name.into())
     }
 
     /// A read-write lock named `name`: many readers or one writer.
     pub fn rw_lock(&self, name: impl Into<String>) -> RwLock {
-        RwLock::new(self, name.into())
+        RwLock::new(&self.core, name.into())
     }
 
     /// A countdown latch named `name`.
     pub fn latch(&self, name: impl Into<String>) -> Latch {
-        Latch::new(self, name.into())
+        Latch::new(&self.core, name.into())
     }
 
     /// A read-through cache named `name`, whose misses are computed once across every process.
@@ -275,7 +275,7 @@ impl Client {
 
     /// A resource that accepts writes only with a current fencing token.
     pub fn resource(&self, name: impl Into<String>) -> FencedResource {
-        FencedResource::new(self, name.into())
+        FencedResource::new(&self.core, name.into())
     }
 
     /// The lease core: the primitives' only way into the client.

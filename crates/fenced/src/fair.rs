@@ -5,7 +5,6 @@ use std::sync::Arc;
 
 use tracing::Instrument;
 
-use crate::client::Client;
 use crate::core::{Core, Held, LeaseOptions};
 use crate::error::Result;
 use crate::guard::LockGuard;
@@ -59,8 +58,8 @@ impl fmt::Debug for FairLock {
 }
 
 impl FairLock {
-    pub(crate) fn new(client: &Client, name: String) -> Self {
-        let core = client.core().clone();
+    pub(crate) fn new(core: &Arc<Core>, name: String) -> Self {
+        let core = core.clone();
         let keys = LockKeys::new(&core.options().namespace, &name);
         FairLock {
             queue: keys.fair_queue().into(),

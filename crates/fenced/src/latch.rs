@@ -7,7 +7,6 @@ use std::time::Duration;
 
 use tracing::Instrument;
 
-use crate::client::Client;
 use crate::core::{Core, Wake};
 use crate::error::{Error, Result};
 use crate::keys::validate_name;
@@ -65,8 +64,8 @@ impl fmt::Debug for Latch {
 }
 
 impl Latch {
-    pub(crate) fn new(client: &Client, name: String) -> Self {
-        let core = client.core().clone();
+    pub(crate) fn new(core: &Arc<Core>, name: String) -> Self {
+        let core = core.clone();
         let key = format!("{}{{{name}}}:latch", core.options().namespace);
         Latch {
             core,

@@ -5,7 +5,6 @@ use std::sync::Arc;
 
 use tracing::Instrument;
 
-use crate::client::Client;
 use crate::core::acquire::AcquireRequest;
 use crate::core::{Core, LeaseOptions};
 #[cfg(doc)]
@@ -60,8 +59,8 @@ impl fmt::Debug for Lock {
 }
 
 impl Lock {
-    pub(crate) fn new(client: &Client, name: String) -> Self {
-        let core = client.core().clone();
+    pub(crate) fn new(core: &Arc<Core>, name: String) -> Self {
+        let core = core.clone();
         let keys = Arc::new(LockKeys::new(&core.options().namespace, &name));
         Lock {
             core,

@@ -6,7 +6,6 @@ use std::time::Duration;
 
 use tracing::Instrument;
 
-use crate::client::Client;
 use crate::core::{Core, Held, LeaseOptions};
 use crate::error::{Error, Result};
 use crate::keys::{LockKeys, validate_name};
@@ -65,7 +64,7 @@ impl fmt::Debug for MultiLock {
 }
 
 impl MultiLock {
-    pub(crate) fn new(client: &Client, names: Vec<String>) -> Result<Self> {
+    pub(crate) fn new(core: &Arc<Core>, names: Vec<String>) -> Result<Self> {
         let mut names = names;
         names.sort();
         names.dedup();
@@ -78,7 +77,7 @@ impl MultiLock {
         for name in &names {
             validate_name("lock", name)?;
         }
-        let core = client.core().clone();
+        let core = core.clone();
         let ns = &core.options().namespace;
         let keys: Vec<LockKeys> = names.iter().map(|n| LockKeys::new(ns, n)).collect();
         let channels = keys.iter().map(|k| k.channel.clone()).collect();

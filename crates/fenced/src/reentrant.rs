@@ -75,8 +75,8 @@ impl fmt::Debug for ReentrantLock {
 }
 
 impl ReentrantLock {
-    pub(crate) fn new(client: &Client, name: String) -> Self {
-        let core = client.core().clone();
+    pub(crate) fn new(core: &Arc<Core>, name: String) -> Self {
+        let core = core.clone();
         let keys = Arc::new(LockKeys::new(&core.options().namespace, &name));
         ReentrantLock {
             core,

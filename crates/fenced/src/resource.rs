@@ -5,7 +5,6 @@ use std::sync::Arc;
 
 use redis::Value;
 
-use crate::client::Client;
 use crate::core::Core;
 use crate::error::{Error, Result};
 use crate::keys::{ResourceKeys, validate_name};
@@ -146,8 +145,8 @@ impl fmt::Debug for FencedResource {
 }
 
 impl FencedResource {
-    pub(crate) fn new(client: &Client, name: String) -> Self {
-        let core = client.core().clone();
+    pub(crate) fn new(core: &Arc<Core>, name: String) -> Self {
+        let core = core.clone();
         let keys = Arc::new(ResourceKeys::new(&core.options().namespace, &name));
         FencedResource {
             core,

@@ -6,7 +6,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use tracing::Instrument;
 
-use crate::client::Client;
 use crate::core::{Core, Held, LeaseOptions};
 use crate::error::{Error, Result};
 use crate::kind::exclusive::Exclusive;
@@ -71,8 +70,8 @@ impl fmt::Debug for RwLock {
 }
 
 impl RwLock {
-    pub(crate) fn new(client: &Client, name: String) -> Self {
-        let core = client.core().clone();
+    pub(crate) fn new(core: &Arc<Core>, name: String) -> Self {
+        let core = core.clone();
         let keys = Arc::new(RwKeys::new(&core.options().namespace, &name));
         RwLock {
             core,

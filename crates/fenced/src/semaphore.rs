@@ -12,7 +12,6 @@ use std::time::Duration;
 
 use tracing::Instrument;
 
-use crate::client::Client;
 use crate::core::{Core, Held, LeaseOptions};
 use crate::error::{Error, Result};
 use crate::keys::validate_name;
@@ -90,8 +89,8 @@ pub struct SemaphoreStatus {
 }
 
 impl Semaphore {
-    pub(crate) fn new(client: &Client, name: String, permits: u32) -> Self {
-        let core = client.core().clone();
+    pub(crate) fn new(core: &Arc<Core>, name: String, permits: u32) -> Self {
+        let core = core.clone();
         let keys = Arc::new(SemaphoreKeys::new(&core.options().namespace, &name));
         Semaphore {
             core,

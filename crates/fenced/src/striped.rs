@@ -1,11 +1,13 @@
-//! [`StripedLock`]: lock segments (seed 001). A large key space (every product, every
+//! [`StripedLock`]: lock segments. A large key space (every product, every
 //! account) is mapped onto K locks by a stable hash, so a caller can trade contention for
 //! the number of lock keys: K = 1 is one global lock, K = the number of items is one lock
 //! per item.
 
 use std::fmt;
 
-use crate::client::Client;
+use std::sync::Arc;
+
+use crate::core::Core;
 use crate::error::{Error, Result};
 use crate::lock::Lock;
 
@@ -45,7 +47,7 @@ impl fmt::Debug for StripedLock {
 }
 
 impl StripedLock {
-    pub(crate) fn new(client: &Client, prefix: String, stripes: u32) -> Result<Self> {
+    pub(crate) fn new(core: &Arc<Core>, prefix: String, stripes: u32) -> Result<Self> {
         if !(1..=MAX_STRIPES).contains(&stripes) {
             return Err(Error::invalid(format!(
                 "a striped lock has 1 to {MAX_STRIPES} stripes, not {stripes}"
@@ -54,7 +56,7 @@ impl StripedLock {
         // The longest stripe name must be a valid lock name.
         crate::check_name(&stripe_name(&prefix, stripes - 1))?;
         Ok(StripedLock {
-            base: client.lock(stripe_name(&prefix, 0)),
+            base: Lock::new(core, stripe_name(&prefix, 0)),
             prefix,
             stripes,
         })
