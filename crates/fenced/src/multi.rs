@@ -25,8 +25,9 @@ pub const MAX_MULTI_NAMES: usize = 64;
 /// waiter is woken by the release of any of the names (and retries; the others may still be
 /// held).
 ///
-/// On a single server every name is reachable by one script. (Redis Cluster, where names may
-/// live in different slots, needs the ordered fallback of issue 13.)
+/// On a single server (or Sentinel's master) every name is reachable by one script. On a
+/// Redis Cluster the names may live in different slots, which one script cannot reach: a
+/// multi-lock there answers [`Error::Unsupported`](crate::Error::Unsupported).
 ///
 /// # Examples
 ///
