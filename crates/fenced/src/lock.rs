@@ -17,7 +17,7 @@ use crate::token::OwnerToken;
 
 /// An exclusive, time-bounded lease on one name, with a fencing token per grant.
 ///
-/// Made by [`Client::lock`]; a cheap handle that can be cloned and kept. Settings are chosen
+/// Made by [`Client::lock`](crate::Client::lock); a cheap handle that can be cloned and kept. Settings are chosen
 /// with the `with_*` methods and checked when the lock is used, before anything is sent.
 ///
 /// # Examples

@@ -26,7 +26,7 @@ pub const MAX_PERMITS: u32 = 1_000_000;
 /// A counting semaphore whose permits are leased: at most `permits` are held at once, across
 /// every process, and a crashed holder's permits come back when its lease ends.
 ///
-/// Made by [`Client::semaphore`]. A waiter is woken by the release that frees enough permits
+/// Made by [`Client::semaphore`](crate::Client::semaphore). A waiter is woken by the release that frees enough permits
 /// (a release of k permits wakes up to k waiters) and polls, capped by the earliest holder's
 /// remaining lease, when no notification comes.
 ///
