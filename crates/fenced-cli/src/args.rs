@@ -307,10 +307,10 @@ pub struct RunArgs {
     /// instead of acquiring: NAME must be the ticket's. Released when CMD ends.
     #[arg(long, value_name = "TICKET", conflicts_with_all = ["permits", "fair", "read", "write", "unfenced", "no_wait", "wait"])]
     pub ticket: Option<String>,
-    /// Give CMD a ticket of the lease in FENCED_TICKET to pass on, and when CMD ends hand the
-    /// lease over instead of releasing it: whoever resumes the ticket (a program's
+    /// Hand the lease to a ticket at once and give it to CMD in FENCED_TICKET to pass on: this
+    /// run neither renews nor releases it, and whoever resumes the ticket (a program's
     /// `Client::resume`, `fenced run --ticket`, `fenced release --ticket`) within the lease's
-    /// ttl finishes the job. Holds a plain lock (not re-entrant).
+    /// --ttl finishes the job. Takes a plain lock (not re-entrant).
     #[arg(long, conflicts_with_all = ["permits", "read", "write", "ticket"])]
     pub hand_off: bool,
     /// After the lease is lost: time between SIGTERM and SIGKILL to CMD (at most 1 day).

@@ -399,6 +399,11 @@ async fn a_hand_off_run_leaves_its_lease_to_whoever_resumes_its_ticket() {
     let worker = client(&s).await;
     let guard = worker.resume(ticket.trim()).await.unwrap();
     assert_eq!(guard.fencing_token().to_string(), run.stdout.trim());
+    // Taken over once.
+    assert!(matches!(
+        c.resume(ticket.trim()).await,
+        Err(fenced::Error::NotHeld { .. })
+    ));
     guard.release().await.unwrap();
     assert!(c.lock("order:1").try_acquire().await.unwrap().is_some());
 }

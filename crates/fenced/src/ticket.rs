@@ -74,11 +74,17 @@ fn parse(text: &str) -> Result<Ticket> {
         String::from_utf8(bytes).map_err(|_| bad(what))
     };
     let ttl = std::time::Duration::from_millis(number(ttl, "its ttl")?);
+    // Epochs count the extends of one lease: far below 2^53, where Lua's numbers stop being
+    // exact.
+    let epoch = number(epoch, "its epoch")?;
+    if epoch >= 1 << 52 {
+        return Err(bad("its epoch"));
+    }
     crate::options::validate_ttl(ttl)?;
     Ok(Ticket {
         kind: kind.to_owned(),
         ttl,
-        epoch: number(epoch, "its epoch")?,
+        epoch,
         token: FencingToken::new(number(token, "its token")?),
         owner: OwnerToken::parse(owner).ok_or_else(|| bad("its owner"))?,
         namespace: unhex(namespace, "its namespace")?,
@@ -89,16 +95,18 @@ fn parse(text: &str) -> Result<Ticket> {
 impl Client {
     /// Takes over a [`Lock`](crate::Lock) or [`FairLock`](crate::FairLock) lease from a
     /// ticket written by [`LockGuard::into_ticket`], in this process or another: the guard
-    /// renews, extends, signals loss and releases like the original. A ticket is resumed
-    /// once; the lease is then this guard's.
+    /// renews, extends, signals loss and releases like the original. A ticket is taken over
+    /// once: resuming it again (a queue that delivers a message twice) answers
+    /// [`Error::NotHeld`], so two workers never hold one lease. A ticket carries no minimum
+    /// or maximum hold: set them again on the resumed lease's work if it needs them.
     ///
     /// # Errors
     ///
     /// [`Error::InvalidArgument`] for text that is not a ticket (a truncated or altered one),
     /// a ticket of another kind or another namespace, before anything is sent;
     /// [`Error::NotHeld`] when the lease is no longer held by the ticket's owner: it expired
-    /// or was released and granted again since (a stale ticket), or the owner is made up.
-    /// Nothing is changed then. Transport errors as usual.
+    /// or was released and granted again since (a stale ticket), the owner is made up, or the
+    /// ticket was taken over already. Nothing is changed then. Transport errors as usual.
     ///
     /// ```
     /// # fenced_testkit::doctest(|url| async move {

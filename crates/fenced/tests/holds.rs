@@ -132,6 +132,17 @@ async fn at_the_maximum_hold_the_lease_ends_and_redis_frees_it_within_a_ttl() {
         .await
         .unwrap();
     let granted = Instant::now();
+    // An extend never reaches past the maximum hold.
+    g.extend(Duration::from_secs(30)).await.unwrap();
+    let left: i64 = redis::cmd("PTTL")
+        .arg(lock_key("hung"))
+        .query_async(&mut raw(&server).await)
+        .await
+        .unwrap();
+    assert!(
+        left <= max.as_millis() as i64,
+        "extended past the maximum: pttl {left}"
+    );
     // Renewed past its ttl meanwhile.
     tokio::time::sleep(ttl * 2).await;
     assert!(!g.is_lost());

@@ -126,7 +126,13 @@ async fn stale_forged_and_truncated_tickets_are_refused_and_touch_no_other_holde
     assert!(
         matches!(elsewhere.resume(&held).await, Err(Error::InvalidArgument(m)) if m.contains("namespace"))
     );
-    // The genuine ticket still works.
-    b.resume(&held).await.unwrap().release().await.unwrap();
+    // The genuine ticket still works, once: a second taker (a message delivered twice) is
+    // refused, so two workers never hold one lease.
+    let taken = b.resume(&held).await.unwrap();
+    assert!(
+        matches!(a.resume(&held).await, Err(Error::NotHeld { .. })),
+        "taken over twice"
+    );
+    taken.release().await.unwrap();
     newer.release().await.unwrap();
 }

@@ -63,6 +63,14 @@ pub enum Hold {
     Plain(LockGuard),
     /// An unfenced lock (`--unfenced`): no fencing token, not re-entrant.
     Unfenced(UnfencedGuard),
+    /// Handed to CMD's ticket at once (`--hand-off`): held by whoever resumes the ticket, or
+    /// by nobody until it runs out; this run neither renews nor releases it.
+    HandedOff {
+        /// The grant's fencing token (none for an unfenced lock).
+        token: Option<FencingToken>,
+        /// Never cancelled: a handed-off lease is not this run's to lose.
+        never: tokio_util::sync::CancellationToken,
+    },
 }
 
 impl Hold {
@@ -75,6 +83,7 @@ impl Hold {
             Hold::Write(w) => w.fencing_token(),
             Hold::Fair(g) | Hold::Plain(g) => g.fencing_token(),
             Hold::Unfenced(_) => return None,
+            Hold::HandedOff { token, .. } => return *token,
         })
     }
 
@@ -86,57 +95,27 @@ impl Hold {
             Hold::Write(w) => w.lost(),
             Hold::Fair(g) | Hold::Plain(g) => g.lost(),
             Hold::Unfenced(g) => g.lost(),
+            Hold::HandedOff { never, .. } => never.clone().cancelled_owned(),
         }
     }
 
-    /// For `--hand-off`: a ticket of this lease for CMD to pass on, and the lease, still held
-    /// and renewed here until CMD ends. (The lease is handed to a ticket and taken back at
-    /// once, at the next epoch; whoever resumes the ticket takes it at that epoch too.)
-    pub async fn with_ticket(self, client: &Client) -> fenced::Result<(Hold, String)> {
-        Ok(match self {
-            Hold::Plain(g) => {
-                let ticket = g.into_ticket();
-                (Hold::Plain(client.resume(&ticket).await?), ticket)
-            }
-            Hold::Fair(g) => {
-                let ticket = g.into_ticket();
-                (Hold::Fair(client.resume(&ticket).await?), ticket)
-            }
-            Hold::Unfenced(g) => {
-                let ticket = g.into_ticket();
-                (
-                    Hold::Unfenced(client.resume_unfenced(&ticket).await?),
-                    ticket,
-                )
-            }
-            other => {
-                return Err(fenced::Error::Unsupported(format!(
-                    "only a lock, a fair lock or an unfenced lock is handed off ({} held)",
-                    other.kind()
-                )));
-            }
-        })
-    }
-
-    /// For `--hand-off`: lets the lease go without releasing it, to whoever resumes its
-    /// ticket within its ttl (or to its expiry).
-    pub fn hand_off(self) {
-        match self {
-            Hold::Plain(g) | Hold::Fair(g) => drop(g.into_ticket()),
-            Hold::Unfenced(g) => drop(g.into_ticket()),
-            other => drop(other),
-        }
-    }
-
-    fn kind(&self) -> &'static str {
-        match self {
-            Hold::Lock(_) => "a re-entrant lock",
-            Hold::Permits(_) => "a permit",
-            Hold::Read(_) => "a read lease",
-            Hold::Write(_) => "a write lease",
-            Hold::Fair(_) | Hold::Plain(_) => "a lock",
-            Hold::Unfenced(_) => "an unfenced lock",
-        }
+    /// For `--hand-off`: hands the lease to a ticket for CMD to pass on, at once. From then on
+    /// whoever resumes the ticket holds it (one taker: a ticket is taken over once), or
+    /// nobody until it runs out; this run neither renews nor releases it, so the lease never
+    /// has two holders.
+    /// `None` (and the hold as it was) for a kind that is not handed off.
+    pub fn into_ticket(self) -> (Hold, Option<String>) {
+        let token = self.fencing_token();
+        let ticket = match self {
+            Hold::Plain(g) | Hold::Fair(g) => g.into_ticket(),
+            Hold::Unfenced(g) => g.into_ticket(),
+            other => return (other, None),
+        };
+        let handed = Hold::HandedOff {
+            token,
+            never: tokio_util::sync::CancellationToken::new(),
+        };
+        (handed, Some(ticket))
     }
 
     pub fn is_lost(&self) -> bool {
@@ -147,6 +126,7 @@ impl Hold {
             Hold::Write(w) => w.is_lost(),
             Hold::Fair(g) | Hold::Plain(g) => g.is_lost(),
             Hold::Unfenced(g) => g.is_lost(),
+            Hold::HandedOff { .. } => false,
         }
     }
 
@@ -158,6 +138,8 @@ impl Hold {
             Hold::Write(w) => w.release().await,
             Hold::Fair(g) | Hold::Plain(g) => g.release().await,
             Hold::Unfenced(g) => g.release().await,
+            // Not this run's to release.
+            Hold::HandedOff { .. } => Ok(()),
         }
     }
 

@@ -54,6 +54,26 @@ async fn run_command(global: &Global, args: &RunArgs) -> Result<u8, Failure> {
     check_name(&args.name)?;
     check_url(global.redis_url())?;
     fenced::check_ttl(args.ttl).map_err(|e| Failure::from_lib(e, ""))?;
+    for (flag, hold) in [("--min-hold", args.min_hold), ("--max-hold", args.max_hold)] {
+        if let Some(hold) = hold
+            && (hold.is_zero() || hold > fenced::limits::MAX_TTL)
+        {
+            return Err(Failure::usage(format!(
+                "{flag} {} is out of range: more than zero, at most {}",
+                show(hold),
+                show(fenced::limits::MAX_TTL)
+            )));
+        }
+    }
+    if let (Some(min), Some(max)) = (args.min_hold, args.max_hold)
+        && min > max
+    {
+        return Err(Failure::usage(format!(
+            "--min-hold {} is longer than --max-hold {}",
+            show(min),
+            show(max)
+        )));
+    }
     let Some((program, program_args)) = args.command.split_first() else {
         return Err(Failure::usage("no command given after `--`"));
     };
@@ -80,15 +100,15 @@ async fn run_command(global: &Global, args: &RunArgs) -> Result<u8, Failure> {
             return Err(failure);
         }
     };
-    // `--hand-off`: a ticket for CMD to pass on.
+    // `--hand-off`: the lease goes to a ticket for CMD to pass on, now.
     let (guard, ticket) = if args.hand_off {
-        match guard.with_ticket(&client).await {
-            Ok((guard, ticket)) => (guard, Some(ticket)),
-            Err(e) => {
-                client.flush().await;
-                return Err(Failure::from_lib(
-                    e,
-                    &crate::cmd::address(global.redis_url()),
+        match guard.into_ticket() {
+            (guard, Some(ticket)) => (guard, Some(ticket)),
+            (guard, None) => {
+                release(&client, guard, global).await;
+                return Err(Failure::new(
+                    exit::SOFTWARE,
+                    "only a lock, a fair lock or an unfenced lock is handed off",
                 ));
             }
         }
@@ -222,12 +242,8 @@ async fn run_command(global: &Global, args: &RunArgs) -> Result<u8, Failure> {
         // under the lock may outlive it.
         supervise::kill_subtree_now();
         if !lost && !guard.is_lost() {
-            if args.hand_off {
-                guard.hand_off();
-                client.flush().await;
-            } else {
-                release(&client, guard, global).await;
-            }
+            // A handed-off lease releases nothing here (`Hold::release`).
+            release(&client, guard, global).await;
             return Err(Failure::new(
                 exit::SOFTWARE,
                 "the supervisor was killed; stopped the command and everything it started",
@@ -240,8 +256,8 @@ async fn run_command(global: &Global, args: &RunArgs) -> Result<u8, Failure> {
         return Ok(exit::LEASE_LOST);
     }
     if args.hand_off {
-        // Handed over, not released: whoever resumed (or resumes) the ticket has it now.
-        guard.hand_off();
+        // Handed over when CMD started: whoever resumed (or resumes) the ticket has it.
+        drop(guard);
         client.flush().await;
         return Ok(if timed_out {
             exit::MAX_HOLD

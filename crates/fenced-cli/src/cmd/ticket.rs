@@ -79,20 +79,16 @@ pub async fn extend(global: &Global, ticket: &str, ttl: Duration) -> Result<u8, 
     fenced::check_ttl(ttl).map_err(|e| Failure::from_lib(e, ""))?;
     let client = connect(global).await?;
     let server = address(global.redis_url());
-    let next = match resume(&client, global, ticket).await? {
-        Resumed::Lock(g) => {
-            g.extend(ttl)
-                .await
-                .map_err(|e| Failure::from_lib(e, &server))?;
-            g.into_ticket()
-        }
-        Resumed::Unfenced(g) => {
-            g.extend(ttl)
-                .await
-                .map_err(|e| Failure::from_lib(e, &server))?;
-            g.into_ticket()
-        }
+    // Whatever the extend answers, the lease is handed back to a ticket, never released:
+    // it is not this command's to end.
+    let (extended, next) = match resume(&client, global, ticket).await? {
+        Resumed::Lock(g) => (g.extend(ttl).await, g.into_ticket()),
+        Resumed::Unfenced(g) => (g.extend(ttl).await, g.into_ticket()),
     };
+    if let Err(e) = extended {
+        client.flush().await;
+        return Err(Failure::from_lib(e, &server));
+    }
     client.flush().await;
     say!("{next}");
     Ok(exit::OK)

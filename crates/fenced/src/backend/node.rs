@@ -227,10 +227,24 @@ impl Node {
                 pipe.add_command(wait.clone());
             }
             let pipe = &pipe;
+            let cluster = self.is_cluster();
             let replies: Vec<Result<Value, RedisError>> = self
                 .bounded(
                     operation,
-                    self.resending(|mut conn| async move { pipe.query_async(&mut conn).await }),
+                    self.resending(|mut conn| async move {
+                        let replies: Vec<Result<Value, RedisError>> =
+                            pipe.query_async(&mut conn).await?;
+                        // A redirect comes back as a reply of the pipeline: raise it, so the
+                        // pipeline is sent again where the slot is (invariant 4), as a
+                        // script's is.
+                        if cluster
+                            && let Some(Err(e)) =
+                                replies.iter().find(|r| matches!(r, Err(e) if not_run(e)))
+                        {
+                            return Err(e.clone());
+                        }
+                        Ok(replies)
+                    }),
                 )
                 .await?;
             let mut replies = replies.into_iter();

@@ -286,11 +286,16 @@ impl Core {
         self.backend().supports(&*kind)?;
         let epoch = epoch.saturating_add(1);
         let requested_at = Instant::now();
-        let call = kind.extend(&owner, ttl_millis(ttl), epoch);
+        let Some(call) = kind.resume(&owner, ttl_millis(ttl), epoch) else {
+            return Err(Error::unsupported(format!(
+                "a {} lease is not handed between processes",
+                kind.primitive()
+            )));
+        };
         match self.backend().extend(&call, &*kind).await? {
             ExpiryReply::Applied => {}
-            // Not this owner's any more (re-granted since, or never), or resumed again with a
-            // newer epoch: either way not ours to hold.
+            // Not this owner's any more (re-granted since, or never), or this ticket (or a
+            // newer one) was taken over already: either way not ours to hold.
             ExpiryReply::NotHeld | ExpiryReply::Superseded => {
                 return Err(Error::NotHeld {
                     name: kind.name().to_string(),

@@ -111,6 +111,8 @@ impl Held {
         if let Some(e) = self.known_over() {
             return Err(e);
         }
+        // Never past a maximum hold: the lease must end there whatever its holder asks.
+        let ttl = self.lease.state.capped(ttl);
         let renewer = &self.core.renewer;
         let change = self.lease.state.begin(Some(ttl));
         renewer.reschedule(self.id);
@@ -137,6 +139,7 @@ impl Held {
         // whatever Redis may hold for it, in the background.
         if let Some(e) = self.known_over() {
             metrics::released(self.kind.primitive(), Outcome::NotHeld);
+            // Dropped here: the background step keeps a minimum hold, or releases.
             return Err(e);
         }
         if let Some(left) = self.min_hold_left() {
@@ -214,8 +217,11 @@ impl Held {
             .kind
             .extend(&self.owner, ttl_millis(left).max(1), change.epoch);
         self.lease.state.end();
+        // Still `live` while the change is in flight: should this future be dropped, `Drop`
+        // sends it again in the background (the same expiry, harmless twice).
+        let outcome = core.backend().extend(&call, &*self.kind).await;
         self.live = false;
-        match core.backend().extend(&call, &*self.kind).await {
+        match outcome {
             Ok(ExpiryReply::Applied | ExpiryReply::Superseded) => {
                 metrics::released(self.kind.primitive(), Outcome::Released);
                 tracing::debug!(name = %self.lease.name, ?left, "fenced: released; held until the minimum hold ends");
@@ -341,9 +347,9 @@ impl Drop for Held {
     fn drop(&mut self) {
         if self.live {
             self.live = false;
-            if let Some(left) = self.min_hold_left()
-                && !self.lease.state.is_over()
-            {
+            // Even past its deadline: the expiry change applies only while the owner still
+            // holds the lease, and deleting it would end the minimum hold early.
+            if let Some(left) = self.min_hold_left() {
                 let change = self.lease.state.begin(Some(left));
                 self.lease.state.end();
                 self.core.renewer.expire_in_background(

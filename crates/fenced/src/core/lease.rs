@@ -98,6 +98,17 @@ impl LeaseState {
         state
     }
 
+    /// `ttl`, shortened so that a lease extended by it now ends no later than its maximum hold
+    /// (at least a millisecond).
+    pub(crate) fn capped(&self, ttl: Duration) -> Duration {
+        match self.timing().end_by {
+            Some(end) => ttl
+                .min(end.saturating_duration_since(Instant::now()))
+                .max(Duration::from_millis(1)),
+            None => ttl,
+        }
+    }
+
     /// The newest epoch opened: a ticket carries it, so its next holder orders after it.
     pub(crate) fn epoch(&self) -> u64 {
         self.timing().epoch
@@ -148,10 +159,22 @@ impl LeaseState {
             t.epoch += 1;
             t.ttl = ttl;
         }
+        // Under a maximum hold a request asks no further than its end. Requests of one epoch
+        // then ask for less and less, each reaching exactly the end (or less than the ttl),
+        // so whichever Redis applies last still leaves an expiry at least as late as any of
+        // them promised (invariant 2): a later request arrives later, an earlier one asks
+        // for at least as much.
+        let ttl = match t.end_by {
+            Some(end) => t
+                .ttl
+                .min(end.saturating_duration_since(now))
+                .max(Duration::from_millis(1)),
+            None => t.ttl,
+        };
         let change = ExpiryChange {
             epoch: t.epoch,
-            ttl: t.ttl,
-            deadline: deadline_of(now, t.ttl),
+            ttl,
+            deadline: deadline_of(now, ttl),
         };
         // A request of the confirmed epoch cannot shorten the lease (invariant 2).
         if change.epoch > t.confirmed.0 {

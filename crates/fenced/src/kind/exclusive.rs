@@ -69,6 +69,10 @@ impl LeaseKind for Exclusive {
         Some("lock")
     }
 
+    fn resume(&self, owner: &OwnerToken, ttl_ms: u64, epoch: u64) -> Option<ScriptCall> {
+        Some(self.extend(owner, ttl_ms, epoch).arg("1"))
+    }
+
     fn propose_token(&self, acquire: &ScriptCall, token: u64) -> Option<ScriptCall> {
         // The acquire script's optional last argument.
         Some(acquire.clone().arg(token))

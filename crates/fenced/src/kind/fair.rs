@@ -66,6 +66,10 @@ impl LeaseKind for FairLease {
         Some("fair")
     }
 
+    fn resume(&self, owner: &OwnerToken, ttl_ms: u64, epoch: u64) -> Option<ScriptCall> {
+        self.exclusive.resume(owner, ttl_ms, epoch)
+    }
+
     fn release(&self, owner: &OwnerToken, _message: &str) -> ScriptCall {
         ScriptCall::new(&FAIR_RELEASE)
             .key(&self.exclusive.keys.lock)

@@ -97,6 +97,12 @@ pub(crate) trait LeaseKind: Send + Sync + 'static {
     fn ticket_kind(&self) -> Option<&'static str> {
         None
     }
+    /// Take the lease over from a ticket: [`extend`](Self::extend) at `epoch`, refused when
+    /// that epoch was applied already (a ticket is taken over once). `None` for kinds that
+    /// are not handed between processes.
+    fn resume(&self, _owner: &OwnerToken, _ttl_ms: u64, _epoch: u64) -> Option<ScriptCall> {
+        None
+    }
     /// Whether leases of this kind run on several independent masters (Redlock).
     fn on_redlock(&self) -> bool {
         false

@@ -74,6 +74,10 @@ impl LeaseKind for Unfenced {
         Some("unfenced")
     }
 
+    fn resume(&self, owner: &OwnerToken, ttl_ms: u64, epoch: u64) -> Option<ScriptCall> {
+        Some(self.extend(owner, ttl_ms, epoch).arg("1"))
+    }
+
     fn on_redlock(&self) -> bool {
         // Each master grants or refuses with `SET NX PX`; no token to agree on.
         true

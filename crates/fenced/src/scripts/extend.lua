@@ -13,6 +13,8 @@
 -- ARGV[1]  owner token
 -- ARGV[2]  new lease in ms, counted from now
 -- ARGV[3]  the request's epoch (0, 1, 2, ...)
+-- ARGV[4]  optional: '1' to take the lease over from a ticket, which refuses the epoch the
+--          newest applied one has too, so a ticket is taken over once (ticket.rs)
 --
 -- Returns 1 applied,
 --         0 not held by this owner (nothing changed),
@@ -22,7 +24,8 @@ if seen[1] ~= ARGV[1] then
   return 0
 end
 local epoch = tonumber(ARGV[3])
-if epoch < (tonumber(seen[2] or '0') or 0) then
+local newest = tonumber(seen[2] or '0') or 0
+if epoch < newest or (ARGV[4] == '1' and epoch <= newest) then
   return 2
 end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
