@@ -134,6 +134,29 @@ async fn keys_and_channels_outside_the_users_patterns_are_permission_errors() {
         Err(Error::Permission { command, .. }) => assert_eq!(command, "channels"),
         other => panic!("a release channel outside the user's patterns: {other:?}"),
     }
+    // The unfenced release says so too: by its script, or natively (`DELIFEQ`, then the
+    // announcement) on a server that has `DELIFEQ`, for a user who may run it.
+    let native: redis::RedisResult<i64> = redis::cmd("DELIFEQ")
+        .arg("probe")
+        .arg("x")
+        .query_async(&mut conn)
+        .await;
+    if native.is_ok() {
+        let mut commands = LOCK_COMMANDS.to_vec();
+        commands.push("delifeq");
+        let args = setuser("nochannels", &["~fenced:*", "&other:*"], &commands);
+        let mut acl = redis::cmd(&args[0]);
+        for a in &args[1..] {
+            acl.arg(a);
+        }
+        let _: () = acl.query_async(&mut conn).await.unwrap();
+    }
+    let c = Client::connect(&as_user("nochannels")).await.unwrap();
+    let g = c.lock("cu").unfenced().acquire().await.unwrap();
+    match g.release().await {
+        Err(Error::Permission { command, .. }) => assert_eq!(command, "channels"),
+        other => panic!("an unfenced release's channel outside the patterns: {other:?}"),
+    }
 }
 
 /// What a semaphore client needs besides the lock's connection basics (`evalsha`,

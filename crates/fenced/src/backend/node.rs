@@ -220,8 +220,9 @@ impl Node {
         } else {
             let mut pipe = redis::pipe();
             pipe.ignore_errors().add_command(cmd);
+            let announces = announce.is_some();
             if let Some(announce) = announce {
-                pipe.add_command(announce).ignore();
+                pipe.add_command(announce);
             }
             if let Some(wait) = wait {
                 pipe.add_command(wait.clone());
@@ -254,6 +255,15 @@ impl Node {
                     "a native command had no reply".into(),
                 ));
             };
+            // The announcement's reply: a subscriber count, or the refusal a script would
+            // have raised (a channel outside the user's ACL patterns), once the command
+            // itself ran.
+            if announces
+                && first.is_ok()
+                && let Some(Err(e)) = replies.next()
+            {
+                return Err(Error::from_redis(operation, self.timeout, e));
+            }
             (first, replies.next())
         };
         let first = match first {
