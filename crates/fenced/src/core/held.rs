@@ -642,7 +642,9 @@ macro_rules! lease_option_setters {
         /// the others out for `min`. At most [`MAX_TTL`](crate::limits::MAX_TTL).
         ///
         /// With Redis unreachable at the release, the expiry is set in the background once it
-        /// answers; until then the lease's last renewal bounds it.
+        /// answers; until then the lease's last renewal bounds it. A re-entrant hold never
+        /// shortens its lock: there the name stays taken until the later of `min` and the
+        /// lease's current end.
         pub fn with_min_hold(mut self, min: std::time::Duration) -> Self {
             self.opts.holds.min = Some(min);
             self
