@@ -5,10 +5,12 @@ use std::sync::Arc;
 
 use tracing::Instrument;
 
+use crate::core::acquire::{AcquireRequest, OfferFrom};
 use crate::core::{Core, Held, LeaseOptions};
 use crate::error::Result;
 use crate::guard::LockGuard;
 use crate::keys::LockKeys;
+use crate::kind::HandOverTo;
 use crate::kind::exclusive::Exclusive;
 use crate::kind::fair::FairLease;
 use crate::options::ttl_millis;
@@ -96,6 +98,7 @@ impl FairLock {
             registrations: self.registrations.clone(),
             channel_prefix: self.channel_prefix.clone(),
             waiter: waiter.clone(),
+            offer_owner: None,
             // A waiter retries at least every poll_max (and at every release); a few of
             // those, and the place of one that died is given up.
             registration_ms: if queues {
@@ -120,7 +123,16 @@ impl FairLock {
         let ttl = self.opts.checked_ttl(&self.core, "lock", &self.name)?;
         let waiter: Arc<str> = OwnerToken::fresh()?.as_str()[..16].into();
         let channel = format!("{}{waiter}", self.channel_prefix);
-        let req = self.opts.request(&self.name, &channel, ttl, 1);
+        // A holder in this client hands the lock straight to this waiter when it is the head
+        // of the queue in Redis, under one owner for the whole wait.
+        let offer_owner = OwnerToken::fresh()?;
+        let req = AcquireRequest {
+            hand_over: Some(OfferFrom {
+                to: HandOverTo::FairHead(&self.channel_prefix),
+                fair: Some((waiter.clone(), offer_owner.clone())),
+            }),
+            ..self.opts.request(&self.name, &channel, ttl, 1)
+        };
         // Until granted, this waiter has a place in Redis: leave it if the wait ends.
         let mut place = Place {
             lock: self,
@@ -130,7 +142,11 @@ impl FairLock {
         let held: Held = self
             .core
             .acquire_with(&req, || {
-                Ok((self.kind(&waiter, true), OwnerToken::fresh()?))
+                let kind = FairLease {
+                    offer_owner: Some(offer_owner.clone()),
+                    ..self.kind(&waiter, true)
+                };
+                Ok((kind, OwnerToken::fresh()?))
             })
             .instrument(span)
             .await?;

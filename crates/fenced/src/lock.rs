@@ -5,13 +5,14 @@ use std::sync::Arc;
 
 use tracing::Instrument;
 
-use crate::core::acquire::AcquireRequest;
+use crate::core::acquire::{AcquireRequest, OfferFrom};
 use crate::core::{Core, LeaseOptions};
 #[cfg(doc)]
 use crate::error::Error;
 use crate::error::Result;
 use crate::guard::{Lease, LockGuard};
 use crate::keys::LockKeys;
+use crate::kind::HandOverTo;
 use crate::kind::exclusive::Exclusive;
 use crate::token::OwnerToken;
 
@@ -159,7 +160,10 @@ impl Lock {
         self.core
             .acquire_with(
                 &AcquireRequest {
-                    hand_over: true,
+                    hand_over: Some(OfferFrom {
+                        to: HandOverTo::LocalQueue(&self.keys.channel),
+                        fair: None,
+                    }),
                     ..self.opts.request(&self.name, &self.keys.channel, ttl, 1)
                 },
                 || self.next_attempt(),

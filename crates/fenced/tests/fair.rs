@@ -128,3 +128,93 @@ async fn a_dead_waiters_place_lapses_by_server_time() {
     );
     g.release().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tasks_of_one_client_pass_the_fair_lock_in_one_script_per_handoff() {
+    let server = server();
+    let c = client(&server).await;
+    let monitor = crate::support::Monitor::start(&server).await;
+    let busy = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let tokens = Arc::new(Mutex::new(Vec::new()));
+    const TASKS: usize = 4;
+    const ROUNDS: usize = 25;
+    let mut tasks = Vec::new();
+    for _ in 0..TASKS {
+        let (lock, busy, tokens) = (c.fair_lock("baton"), busy.clone(), tokens.clone());
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..ROUNDS {
+                let g = lock.acquire().await.unwrap();
+                assert!(!busy.swap(true, std::sync::atomic::Ordering::SeqCst), "two holders");
+                tokens.lock().unwrap().push(g.fencing_token());
+                // Hold long enough for the others to queue and offer.
+                tokio::time::sleep(Duration::from_millis(2)).await;
+                busy.store(false, std::sync::atomic::Ordering::SeqCst);
+                g.release().await.unwrap();
+            }
+        }));
+    }
+    for t in tasks {
+        tokio::time::timeout(Duration::from_secs(30), t)
+            .await
+            .expect("a task starved")
+            .unwrap();
+    }
+    let calls = monitor.stop().await;
+    let tokens = tokens.lock().unwrap().clone();
+    assert!(tokens.windows(2).all(|w| w[0] < w[1]), "tokens rise in grant order");
+    // The hand-over script names the fair channels' prefix last (ARGV[6]); the release
+    // script (2 keys) is what a release without a local head sends.
+    let handovers = calls
+        .iter()
+        .filter(|c| c.len() == 14 && c[13] == "fenced:{baton}:fair:")
+        .count();
+    let releases = calls
+        .iter()
+        .filter(|c| c.len() == 7 && c[4] == "fenced:{baton}:queue")
+        .count();
+    eprintln!("{handovers} hand-over calls, {releases} plain releases, {} grants", TASKS * ROUNDS);
+    assert!(
+        handovers >= TASKS * ROUNDS / 2,
+        "{handovers} hand-overs in {} grants",
+        TASKS * ROUNDS
+    );
+    assert_eq!(c.fair_lock("baton").queued().await.unwrap(), 0, "nobody left queued");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_local_waiter_behind_another_clients_head_waits_its_turn() {
+    let server = server();
+    let here = client(&server).await;
+    let there = client(&server).await;
+    let held = here.fair_lock("turns").acquire().await.unwrap();
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let mut waiters = Vec::new();
+    for (who, c) in [("there", there.clone()), ("here", here.clone())] {
+        let (lock, order) = (c.fair_lock("turns"), order.clone());
+        waiters.push(tokio::spawn(async move {
+            let g = lock.acquire().await.unwrap();
+            order.lock().unwrap().push(who);
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            g.release().await.unwrap();
+        }));
+        let queued = waiters.len() as u64;
+        let lock = here.fair_lock("turns");
+        assert!(
+            eventually(Duration::from_secs(5), || async {
+                lock.queued().await.unwrap() == queued
+            })
+            .await,
+            "{who} never queued"
+        );
+    }
+    // The holder's client has a waiter of its own, but the head is the other client's: the
+    // release wakes that head rather than hand the lock to the local waiter.
+    held.release().await.unwrap();
+    for w in waiters {
+        tokio::time::timeout(Duration::from_secs(10), w)
+            .await
+            .expect("a waiter was not served")
+            .unwrap();
+    }
+    assert_eq!(*order.lock().unwrap(), vec!["there", "here"]);
+}

@@ -263,11 +263,18 @@ async fn fair_lock_grants_follow_the_servers_enqueue_order_across_two_processes(
     assert_eq!(get(&mut conn, "violations").await, 0, "two holders at once");
     // The fair acquire script: 5 keys, the second the queue; ARGV[4] is the waiter's id,
     // the same for every attempt of one acquire. A waiter's first call is its enqueue (or
-    // its grant); its last is its grant, since nothing gives up in this storm.
+    // its grant). Its grant is its last acquire, or a later handover naming it (the hand-over
+    // script has the same keys; its ARGV[5] is the waiter's id and its ARGV[6] the fair
+    // channels' prefix), since nothing gives up in this storm.
     let mut first = std::collections::HashMap::new();
     let mut last = std::collections::HashMap::new();
     for (at, call) in calls.iter().enumerate() {
-        if call.len() == 13 && call[2] == "5" && call[4] == "fenced:{storm}:queue" {
+        if call.len() != 14 || call[2] != "5" || call[4] != "fenced:{storm}:queue" {
+            continue;
+        }
+        if call[13].ends_with(":fair:") {
+            last.insert(call[12].clone(), at);
+        } else {
             first.entry(call[11].clone()).or_insert(at);
             last.insert(call[11].clone(), at);
         }
@@ -281,7 +288,7 @@ async fn fair_lock_grants_follow_the_servers_enqueue_order_across_two_processes(
         .sum();
     let attempts = calls
         .iter()
-        .filter(|c| c.len() == 13 && c[4] == "fenced:{storm}:queue")
+        .filter(|c| c.len() == 14 && c[4] == "fenced:{storm}:queue" && !c[13].ends_with(":fair:"))
         .count();
     eprintln!(
         "fair storm: {total} grants to {} tasks of 2 processes in {took:?}, {inversions} inversions, {:.2} attempts per grant",

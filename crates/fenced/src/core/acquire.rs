@@ -32,7 +32,7 @@ use crate::core::metrics::{self, Via};
 use crate::core::notify::LocalWaiters;
 use crate::core::renew::Tracked;
 use crate::error::{Error, Result};
-use crate::kind::{AcquireReply, ExpiryReply, LeaseKind};
+use crate::kind::{AcquireReply, ExpiryReply, HandOverTo, LeaseKind};
 use crate::options::ttl_millis;
 use crate::token::{FencingToken, OwnerToken};
 use crate::util::{Backoff, sleep_until_opt};
@@ -55,11 +55,21 @@ pub(crate) struct AcquireRequest<'a> {
     /// Channels whose releases wake the waiter besides `channel` (then only a queue key):
     /// a multi-lock waits on every name's releases.
     pub(crate) also: &'a [String],
-    /// Whether a local holder may hand the lease straight to this waiter (a plain lock;
-    /// `handover.rs`).
-    pub(crate) hand_over: bool,
+    /// Whether a local holder may hand the lease straight to this waiter (`handover.rs`),
+    /// and how it offers to take it.
+    pub(crate) hand_over: Option<OfferFrom<'a>>,
     /// The least and the most time the lease is held ([`Holds`]).
     pub(crate) holds: Holds,
+}
+
+/// How a waiter offers to take a lease straight from a local holder (`handover.rs`).
+pub(crate) struct OfferFrom<'a> {
+    /// Where its offers stand.
+    pub(crate) to: HandOverTo<'a>,
+    /// A fair waiter's id in the queue, and the one owner every offer of its wait names. Its
+    /// acquire attempts name that owner too, so that an attempt that finds the lock already
+    /// handed to it neither queues again nor mistakes it for busy (`fair_acquire.lua`).
+    pub(crate) fair: Option<(Arc<str>, OwnerToken)>,
 }
 
 /// How long a lease is held at least and at most, from its grant, whatever its holder does:
@@ -156,7 +166,7 @@ impl LeaseOptions {
             wait: self.wait,
             heads,
             also: &[],
-            hand_over: false,
+            hand_over: None,
             holds: self.holds,
         }
     }
@@ -186,22 +196,27 @@ impl Core {
             poll: self.options.poll_for(req.wait),
             timeout: self.options.timeout,
         };
-        // A plain lock's head offers to take the lease straight from a local holder.
+        // A waiter of a plain or fair lock offers to take the lease straight from a local holder.
         let offer = |front: bool| {
-            let owner = OwnerToken::fresh().ok()?;
-            let (to, handed) = oneshot::channel();
+            let from = req.hand_over.as_ref()?;
+            let (waiter, owner) = match &from.fair {
+                Some((waiter, owner)) => (Some(waiter.clone()), owner.clone()),
+                None => (None, OwnerToken::fresh().ok()?),
+            };
+            let (sender, handed) = oneshot::channel();
             let offer = Offer {
                 owner,
                 name: req.name.clone(),
                 ttl: req.ttl,
                 auto_renew: req.auto_renew,
                 holds: req.holds,
-                to,
+                waiter,
+                to: sender,
             };
-            self.waiters.post_offer(req.channel, offer, front);
+            self.waiters.post_offer(from.to, offer, front);
             Some(handed)
         };
-        let offers: Option<&OfferFn<'_, Handed>> = if req.hand_over && self.backend().hands_over() {
+        let offers: Option<&OfferFn<'_, Handed>> = if req.hand_over.is_some() && self.backend().hands_over() {
             Some(&offer)
         } else {
             None

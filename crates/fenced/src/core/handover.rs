@@ -4,16 +4,19 @@
 //! inside the process.
 //!
 //! Invariants:
-//! 1. Only a plain exclusive lease is handed over, only within one client, and only to the
-//!    head of the name's local queue, whose [`Offer`] (a fresh owner token, its ttl, and where
-//!    the lease goes) stands while it waits. A head keeps one offer at a time, so a handover
-//!    in flight is never orphaned by a newer offer.
+//! 1. Only an exclusive lease is handed over, and only within one client: a plain lock to
+//!    the head of the name's local queue, a fair lock to the head of its queue in Redis when
+//!    that head is a waiter of this client (the script checks; otherwise it releases as
+//!    usual in the same step). The waiter's [`Offer`] (an owner token, its ttl, and where
+//!    the lease goes) stands while it waits. A waiter keeps one offer at a time, so a
+//!    handover in flight is never orphaned by a newer offer.
 //! 2. The lock never becomes free in between: the script replaces the owner and mints a new
 //!    fencing token (above the old one) in one step, and publishes nothing.
-//! 3. No process keeps a contended lock to itself: the script hands over only while no other
-//!    client is subscribed to the lock's releases and no fair waiter is queued, and a name is
-//!    handed over at most [`MAX_IN_A_ROW`] times in a row (counted per client and name, across
-//!    queues) before an ordinary release lets everyone try.
+//! 3. No process keeps a contended lock to itself: the plain lock's script hands over only
+//!    while no other client is subscribed to the lock's releases and no fair waiter is
+//!    queued, and a name is handed over at most [`MAX_IN_A_ROW`] times in a row (counted per
+//!    client and name, across queues) before an ordinary release lets everyone try. A fair
+//!    lock follows its queue in Redis, so it needs no such limit.
 //! 4. The handed lease's validity counts from before the script was sent (as an acquire's).
 //!    Its renewal starts when the waiter takes it ([`Handed::take`]): a waiter that is never
 //!    polled again does not keep the lease alive past its ttl.
@@ -55,6 +58,8 @@ pub(crate) struct Offer {
     pub(crate) auto_renew: bool,
     /// The waiter's least and most hold.
     pub(crate) holds: crate::core::acquire::Holds,
+    /// The waiter's id in a fair queue (`None` for a plain lock's waiter).
+    pub(crate) waiter: Option<Arc<str>>,
     /// Where the lease goes.
     pub(crate) to: oneshot::Sender<Handed>,
 }

@@ -26,6 +26,8 @@ enum Handing {
     Done,
     /// Not handed over; release as usual.
     No,
+    /// Not handed over, but released as usual in the same step (a fair lock).
+    Released,
     /// Its reply was lost: the lease may be gone already (release as a retry).
     Unknown,
 }
@@ -165,6 +167,13 @@ impl Held {
             tracing::debug!(name = %self.lease.name, "fenced: handed over to a local waiter");
             return Ok(ReleaseReply::Released);
         }
+        if handing == Handing::Released {
+            metrics::released(self.kind.primitive(), Outcome::Released);
+            self.live = false;
+            self.wake_local(&core);
+            tracing::debug!(name = %self.lease.name, "fenced: released");
+            return Ok(ReleaseReply::Released);
+        }
         let message = core.release_message(self.kind.wakes());
         let after_unknown = handing == Handing::Unknown;
         let release = release_with_retry(
@@ -258,19 +267,21 @@ impl Held {
     /// Gives the lease straight to this client's next local waiter, if one offered to take it
     /// (`handover.rs`).
     async fn hand_over(&self, core: &Arc<Core>) -> Handing {
-        if !self.kind.can_hand_over() || !core.backend().hands_over() {
+        if !core.backend().hands_over() {
             return Handing::No;
         }
-        let Some(channel) = self.kind.channels().first() else {
+        let Some(to) = self.kind.hand_over_to() else {
             return Handing::No;
         };
-        let Some(offer) = core.waiters.take_offer(channel) else {
+        let Some(offer) = core.waiters.take_offer(to) else {
             return Handing::No;
         };
-        let Some(call) = self
-            .kind
-            .hand_over(&self.owner, &offer.owner, ttl_millis(offer.ttl))
-        else {
+        let Some(call) = self.kind.hand_over(
+            &self.owner,
+            &offer.owner,
+            ttl_millis(offer.ttl),
+            offer.waiter.as_deref(),
+        ) else {
             return Handing::No;
         };
         // Until the outcome is known, the successor's owner is abandoned should this future
@@ -289,7 +300,7 @@ impl Held {
         match outcome {
             Ok(HandOverReply::Handed(token)) => {
                 successor.owner = None;
-                core.waiters.handed_over(channel);
+                core.waiters.handed_over(to);
                 let handed = Handed {
                     core: core.clone(),
                     kind: self.kind.clone(),
@@ -311,6 +322,10 @@ impl Held {
             Ok(HandOverReply::NotHeld | HandOverReply::OthersWait) => {
                 successor.owner = None;
                 Handing::No
+            }
+            Ok(HandOverReply::Released) => {
+                successor.owner = None;
+                Handing::Released
             }
             // Refused before it changed anything (a script error, `NOPERM`): release as usual.
             Err(e) if !e.is_transient() => {

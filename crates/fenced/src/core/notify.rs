@@ -42,7 +42,7 @@ use tokio::time::Instant;
 use crate::backend::PubSubRoute;
 use crate::core::feed::{Event, Feed, Source};
 use crate::core::handover::{MAX_IN_A_ROW, Offer};
-use crate::kind::Wake;
+use crate::kind::{HandOverTo, Wake};
 use crate::util::{Backoff, lock_unpoisoned, sleep_until_opt};
 
 /// The waiters of one name in this process.
@@ -112,6 +112,9 @@ struct Queues {
     watchers: HashMap<String, Vec<Arc<WaitQueue>>>,
     /// Handovers made in a row, per channel, across its queues (`handover.rs`, invariant 3).
     streaks: HashMap<String, u32>,
+    /// The standing offers of fair waiters, per fair lock, in the order they were posted.
+    /// Each fair waiter queues on a channel of its own, so these stand apart from the queues.
+    fair_offers: HashMap<String, std::collections::VecDeque<Offer>>,
 }
 
 impl Queues {
@@ -239,11 +242,11 @@ impl LocalWaiters {
         }
     }
 
-    /// Posts a waiter's offer to take `channel`'s lock straight from a local holder: at the
-    /// back as it joins the queue, at the front when the head renews its offer.
-    pub(crate) fn post_offer(&self, channel: &str, offer: Offer, front: bool) {
-        if let Some(q) = self.queues().by_key.get(channel) {
-            let mut offers = lock_unpoisoned(&q.offers);
+    /// Posts a waiter's offer to take a lock straight from a local holder: at the back as it
+    /// joins the queue, at the front when the head renews its offer.
+    pub(crate) fn post_offer(&self, to: HandOverTo<'_>, offer: Offer, front: bool) {
+        let mut guard = self.queues();
+        let push = |offers: &mut std::collections::VecDeque<Offer>| {
             // Offers of waiters that have gone are dropped on the way.
             offers.retain(Offer::is_live);
             if front {
@@ -251,35 +254,66 @@ impl LocalWaiters {
             } else {
                 offers.push_back(offer);
             }
+        };
+        match to {
+            HandOverTo::LocalQueue(channel) => {
+                if let Some(q) = guard.by_key.get(channel) {
+                    push(&mut lock_unpoisoned(&q.offers));
+                }
+            }
+            HandOverTo::FairHead(key) => {
+                // Locks whose fair waiters all went leave nothing behind.
+                guard.fair_offers.retain(|k, offers| {
+                    k == key || {
+                        offers.retain(Offer::is_live);
+                        !offers.is_empty()
+                    }
+                });
+                push(guard.fair_offers.entry(key.to_owned()).or_default());
+            }
         }
     }
 
-    /// Takes the first live offer of `channel`'s queue, unless `channel` was handed over
-    /// `MAX_IN_A_ROW` times in a row (the holder then releases as usual, which ends the run).
-    pub(crate) fn take_offer(&self, channel: &str) -> Option<Offer> {
+    /// Takes the first live offer standing for `to`; for a local queue, none once its channel
+    /// was handed over `MAX_IN_A_ROW` times in a row (the holder then releases as usual, which
+    /// ends the run).
+    pub(crate) fn take_offer(&self, to: HandOverTo<'_>) -> Option<Offer> {
         if !self.any_queue() {
             return None;
         }
-        let queues = self.queues();
-        if queues
-            .streaks
-            .get(channel)
-            .is_some_and(|n| *n >= MAX_IN_A_ROW)
-        {
-            return None;
-        }
-        let q = queues.by_key.get(channel)?;
-        let mut offers = lock_unpoisoned(&q.offers);
-        while let Some(offer) = offers.pop_front() {
-            if offer.is_live() {
-                return Some(offer);
+        let mut queues = self.queues();
+        let first_live = |offers: &mut std::collections::VecDeque<Offer>| {
+            std::iter::from_fn(|| offers.pop_front()).find(Offer::is_live)
+        };
+        match to {
+            HandOverTo::LocalQueue(channel) => {
+                if queues
+                    .streaks
+                    .get(channel)
+                    .is_some_and(|n| *n >= MAX_IN_A_ROW)
+                {
+                    return None;
+                }
+                let q = queues.by_key.get(channel)?;
+                first_live(&mut lock_unpoisoned(&q.offers))
+            }
+            HandOverTo::FairHead(key) => {
+                let offers = queues.fair_offers.get_mut(key)?;
+                let offer = first_live(offers);
+                if offers.is_empty() {
+                    queues.fair_offers.remove(key);
+                }
+                offer
             }
         }
-        None
     }
 
-    /// Counts a handover of `channel`, and records that its lock is held by this process.
-    pub(crate) fn handed_over(&self, channel: &str) {
+    /// Counts a handover of a local queue's channel, and records that its lock is held by this
+    /// process. (A fair lock's handovers follow its queue in Redis: nothing to count.)
+    pub(crate) fn handed_over(&self, to: HandOverTo<'_>) {
+        let HandOverTo::LocalQueue(channel) = to else {
+            return;
+        };
         let mut guard = self.queues();
         let queues = &mut *guard;
         if !queues.streaks.contains_key(channel) {

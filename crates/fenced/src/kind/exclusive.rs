@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use crate::keys::LockKeys;
 use crate::kind::Wake;
-use crate::kind::{LeaseKind, Primitive};
+use crate::kind::{HandOverTo, LeaseKind, Primitive};
 use crate::scripts::{ABANDON, ACQUIRE, EXTEND, FENCE_RAISE, HAND_OVER, RELEASE, ScriptCall};
 use crate::token::{FencingToken, OwnerToken};
 
@@ -89,8 +89,8 @@ impl LeaseKind for Exclusive {
         )
     }
 
-    fn can_hand_over(&self) -> bool {
-        true
+    fn hand_over_to(&self) -> Option<HandOverTo<'_>> {
+        Some(HandOverTo::LocalQueue(&self.keys.channel))
     }
 
     fn hand_over(
@@ -98,6 +98,7 @@ impl LeaseKind for Exclusive {
         owner: &OwnerToken,
         successor: &OwnerToken,
         ttl_ms: u64,
+        _waiter: Option<&str>,
     ) -> Option<ScriptCall> {
         let call = ScriptCall::new(&HAND_OVER)
             .key(&self.keys.lock)

@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use crate::kind::Wake;
 use crate::kind::exclusive::Exclusive;
-use crate::kind::{LeaseKind, Primitive};
-use crate::scripts::{FAIR_ABANDON, FAIR_ACQUIRE, FAIR_RELEASE, ScriptCall};
+use crate::kind::{HandOverTo, LeaseKind, Primitive};
+use crate::scripts::{FAIR_ABANDON, FAIR_ACQUIRE, FAIR_HAND_OVER, FAIR_RELEASE, ScriptCall};
 use crate::token::OwnerToken;
 
 /// One waiter's (then holder's) lease of a fair lock.
@@ -22,6 +22,8 @@ pub(crate) struct FairLease {
     pub(crate) waiter: Arc<str>,
     /// 0: a try that never queues.
     pub(crate) registration_ms: u64,
+    /// The owner a local holder would hand the lock to this waiter under (`None`: no offer).
+    pub(crate) offer_owner: Option<OwnerToken>,
 }
 
 impl LeaseKind for FairLease {
@@ -56,6 +58,7 @@ impl LeaseKind for FairLease {
             .arg(self.exclusive.fence_retention_ms)
             .arg(&*self.waiter)
             .arg(self.registration_ms)
+            .arg(self.offer_owner.as_ref().map_or("", OwnerToken::as_str))
     }
 
     fn extend(&self, owner: &OwnerToken, ttl_ms: u64, epoch: u64) -> ScriptCall {
@@ -76,6 +79,34 @@ impl LeaseKind for FairLease {
             .key(&*self.queue)
             .arg(owner.as_str())
             .arg(&*self.channel_prefix)
+    }
+
+    fn hand_over_to(&self) -> Option<HandOverTo<'_>> {
+        Some(HandOverTo::FairHead(&self.channel_prefix))
+    }
+
+    fn hand_over(
+        &self,
+        owner: &OwnerToken,
+        successor: &OwnerToken,
+        ttl_ms: u64,
+        waiter: Option<&str>,
+    ) -> Option<ScriptCall> {
+        let keys = &self.exclusive.keys;
+        Some(
+            ScriptCall::new(&FAIR_HAND_OVER)
+                .key(&keys.lock)
+                .key(&*self.queue)
+                .key(&*self.registrations)
+                .key(&keys.fence)
+                .key(keys.tombstone(successor))
+                .arg(owner.as_str())
+                .arg(successor.as_str())
+                .arg(ttl_ms)
+                .arg(self.exclusive.fence_retention_ms)
+                .arg(waiter?)
+                .arg(&*self.channel_prefix),
+        )
     }
 
     fn abandon(&self, owner: &OwnerToken, _message: &str, patience_ms: u64) -> ScriptCall {

@@ -129,20 +129,34 @@ pub(crate) trait LeaseKind: Send + Sync + 'static {
     fn propose_token(&self, _acquire: &ScriptCall, _token: u64) -> Option<ScriptCall> {
         None
     }
-    /// Whether a lease of this kind can be handed straight to a local waiter.
-    fn can_hand_over(&self) -> bool {
-        false
+    /// Where this client's waiters for a lease of this kind post their offers to take it
+    /// straight from a local holder (`core/handover.rs`); `None` for kinds that are never
+    /// handed over (the default).
+    fn hand_over_to(&self) -> Option<HandOverTo<'_>> {
+        None
     }
-    /// Give the lease straight to `successor` for `ttl_ms` (see `core/handover.rs`); `None`
-    /// for kinds that are never handed over (the default).
+    /// Give the lease straight to `successor` for `ttl_ms`; `waiter` is the successor's id in
+    /// a fair queue. `None` for kinds that are never handed over (the default).
     fn hand_over(
         &self,
         _owner: &OwnerToken,
         _successor: &OwnerToken,
         _ttl_ms: u64,
+        _waiter: Option<&str>,
     ) -> Option<ScriptCall> {
         None
     }
+}
+
+/// Which local waiter a lease is handed to, and where the offers of such waiters stand.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum HandOverTo<'a> {
+    /// The head of this client's queue for this release channel: a local preference, so a
+    /// name is handed over only so many times in a row (`core/handover.rs`, invariant 3).
+    LocalQueue(&'a str),
+    /// The head of the fair queue in Redis, when it is a waiter of this client; offers stand
+    /// under this key. The queue's order decides, so there is no limit in a row.
+    FairHead(&'a str),
 }
 
 #[cfg(test)]

@@ -69,6 +69,8 @@ pub(crate) enum HandOverReply {
     NotHeld,
     /// Another client waits too; nothing changed (release as usual).
     OthersWait,
+    /// Released as usual in the same step (a fair lock whose head is not the successor).
+    Released,
 }
 
 pub(crate) fn hand_over_reply(value: Value) -> Result<HandOverReply> {
@@ -81,6 +83,7 @@ pub(crate) fn hand_over_reply(value: Value) -> Result<HandOverReply> {
         }
         [Value::Int(0), Value::Int(0)] => Ok(HandOverReply::NotHeld),
         [Value::Int(0), Value::Int(1)] => Ok(HandOverReply::OthersWait),
+        [Value::Int(0), Value::Int(2)] => Ok(HandOverReply::Released),
         other => Err(unexpected("hand over", format!("{other:?}"))),
     }
 }

@@ -178,6 +178,9 @@ lua!(/// Take a fair lock at the head of its FIFO queue, or queue.
     FAIR_ACQUIRE, "acquire", "fence.lua", "fair_acquire.lua");
 lua!(/// Give a fair lock back and wake the head of its queue.
     FAIR_RELEASE, "release", announces, "fair_free.lua", "fair_release.lua");
+lua!(/// Give a fair lock straight to the head of its queue, a waiter of the same client; or
+    /// release it as usual when the head is anyone else.
+    FAIR_HAND_OVER, "hand over", announces, "fence.lua", "fair_hand_over.lua");
 lua!(/// Leave a fair lock's queue; void an attempt of unknown outcome.
     FAIR_ABANDON, "abandon", announces, "fair_free.lua", "fair_abandon.lua");
 lua!(/// Arm a countdown latch.
@@ -399,6 +402,7 @@ mod tests {
             &MULTI_ABANDON,
             &FAIR_RELEASE,
             &FAIR_ABANDON,
+            &FAIR_HAND_OVER,
             &LATCH_COUNT_DOWN,
             &CACHE_STORE,
         ] {
