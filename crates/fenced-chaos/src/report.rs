@@ -14,7 +14,13 @@ use crate::worker::Workload;
 pub struct FaultFigures {
     /// How many were injected.
     pub count: u64,
-    /// Time from the heal to the next completed section, ms: median.
+    /// How many of them have a recovery time: a fault that struck a holder is timed only if
+    /// another worker was already waiting for that key; until somebody asks, nobody can tell
+    /// when the key came back.
+    pub timed: u64,
+    /// Recovery, ms: median. For a fault that struck a holder, from the fault to the grant
+    /// of that key to a worker that was waiting for it then; for the others, from the heal
+    /// to the next grant on any key.
     pub recovery_p50_ms: f64,
     /// The slowest recovery, ms.
     pub recovery_max_ms: f64,
@@ -47,19 +53,33 @@ impl Row {
         failures: Vec<String>,
     ) -> Row {
         // Grants of sections with effect, sorted. A fault's recovery: for a fault that struck
-        // one holder, from its start to the next grant of that key to another worker (how
-        // long the key stayed unusable); for the others, from the heal to the next grant.
-        let mut done: Vec<(u64, u32, u32)> = record
+        // one holder, from its start to the next grant of that key to anyone but the struck
+        // holder (another worker, or a section its worker asked for after the fault: `fenced
+        // run` starts a new process), which is how long the key stayed unusable. It is timed
+        // only when another worker was already waiting for that key: until somebody asks,
+        // nobody can tell when the key came back. For the other faults, from the heal to the
+        // next grant.
+        let mut done: Vec<(u64, u32, u32, u64)> = record
             .events
             .iter()
             .filter_map(|e| match *e {
                 Event::Section(ref s) if matches!(s.write, Write::Applied | Write::None) => {
-                    Some((s.ok, s.w, s.key))
+                    Some((s.ok, s.w, s.key, s.inv))
                 }
                 _ => None,
             })
             .collect();
         done.sort_unstable();
+        // Every wait for a key, granted or not: (worker, key, asked, ended).
+        let waits: Vec<(u32, u32, u64, u64)> = record
+            .events
+            .iter()
+            .filter_map(|e| match *e {
+                Event::Section(ref s) => Some((s.w, s.key, s.inv, s.ok)),
+                Event::AcquireFailed { w, key, inv, end, .. } => Some((w, key, inv, end)),
+                _ => None,
+            })
+            .collect();
         let mut recoveries: BTreeMap<&'static str, Vec<f64>> = BTreeMap::new();
         let mut faults: BTreeMap<&'static str, FaultFigures> = BTreeMap::new();
         for fault in &record.faults {
@@ -69,12 +89,23 @@ impl Row {
             } else {
                 fault.end
             };
-            let i = done.partition_point(|&(t, _, _)| t <= from);
-            let next = done[i..].iter().find(|&&(_, w, key)| match fault.holder {
-                Some((fw, fkey)) => key == fkey && w != fw,
+            if let Some((fw, fkey)) = fault.holder {
+                let awaited = waits
+                    .iter()
+                    .any(|&(w, key, asked, ended)| w != fw && key == fkey && asked <= from && ended > from);
+                if !awaited {
+                    continue;
+                }
+            }
+            let i = done.partition_point(|&(t, _, _, _)| t <= from);
+            let next = done[i..].iter().find(|&&(_, w, key, asked)| match fault.holder {
+                Some((fw, fkey)) => key == fkey && (w != fw || asked > from),
                 None => true,
             });
-            if let Some(&(t, _, _)) = next {
+            if let Some(&(t, _, _, _)) = next {
+                if let Some(f) = faults.get_mut(fault.kind.name()) {
+                    f.timed += 1;
+                }
                 recoveries
                     .entry(fault.kind.name())
                     .or_default()
@@ -151,13 +182,13 @@ pub fn print(rows: &[Row], detail: bool) {
         );
     }
     println!("\n{total} critical sections in all.\n");
-    println!("| workload | fault | injected | recovery p50 ms | recovery max ms |");
-    println!("|---|---|---|---|---|");
+    println!("| workload | fault | injected | timed | recovery p50 ms | recovery max ms |");
+    println!("|---|---|---|---|---|---|");
     for r in rows {
         for (kind, f) in &r.faults {
             println!(
-                "| {} | {kind} | {} | {:.0} | {:.0} |",
-                r.workload, f.count, f.recovery_p50_ms, f.recovery_max_ms
+                "| {} | {kind} | {} | {} | {:.0} | {:.0} |",
+                r.workload, f.count, f.timed, f.recovery_p50_ms, f.recovery_max_ms
             );
         }
     }
