@@ -51,6 +51,12 @@ struct Args {
     /// Redis 6.2 and Valkey 9.1) instead of the test kit's default.
     #[arg(long, value_name = "PATH", conflicts_with = "redis")]
     server: Option<PathBuf>,
+    /// Put a proxy between every client and the server that delays each direction by this
+    /// many microseconds (200: a Redis in the same zone), to see what users see; a loopback
+    /// exaggerates the server's cost and hides round trips.
+    #[arg(long, value_name = "MICROSECONDS", default_value_t = 0,
+          value_parser = clap::value_parser!(u64).range(0..=100_000))]
+    latency_us: u64,
 }
 
 fn main() -> ExitCode {
@@ -136,10 +142,23 @@ fn measure(
         (None, Some(s)) => s.url(),
         (None, None) => return Err("no server".into()),
     };
+    let proxy = match (args.latency_us, &server) {
+        (0, _) => None,
+        (us, Some(s)) => Some(fenced_testkit::LatencyProxy::start(
+            s.addr(),
+            std::time::Duration::from_micros(us),
+        )?),
+        (_, None) => return Err("--latency-us needs the server this program starts".into()),
+    };
+    let url = proxy
+        .as_ref()
+        .map_or(url, fenced_testkit::LatencyProxy::url);
     // redlock is synchronous: up to 32 of its threads block at once, beside the async tasks.
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .max_blocking_threads(64)
         .build()?;
-    runtime.block_on(fenced_bench::run(config, &url))
+    let mut report = runtime.block_on(fenced_bench::run(config, &url))?;
+    report.one_way_latency_us = args.latency_us;
+    Ok(report)
 }

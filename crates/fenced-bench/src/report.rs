@@ -107,6 +107,8 @@ pub struct NotApplicable {
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 #[serde(default)]
 pub struct Report {
+    /// The one-way delay added between the clients and the server, µs (0: plain loopback).
+    pub one_way_latency_us: u64,
     /// The measured rows, in run order.
     pub scenarios: Vec<Row>,
     /// The pairs left out, with the reason.
@@ -130,7 +132,15 @@ impl Report {
     pub fn table(&self) -> String {
         let dash = || "-".to_string();
         let opt = |v: Option<f64>, digits: usize| v.map_or_else(dash, |v| format!("{v:.digits$}"));
-        let mut out = format!(
+        let mut out = if self.one_way_latency_us > 0 {
+            format!(
+                "(through a proxy adding {} µs each way)\n",
+                self.one_way_latency_us
+            )
+        } else {
+            String::new()
+        };
+        out += &format!(
             "{:<17} {:<13} {:>9} {:>15} {:>6} {:>8} {:>8} {:>7} {:>9} {:>9} {:>8} {:>9} {:>9} {:>8} {:>5} {:>8} {:>4}\n",
             "scenario",
             "library",
@@ -287,7 +297,15 @@ impl Report {
         let n0 = |v: f64| group(v.round() as u64);
         let opt =
             |v: Option<f64>, digits: usize| v.map_or_else(String::new, |v| format!("{v:.digits$}"));
-        let mut out = String::from(
+        let mut out = if self.one_way_latency_us > 0 {
+            format!(
+                "Through a proxy adding {} µs each way.\n\n",
+                self.one_way_latency_us
+            )
+        } else {
+            String::new()
+        };
+        out.push_str(
             "| scenario | library | ops/s (min–max) | × raw | p50 µs | p99 µs | Redis cmds/op | Redis CPU µs/op | Lua µs/op | client CPU µs/op | handoff p50 / p99 µs | max wait ms | fairness | retries/ok | violations |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
         );
         for r in self

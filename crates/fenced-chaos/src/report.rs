@@ -76,7 +76,9 @@ impl Row {
             .iter()
             .filter_map(|e| match *e {
                 Event::Section(ref s) => Some((s.w, s.key, s.inv, s.ok)),
-                Event::AcquireFailed { w, key, inv, end, .. } => Some((w, key, inv, end)),
+                Event::AcquireFailed {
+                    w, key, inv, end, ..
+                } => Some((w, key, inv, end)),
                 _ => None,
             })
             .collect();
@@ -90,18 +92,20 @@ impl Row {
                 fault.end
             };
             if let Some((fw, fkey)) = fault.holder {
-                let awaited = waits
-                    .iter()
-                    .any(|&(w, key, asked, ended)| w != fw && key == fkey && asked <= from && ended > from);
+                let awaited = waits.iter().any(|&(w, key, asked, ended)| {
+                    w != fw && key == fkey && asked <= from && ended > from
+                });
                 if !awaited {
                     continue;
                 }
             }
             let i = done.partition_point(|&(t, _, _, _)| t <= from);
-            let next = done[i..].iter().find(|&&(_, w, key, asked)| match fault.holder {
-                Some((fw, fkey)) => key == fkey && (w != fw || asked > from),
-                None => true,
-            });
+            let next = done[i..]
+                .iter()
+                .find(|&&(_, w, key, asked)| match fault.holder {
+                    Some((fw, fkey)) => key == fkey && (w != fw || asked > from),
+                    None => true,
+                });
             if let Some(&(t, _, _, _)) = next {
                 if let Some(f) = faults.get_mut(fault.kind.name()) {
                     f.timed += 1;

@@ -32,12 +32,14 @@ use nix::unistd::Pid;
 
 mod binary;
 mod cluster;
+mod latency;
 mod proxy;
 mod sentinel;
 
 pub use binary::{Capability, Flavour, ServerBinary, server_binary};
 
 pub use cluster::{RedisCluster, Reply, SLOTS, command, key_slot};
+pub use latency::LatencyProxy;
 pub use proxy::{Fault, Proxy};
 pub use sentinel::RedisSentinels;
 

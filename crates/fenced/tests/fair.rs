@@ -144,7 +144,10 @@ async fn tasks_of_one_client_pass_the_fair_lock_in_one_script_per_handoff() {
         tasks.push(tokio::spawn(async move {
             for _ in 0..ROUNDS {
                 let g = lock.acquire().await.unwrap();
-                assert!(!busy.swap(true, std::sync::atomic::Ordering::SeqCst), "two holders");
+                assert!(
+                    !busy.swap(true, std::sync::atomic::Ordering::SeqCst),
+                    "two holders"
+                );
                 tokens.lock().unwrap().push(g.fencing_token());
                 // Hold long enough for the others to queue and offer.
                 tokio::time::sleep(Duration::from_millis(2)).await;
@@ -161,7 +164,10 @@ async fn tasks_of_one_client_pass_the_fair_lock_in_one_script_per_handoff() {
     }
     let calls = monitor.stop().await;
     let tokens = tokens.lock().unwrap().clone();
-    assert!(tokens.windows(2).all(|w| w[0] < w[1]), "tokens rise in grant order");
+    assert!(
+        tokens.windows(2).all(|w| w[0] < w[1]),
+        "tokens rise in grant order"
+    );
     // The hand-over script names the fair channels' prefix last (ARGV[6]); the release
     // script (2 keys) is what a release without a local head sends.
     let handovers = calls
@@ -172,13 +178,20 @@ async fn tasks_of_one_client_pass_the_fair_lock_in_one_script_per_handoff() {
         .iter()
         .filter(|c| c.len() == 7 && c[4] == "fenced:{baton}:queue")
         .count();
-    eprintln!("{handovers} hand-over calls, {releases} plain releases, {} grants", TASKS * ROUNDS);
+    eprintln!(
+        "{handovers} hand-over calls, {releases} plain releases, {} grants",
+        TASKS * ROUNDS
+    );
     assert!(
         handovers >= TASKS * ROUNDS / 2,
         "{handovers} hand-overs in {} grants",
         TASKS * ROUNDS
     );
-    assert_eq!(c.fair_lock("baton").queued().await.unwrap(), 0, "nobody left queued");
+    assert_eq!(
+        c.fair_lock("baton").queued().await.unwrap(),
+        0,
+        "nobody left queued"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

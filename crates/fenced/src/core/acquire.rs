@@ -216,11 +216,12 @@ impl Core {
             self.waiters.post_offer(from.to, offer, front);
             Some(handed)
         };
-        let offers: Option<&OfferFn<'_, Handed>> = if req.hand_over.is_some() && self.backend().hands_over() {
-            Some(&offer)
-        } else {
-            None
-        };
+        let offers: Option<&OfferFn<'_, Handed>> =
+            if req.hand_over.is_some() && self.backend().hands_over() {
+                Some(&offer)
+            } else {
+                None
+            };
         // The primitive, for the metrics of a wait that ends without a lease.
         let primitive = std::sync::OnceLock::new();
         let started = Instant::now();
