@@ -57,6 +57,11 @@ struct Args {
     #[arg(long, value_name = "MICROSECONDS", default_value_t = 0,
           value_parser = clap::value_parser!(u64).range(0..=100_000))]
     latency_us: u64,
+    /// fenced's clients use keyspace events (`ClientBuilder::keyspace_events`): waiters wake
+    /// on the lock key's `del` and `expired`, releases do not publish. Connecting turns the
+    /// events on, so every library runs against a server that sends them.
+    #[arg(long)]
+    keyspace_events: bool,
 }
 
 fn main() -> ExitCode {
@@ -99,6 +104,7 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
             args.libraries.clone()
         },
         repeat: args.repeat.unwrap_or(if args.quick { 1 } else { 3 }),
+        keyspace_events: args.keyspace_events,
     };
     let report = match &args.from_json {
         Some(path) => serde_json::from_str(&std::fs::read_to_string(path)?)?,
@@ -160,5 +166,6 @@ fn measure(
         .build()?;
     let mut report = runtime.block_on(fenced_bench::run(config, &url))?;
     report.one_way_latency_us = args.latency_us;
+    report.keyspace_events = args.keyspace_events;
     Ok(report)
 }

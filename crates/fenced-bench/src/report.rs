@@ -109,6 +109,8 @@ pub struct NotApplicable {
 pub struct Report {
     /// The one-way delay added between the clients and the server, µs (0: plain loopback).
     pub one_way_latency_us: u64,
+    /// Whether fenced's clients used keyspace events (and the server sent them).
+    pub keyspace_events: bool,
     /// The measured rows, in run order.
     pub scenarios: Vec<Row>,
     /// The pairs left out, with the reason.
@@ -140,6 +142,9 @@ impl Report {
         } else {
             String::new()
         };
+        if self.keyspace_events {
+            out += "(keyspace events on: fenced's waiters wake by them, its releases do not publish)\n";
+        }
         out += &format!(
             "{:<17} {:<13} {:>9} {:>15} {:>6} {:>8} {:>8} {:>7} {:>9} {:>9} {:>8} {:>9} {:>9} {:>8} {:>5} {:>8} {:>4}\n",
             "scenario",
@@ -305,6 +310,11 @@ impl Report {
         } else {
             String::new()
         };
+        if self.keyspace_events {
+            out.push_str(
+                "Keyspace events on: fenced's waiters wake by them, its releases do not publish.\n\n",
+            );
+        }
         out.push_str(
             "| scenario | library | ops/s (min–max) | × raw | p50 µs | p99 µs | Redis cmds/op | Redis CPU µs/op | Lua µs/op | client CPU µs/op | handoff p50 / p99 µs | max wait ms | fairness | retries/ok | violations |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
         );

@@ -294,6 +294,9 @@ pub struct Config {
     /// Runs of each pair; the libraries take turns, in alternating order, so drift of the
     /// machine's speed hits all of them alike. The report holds each pair's median run.
     pub repeat: usize,
+    /// fenced's clients wake waiters by keyspace events and release without `PUBLISH`
+    /// (connecting turns the events on, so every library runs against a server sending them).
+    pub keyspace_events: bool,
 }
 
 /// What every scenario gets: the server's URL and a few shared connections.
@@ -309,7 +312,10 @@ pub async fn run(config: &Config, url: &str) -> Result<Report, BoxError> {
     let redis_client = redis::Client::open(url)?;
     let env = Env {
         url: url.to_owned(),
-        fenced: fenced::Client::connect(url).await?,
+        fenced: fenced::Client::builder(url)
+            .keyspace_events(config.keyspace_events)
+            .connect()
+            .await?,
         raw: redis_client.get_multiplexed_async_connection().await?,
     };
     let mut stats_conn = redis_client.get_multiplexed_async_connection().await?;

@@ -18,6 +18,7 @@ async fn every_scenario_and_library_produces_a_sane_row() {
         scenarios: Scenario::ALL.to_vec(),
         libraries: Library::ALL.to_vec(),
         repeat: 1,
+        keyspace_events: false,
     };
     let report = fenced_bench::run(&config, &server.url()).await.unwrap();
     let expected: usize = Scenario::ALL.iter().map(|s| s.libraries().len()).sum();

@@ -122,7 +122,13 @@ impl Lab {
     pub async fn start(plan: Plan) -> Result<Lab, LabError> {
         let mut servers = Vec::new();
         for _ in 0..plan.workload.servers() {
-            servers.push(RedisServer::start()?);
+            // As its README section advises, the events are in the server's configuration,
+            // so that a restarted server sends them too.
+            servers.push(if plan.workload == Workload::LockEvents {
+                RedisServer::start_with(&["--notify-keyspace-events", "Kgx"])?
+            } else {
+                RedisServer::start()?
+            });
         }
         let store = RedisServer::start()?;
         let mut proxies = Vec::new();

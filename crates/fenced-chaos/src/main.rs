@@ -113,6 +113,7 @@ async fn run(args: Args) -> ExitCode {
     let workloads = if args.workloads.is_empty() {
         vec![
             Workload::Lock,
+            Workload::LockEvents,
             Workload::Redlock,
             Workload::Reentrant,
             Workload::Semaphore,

@@ -27,9 +27,13 @@ use crate::history::{Event, Rng, Section, Write, now_ns};
 pub enum Workload {
     /// The lock protecting a counter: fenced read-modify-write with the grant's token.
     Lock,
+    /// The lock workload with waiters woken by keyspace events, and releases that do not
+    /// publish (`ClientBuilder::keyspace_events`; the server is started with the events on).
+    LockEvents,
     /// The same over Redlock on three masters.
     Redlock,
-    /// The same without fencing (plain GET and SET): shows what fencing prevents.
+    /// The efficiency lease (`Lock::unfenced`) over a plain counter (GET and SET, no
+    /// fencing): shows what fencing prevents.
     Unfenced,
     /// A semaphore of 2 permits; the checker counts holders.
     Semaphore,
@@ -50,6 +54,7 @@ impl Workload {
     pub fn name(self) -> &'static str {
         match self {
             Workload::Lock => "lock",
+            Workload::LockEvents => "lock-events",
             Workload::Redlock => "redlock",
             Workload::Unfenced => "unfenced",
             Workload::Semaphore => "semaphore",
@@ -69,7 +74,11 @@ impl Workload {
     pub fn fenced(self) -> bool {
         matches!(
             self,
-            Workload::Lock | Workload::Redlock | Workload::Reentrant | Workload::Rw
+            Workload::Lock
+                | Workload::LockEvents
+                | Workload::Redlock
+                | Workload::Reentrant
+                | Workload::Rw
         )
     }
 
@@ -205,7 +214,12 @@ async fn connect(config: &Config, commands: &Commands) -> Option<(Client, Store)
         } else {
             Client::builder(config.lock_urls.first().map_or("", String::as_str))
         };
-        let lock = lock.timeout(timeout).default_ttl(ttl).connect().await;
+        let lock = lock
+            .timeout(timeout)
+            .default_ttl(ttl)
+            .keyspace_events(config.workload == Workload::LockEvents)
+            .connect()
+            .await;
         let store = connect_store(config).await;
         match (lock, store) {
             (Ok(l), Some(s)) => return Some((l, s)),
@@ -386,6 +400,33 @@ async fn section(
                 section.writer = true;
             }
             event
+        }
+        Workload::Unfenced => {
+            let lock = client.lock(name).unfenced().with_ttl(ttl).with_wait(wait);
+            let guard = match lock.acquire().await {
+                Ok(g) => g,
+                Err(e) => return failed(e),
+            };
+            // No token: its grants are not ordered by one.
+            let (ok, t) = acquired(config.id, key, inv, 0);
+            let stalled = stall(commands, config.id).await;
+            linger(commands, config.id, false).await;
+            let written = if guard.is_lost() {
+                (Write::Skipped, None)
+            } else {
+                increment(config, store, key, t, commands).await
+            };
+            let rel_inv = now_ns();
+            let release = outcome(guard.release().await);
+            finished(
+                config.id,
+                key,
+                (t, inv, ok),
+                written,
+                rel_inv,
+                release,
+                stalled,
+            )
         }
         _ => {
             let lock = client.lock(name).with_ttl(ttl).with_wait(wait);

@@ -399,6 +399,24 @@ impl ClientBuilder {
         self
     }
 
+    /// Wake the waiters of [`Lock`]s and [`UnfencedLock`](crate::UnfencedLock)s by the server's
+    /// keyspace events (the lock key's `del`, `expired` and `evicted`), and release those
+    /// locks without a `PUBLISH` (default off). Connecting turns the events on where the
+    /// server has them off: it adds `K`, `g` and `x` to `notify-keyspace-events` (which needs
+    /// the `config` command in the ACL), and keeps the flags already set.
+    ///
+    /// A release then costs the server what a compare-and-delete costs, and a waiter hears of
+    /// a lease that ran out as soon as the server expires the key. Give every client of a
+    /// deployment the same setting: a waiter of a client without it hears only `PUBLISH`ed
+    /// releases, and falls back to polling for the others. The server sends the events of
+    /// every key of the database, so they cost it a little on every write of any key. One
+    /// server only: a cluster's events stay on the node that holds the key, and a Sentinel
+    /// failover may land on a master without them.
+    pub fn keyspace_events(mut self, on: bool) -> Self {
+        self.connect.options.keyspace_events = on;
+        self
+    }
+
     /// How many dedicated connections transactions may use at once (default 16). A
     /// transaction needs a connection of its own for its `WATCH`; when all are busy, the next
     /// one waits its turn.
@@ -439,12 +457,14 @@ impl ClientBuilder {
     pub async fn connect(self) -> Result<Client> {
         let options = self.connect.options.clone();
         options.validate()?;
+        self.connect.check_key_events()?;
         let mut id = [0u8; 8];
         getrandom::fill(&mut id)
             .map_err(|e| Error::invalid(format!("the OS random source failed: {e}")))?;
         let client_id: Arc<str> = hex(&id).into();
 
         let backend = self.connect.backend().await?;
+        let key_events = self.connect.key_events(&backend).await?;
         // A cluster's transactions go to the master of their slot, reached like the seeds.
         let directory = self
             .connect
@@ -457,7 +477,7 @@ impl ClientBuilder {
             options.timeout,
         ));
         Ok(Client {
-            core: Core::start(backend, options, client_id),
+            core: Core::start(backend, options, client_id, key_events),
             tx_pool,
         })
     }

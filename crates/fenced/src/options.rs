@@ -31,6 +31,8 @@ pub(crate) struct ClientOptions {
     pub(crate) transaction_connections: usize,
     /// `WAIT` after grants, renewals and fenced writes: this many replicas within this long.
     pub(crate) replica_acks: Option<(usize, Duration)>,
+    /// Wake lock waiters by the server's keyspace events, and release without `PUBLISH`.
+    pub(crate) keyspace_events: bool,
 }
 
 impl Default for ClientOptions {
@@ -44,6 +46,7 @@ impl Default for ClientOptions {
             poll_max: Duration::from_secs(1),
             transaction_connections: 16,
             replica_acks: None,
+            keyspace_events: false,
         }
     }
 }

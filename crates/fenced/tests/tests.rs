@@ -27,6 +27,7 @@ mod handover;
 mod holds;
 mod hostile;
 mod inspect;
+mod key_events;
 mod latch;
 mod lease_validity;
 #[cfg(feature = "macros")]

@@ -118,6 +118,58 @@ impl Connect {
         }
     }
 
+    /// Refuses keyspace events on anything but one server, before anything is sent.
+    pub(crate) fn check_key_events(&self) -> Result<()> {
+        if self.options.keyspace_events && !matches!(self.topology, Topology::Single(_)) {
+            return Err(Error::invalid(
+                "keyspace_events works with one server: a cluster's and Redlock's events stay on the node that holds the key, and a Sentinel failover may land on a master without them",
+            ));
+        }
+        Ok(())
+    }
+
+    /// With [`ClientOptions::keyspace_events`]: the prefix of the keyspace channels of the
+    /// client's database (`__keyspace@<db>__:`), once the server sends the events waiters
+    /// wake on, turned on here if they were off (the flags already set are kept). `None`
+    /// without the option.
+    pub(crate) async fn key_events(&self, backend: &Backend) -> Result<Option<Arc<str>>> {
+        if !self.options.keyspace_events {
+            return Ok(None);
+        }
+        self.check_key_events()?;
+        let Topology::Single(url) = &self.topology else {
+            return Ok(None);
+        };
+        let db = self
+            .connection_info(url)
+            .map_err(|e| Error::invalid(format!("bad URL {}: {e}", redact(url))))?
+            .redis_settings()
+            .db();
+        let node = backend.node()?;
+        let reply: Vec<String> = node
+            .query(
+                "keyspace events",
+                redis::cmd("CONFIG")
+                    .arg("GET")
+                    .arg("notify-keyspace-events"),
+            )
+            .await?;
+        let current = reply.get(1).map_or("", String::as_str);
+        let missing = missing_event_flags(current);
+        if !missing.is_empty() {
+            let () = node
+                .query(
+                    "keyspace events",
+                    redis::cmd("CONFIG")
+                        .arg("SET")
+                        .arg("notify-keyspace-events")
+                        .arg(format!("{current}{missing}")),
+                )
+                .await?;
+        }
+        Ok(Some(format!("__keyspace@{db}__:").into()))
+    }
+
     /// On a cluster, a maker of clients for the node at `host:port` (named by a `MOVED`
     /// reply), with the seeds' settings: where transactions go. `None` elsewhere.
     pub(crate) fn node_clients(&self) -> Option<NodeClients> {
@@ -480,6 +532,17 @@ mod tests {
 /// connect, before a script fails on a command they lack.
 pub const MIN_SERVER_VERSION: (u32, u32) = (6, 2);
 
+/// The keyspace-event classes waiters need: `K` (keyspace channels), `g` (`del`) and `x`
+/// (`expired`), those of `current` missing (`A` stands for every class but `m`, `n` and `d`).
+fn missing_event_flags(current: &str) -> String {
+    let all = current.contains('A');
+    [('K', true), ('g', !all), ('x', !all)]
+        .into_iter()
+        .filter(|&(flag, needed)| needed && !current.contains(flag))
+        .map(|(flag, _)| flag)
+        .collect()
+}
+
 /// Reads the server's version (`INFO server`, which also proves it answers) and refuses one
 /// older than [`MIN_SERVER_VERSION`]. A server that refuses `INFO` (an ACL without it, a
 /// renamed command, a proxy) is let through after a `PING`: the version cannot be read, and
@@ -523,7 +586,16 @@ fn server_version(info: &str) -> Option<(u32, u32, u32)> {
 
 #[cfg(test)]
 mod version_tests {
-    use super::server_version;
+    use super::{missing_event_flags, server_version};
+
+    #[test]
+    fn only_the_missing_event_classes_are_added() {
+        assert_eq!(missing_event_flags(""), "Kgx");
+        assert_eq!(missing_event_flags("Ex"), "Kg");
+        assert_eq!(missing_event_flags("KA"), "");
+        assert_eq!(missing_event_flags("AE"), "K");
+        assert_eq!(missing_event_flags("gxK"), "");
+    }
 
     #[test]
     fn the_server_version_is_read_from_info() {

@@ -204,9 +204,10 @@ impl Node {
         wait: Option<&Cmd>,
         everywhere: bool,
     ) -> Result<Option<(Value, Option<Value>)>> {
-        let (first, acked) = if announce.is_none() && wait.is_none() {
-            // Only twins every server runs go alone (a probed one has its announcement), so an
-            // error here is the command's own: mapped as any other.
+        let (first, acked) = if everywhere && announce.is_none() && wait.is_none() {
+            // Only twins every server runs go alone (a probed one may be unknown to the
+            // server, which the pipeline below tells apart), so an error here is the
+            // command's own: mapped as any other.
             let cmd = &cmd;
             let reply = self
                 .bounded(

@@ -65,7 +65,7 @@ pub(crate) async fn run(backend: Backend, local: Arc<LocalWaiters>, job: Job) {
         patience,
     } = job;
     let give_up_at = Instant::now() + patience;
-    let message = kind.wakes().message(local.client_id());
+    let message = local.announcement(&*kind);
     let freed = match how {
         // Nobody hears this outcome but the local waiters, and for a wake (a hint) a retry that
         // finds the lease gone counts as freed: its first attempt may have been the one.

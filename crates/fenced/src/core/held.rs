@@ -174,7 +174,7 @@ impl Held {
             tracing::debug!(name = %self.lease.name, "fenced: released");
             return Ok(ReleaseReply::Released);
         }
-        let message = core.release_message(self.kind.wakes());
+        let message = core.announcement(&*self.kind);
         let after_unknown = handing == Handing::Unknown;
         let release = release_with_retry(
             &core,

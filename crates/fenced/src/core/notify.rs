@@ -102,6 +102,9 @@ pub(crate) struct LocalWaiters {
     live_streaks: std::sync::atomic::AtomicUsize,
     client_id: Arc<str>,
     commands: mpsc::UnboundedSender<Command>,
+    /// With keyspace events: the releases of kinds whose waiters hear the key's `del` event
+    /// announce nothing.
+    quiet: bool,
 }
 
 #[derive(Default)]
@@ -140,6 +143,21 @@ impl LocalWaiters {
     /// that attempt in Redis sees it.)
     fn any_queue(&self) -> bool {
         self.live_queues.load(std::sync::atomic::Ordering::SeqCst) > 0
+    }
+
+    /// What a release of `kind` announces (in the background too): nothing (the empty text,
+    /// which the release script does not publish) where the waiters hear the lock key's own
+    /// `del` event.
+    pub(crate) fn announcement(&self, kind: &dyn crate::kind::LeaseKind) -> String {
+        if self.quiet && kind.announced_by_key_events() {
+            return String::new();
+        }
+        kind.wakes().message(&self.client_id)
+    }
+
+    /// Whether releases of kinds announced by key events are quiet (keyspace events on).
+    pub(crate) fn quiet(&self) -> bool {
+        self.quiet
     }
 
     /// This client's id, the sender part of its release messages.
@@ -410,6 +428,14 @@ impl LocalWaiters {
     }
 
     fn on_message(&self, channel: &str, payload: &[u8]) {
+        // A lock key's keyspace event: the key is gone (released, expired or evicted) on
+        // these, and still there on the others (a renewal's `expire`, say).
+        if channel.starts_with(KEYSPACE) {
+            if matches!(payload, b"del" | b"expired" | b"evicted") {
+                self.released(channel, Wake::One);
+            }
+            return;
+        }
         let (sender, wake) = Wake::parse(payload);
         if sender == self.client_id.as_bytes() {
             return; // our own release; the heads were woken directly
@@ -428,9 +454,13 @@ impl LocalWaiters {
             live_streaks: 0.into(),
             client_id: client_id.into(),
             commands,
+            quiet: false,
         })
     }
 }
+
+/// The start of every keyspace-event channel (`__keyspace@<db>__:<key>`).
+const KEYSPACE: &str = "__keyspace@";
 
 /// The most heads one queue lets talk to Redis at once, however many permits a semaphore has.
 const MAX_HEADS: usize = 64;
@@ -441,6 +471,7 @@ pub(crate) fn start(
     route: PubSubRoute,
     client_id: Arc<str>,
     timeout: Duration,
+    quiet: bool,
 ) -> Arc<LocalWaiters> {
     let (commands, rx) = mpsc::unbounded_channel();
     let local = Arc::new(LocalWaiters {
@@ -449,6 +480,7 @@ pub(crate) fn start(
         live_streaks: 0.into(),
         client_id,
         commands,
+        quiet,
     });
     tokio::spawn(run(
         Source::from(route),

@@ -89,6 +89,10 @@ impl LeaseKind for Exclusive {
         )
     }
 
+    fn announced_by_key_events(&self) -> bool {
+        true
+    }
+
     fn hand_over_to(&self) -> Option<HandOverTo<'_>> {
         Some(HandOverTo::LocalQueue(&self.keys.channel))
     }

@@ -129,6 +129,11 @@ pub(crate) trait LeaseKind: Send + Sync + 'static {
     fn propose_token(&self, _acquire: &ScriptCall, _token: u64) -> Option<ScriptCall> {
         None
     }
+    /// Whether the waiters of this kind hear of its release by the lock key's own `del`
+    /// event when the client uses keyspace events, so the release need not publish.
+    fn announced_by_key_events(&self) -> bool {
+        false
+    }
     /// Where this client's waiters for a lease of this kind post their offers to take it
     /// straight from a local holder (`core/handover.rs`); `None` for kinds that are never
     /// handed over (the default).

@@ -70,6 +70,10 @@ impl LeaseKind for Unfenced {
         self.release(owner, message)
     }
 
+    fn announced_by_key_events(&self) -> bool {
+        true
+    }
+
     fn ticket_kind(&self) -> Option<&'static str> {
         Some("unfenced")
     }

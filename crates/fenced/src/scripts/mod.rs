@@ -39,6 +39,7 @@ pub(crate) enum Native {
     /// `DELIFEQ KEYS[1] ARGV[1]` (Valkey 9), then `PUBLISH ARGV[2] ARGV[3]` (`SPUBLISH` with
     /// sharded pub/sub): compare-and-delete and the release's announcement. The announcement
     /// goes out even when nothing was deleted: a waiter woken for nothing tries once more.
+    /// An empty ARGV[3] announces nothing, as in the script.
     DelIfEqThenPublish,
 }
 
@@ -324,6 +325,10 @@ impl ScriptCall {
                 let (channel, message) = (parts.next()?, parts.next()?);
                 let mut cmd = Cmd::with_capacity(3, 16 + key.len() + owner.len());
                 cmd.arg("DELIFEQ").arg(key).arg(owner);
+                if message.is_empty() {
+                    // As in the script: no announcement.
+                    return Some((cmd, None));
+                }
                 let mut announce = Cmd::with_capacity(3, 16 + channel.len() + message.len());
                 announce
                     .arg(if sharded { "SPUBLISH" } else { "PUBLISH" })
