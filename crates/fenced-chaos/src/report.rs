@@ -91,14 +91,6 @@ impl Row {
             } else {
                 fault.end
             };
-            if let Some((fw, fkey)) = fault.holder {
-                let awaited = waits.iter().any(|&(w, key, asked, ended)| {
-                    w != fw && key == fkey && asked <= from && ended > from
-                });
-                if !awaited {
-                    continue;
-                }
-            }
             let i = done.partition_point(|&(t, _, _, _)| t <= from);
             let next = done[i..]
                 .iter()
@@ -106,7 +98,16 @@ impl Row {
                     Some((fw, fkey)) => key == fkey && (w != fw || asked > from),
                     None => true,
                 });
-            if let Some(&(t, _, _, _)) = next {
+            // A holder fault is timed only if somebody waited for the key from the fault up
+            // to that grant: a waiter that gave up before it leaves the time in between
+            // unobserved.
+            let observed = |t: u64| match fault.holder {
+                Some((fw, fkey)) => waits.iter().any(|&(w, key, asked, ended)| {
+                    w != fw && key == fkey && asked <= from && ended >= t
+                }),
+                None => true,
+            };
+            if let Some(&(t, _, _, _)) = next.filter(|&&(t, _, _, _)| observed(t)) {
                 if let Some(f) = faults.get_mut(fault.kind.name()) {
                     f.timed += 1;
                 }

@@ -98,7 +98,7 @@ impl FairLock {
             registrations: self.registrations.clone(),
             channel_prefix: self.channel_prefix.clone(),
             waiter: waiter.clone(),
-            offer_owner: None,
+            offer_half: None,
             // A waiter retries at least every poll_max (and at every release); a few of
             // those, and the place of one that died is given up.
             registration_ms: if queues {
@@ -124,12 +124,12 @@ impl FairLock {
         let waiter: Arc<str> = OwnerToken::fresh()?.as_str()[..16].into();
         let channel = format!("{}{waiter}", self.channel_prefix);
         // A holder in this client hands the lock straight to this waiter when it is the head
-        // of the queue in Redis, under one owner for the whole wait.
-        let offer_owner = OwnerToken::fresh()?;
+        // of the queue in Redis, under an owner whose first half is this wait's.
+        let offer_half: Arc<str> = OwnerToken::fresh()?.as_str()[..16].into();
         let req = AcquireRequest {
             hand_over: Some(OfferFrom {
                 to: HandOverTo::FairHead(&self.channel_prefix),
-                fair: Some((waiter.clone(), offer_owner.clone())),
+                fair: Some((waiter.clone(), offer_half.clone())),
             }),
             ..self.opts.request(&self.name, &channel, ttl, 1)
         };
@@ -143,7 +143,7 @@ impl FairLock {
             .core
             .acquire_with(&req, || {
                 let kind = FairLease {
-                    offer_owner: Some(offer_owner.clone()),
+                    offer_half: Some(offer_half.clone()),
                     ..self.kind(&waiter, true)
                 };
                 Ok((kind, OwnerToken::fresh()?))

@@ -157,7 +157,6 @@ impl Lock {
     pub async fn acquire(&self) -> Result<LockGuard> {
         let ttl = self.opts.checked_ttl(&self.core, "lock", &self.name)?;
         let span = tracing::debug_span!("fenced.acquire", lock = %self.name);
-        let watch = self.core.lock_watch(&self.keys);
         self.core
             .acquire_with(
                 &AcquireRequest {
@@ -165,7 +164,6 @@ impl Lock {
                         to: HandOverTo::LocalQueue(&self.keys.channel),
                         fair: None,
                     }),
-                    also: &watch,
                     ..self.opts.request(&self.name, &self.keys.channel, ttl, 1)
                 },
                 || self.next_attempt(),

@@ -123,11 +123,7 @@ impl UnfencedLock {
         let span = tracing::debug_span!("fenced.acquire", lock = %self.name);
         // No handover: a fenced holder's would mint a token for it, an unfenced holder has
         // no script to do it in.
-        let watch = self.core.lock_watch(&self.keys);
-        let request = AcquireRequest {
-            also: &watch,
-            ..self.opts.request(&self.name, &self.keys.channel, ttl, 1)
-        };
+        let request: AcquireRequest<'_> = self.opts.request(&self.name, &self.keys.channel, ttl, 1);
         self.core
             .acquire_with(&request, || self.next_attempt())
             .instrument(span)

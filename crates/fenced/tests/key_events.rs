@@ -167,3 +167,124 @@ async fn keyspace_events_are_refused_on_anything_but_one_server_before_connectin
         .unwrap_err();
     assert!(matches!(err, Error::InvalidArgument(_)), "{err:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quiet_release_wakes_another_primitives_waiter_on_the_same_key_in_any_database() {
+    let server = server();
+    let url = format!("{}/3", server.url());
+    let holder = events_client(&url).await;
+    let waiter = events_client(&url).await;
+    // A plain and a re-entrant lock of one name share its key and release channel.
+    let held = holder.lock("shared").acquire().await.unwrap();
+    let lock = waiter.reentrant_lock("shared");
+    let next = tokio::spawn(async move { lock.acquire().await.map(drop) });
+    let conn = raw(&server).await;
+    let channel = "__keyspace@3__:fenced:{shared}";
+    assert!(
+        eventually(Duration::from_secs(5), || {
+            let mut conn = conn.clone();
+            async move {
+                let n: (String, u64) = redis::cmd("PUBSUB")
+                    .arg("NUMSUB")
+                    .arg(channel)
+                    .query_async(&mut conn)
+                    .await
+                    .unwrap();
+                n.1 == 1
+            }
+        })
+        .await,
+        "the re-entrant waiter never listened on {channel}"
+    );
+    held.release().await.unwrap();
+    tokio::time::timeout(Duration::from_secs(5), next)
+        .await
+        .expect("the re-entrant waiter was not woken by the plain lock's quiet release")
+        .unwrap()
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_keyspace_channel_costs_only_its_own_wake_ups() {
+    let server = server();
+    // Everything a lock and a semaphore need, and `config`; but the channel patterns stop at
+    // `fenced:*`, so the keyspace channels are refused.
+    let commands = [
+        "evalsha",
+        "script|load",
+        "ping",
+        "info",
+        "set",
+        "get",
+        "mget",
+        "del",
+        "pexpire",
+        "pttl",
+        "time",
+        "publish",
+        "subscribe",
+        "unsubscribe",
+        "pubsub|numsub",
+        "llen",
+        "config|get",
+        "config|set",
+        "zadd",
+        "zrange",
+        "zrangebyscore",
+        "zremrangebyscore",
+        "zscore",
+        "zrem",
+        "pexpireat",
+        "hset",
+        "hdel",
+        "hvals",
+        "hget",
+    ];
+    let url = crate::acl_family::user(&server, "nokeyspace", &commands).await;
+    let admin = events_client(&server.url()).await;
+    let c = events_client(&url).await;
+    // A lock waiter whose keyspace channel is refused: it polls (capped by the holder's lease).
+    let held = admin
+        .lock("refused")
+        .with_ttl(Duration::from_millis(500))
+        .with_auto_renew(false)
+        .acquire()
+        .await
+        .unwrap();
+    let lock = c.lock("refused");
+    let lock_waiter = tokio::spawn(async move { lock.acquire().await.map(drop) });
+    // A semaphore waiter of the same client: its published wake-up still comes.
+    let permit = admin.semaphore("pool", 1).acquire().await.unwrap();
+    let pool = c.semaphore("pool", 1);
+    let sem_waiter = tokio::spawn(async move { pool.acquire().await.map(drop) });
+    let mut conn = raw(&server).await;
+    assert!(
+        eventually(Duration::from_secs(5), || {
+            let mut conn = conn.clone();
+            async move {
+                let n: (String, u64) = redis::cmd("PUBSUB")
+                    .arg("NUMSUB")
+                    .arg("fenced:{pool}:permits:released")
+                    .query_async(&mut conn)
+                    .await
+                    .unwrap();
+                n.1 == 1
+            }
+        })
+        .await,
+        "the semaphore waiter never subscribed"
+    );
+    permit.release().await.unwrap();
+    tokio::time::timeout(Duration::from_secs(5), sem_waiter)
+        .await
+        .expect("the semaphore waiter was not woken: the refusal took the pub/sub connection down")
+        .unwrap()
+        .unwrap();
+    tokio::time::timeout(Duration::from_secs(5), lock_waiter)
+        .await
+        .expect("the lock waiter never took the lock after its lease ran out")
+        .unwrap()
+        .unwrap();
+    drop(held);
+    let _: () = redis::cmd("PING").query_async(&mut conn).await.unwrap();
+}

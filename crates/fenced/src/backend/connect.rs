@@ -146,7 +146,8 @@ impl Connect {
             .redis_settings()
             .db();
         let node = backend.node()?;
-        let reply: Vec<String> = node
+        // A map under RESP3, a pair under RESP2: the value is the last string either way.
+        let reply: redis::Value = node
             .query(
                 "keyspace events",
                 redis::cmd("CONFIG")
@@ -154,7 +155,8 @@ impl Connect {
                     .arg("notify-keyspace-events"),
             )
             .await?;
-        let current = reply.get(1).map_or("", String::as_str);
+        let current = config_value(reply);
+        let current = current.as_str();
         let missing = missing_event_flags(current);
         if !missing.is_empty() {
             let () = node
@@ -531,6 +533,22 @@ mod tests {
 /// selectors' predecessors; every Valkey reports 7.2 or later). Older servers are refused at
 /// connect, before a script fails on a command they lack.
 pub const MIN_SERVER_VERSION: (u32, u32) = (6, 2);
+
+/// The value of a one-parameter `CONFIG GET` reply (a pair, or a map under RESP3).
+fn config_value(reply: redis::Value) -> String {
+    use redis::Value;
+    let text = |v: &Value| match v {
+        Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
+        Value::SimpleString(s) => Some(s.clone()),
+        _ => None,
+    };
+    match reply {
+        Value::Array(items) => items.get(1).and_then(text),
+        Value::Map(pairs) => pairs.first().and_then(|(_, v)| text(v)),
+        _ => None,
+    }
+    .unwrap_or_default()
+}
 
 /// The keyspace-event classes waiters need: `K` (keyspace channels), `g` (`del`) and `x`
 /// (`expired`), those of `current` missing (`A` stands for every class but `m`, `n` and `d`).

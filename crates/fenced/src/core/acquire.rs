@@ -66,10 +66,12 @@ pub(crate) struct AcquireRequest<'a> {
 pub(crate) struct OfferFrom<'a> {
     /// Where its offers stand.
     pub(crate) to: HandOverTo<'a>,
-    /// A fair waiter's id in the queue, and the one owner every offer of its wait names. Its
-    /// acquire attempts name that owner too, so that an attempt that finds the lock already
-    /// handed to it neither queues again nor mistakes it for busy (`fair_acquire.lua`).
-    pub(crate) fair: Option<(Arc<str>, OwnerToken)>,
+    /// A fair waiter's id in the queue, and the secret first half (16 hex digits) of the
+    /// owner of every offer of its wait (each offer has a fresh second half, so a clean-up of
+    /// one never touches another). Its acquire attempts send that half, so that an attempt
+    /// that finds the lock already handed to it neither queues again nor takes it for a
+    /// foreign holder's (`fair_acquire.lua`).
+    pub(crate) fair: Option<(Arc<str>, Arc<str>)>,
 }
 
 /// How long a lease is held at least and at most, from its grant, whatever its holder does:
@@ -199,9 +201,13 @@ impl Core {
         // A waiter of a plain or fair lock offers to take the lease straight from a local holder.
         let offer = |front: bool| {
             let from = req.hand_over.as_ref()?;
+            let fresh = OwnerToken::fresh().ok()?;
             let (waiter, owner) = match &from.fair {
-                Some((waiter, owner)) => (Some(waiter.clone()), owner.clone()),
-                None => (None, OwnerToken::fresh().ok()?),
+                Some((waiter, half)) => (
+                    Some(waiter.clone()),
+                    OwnerToken::parse(&format!("{half}{}", fresh.as_str().get(16..)?))?,
+                ),
+                None => (None, fresh),
             };
             let (sender, handed) = oneshot::channel();
             let offer = Offer {

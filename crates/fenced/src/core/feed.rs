@@ -170,6 +170,24 @@ impl Feed {
         }
     }
 
+    /// Subscribes to one channel the server may refuse (an ACL without its pattern):
+    /// `Some(true)` confirmed, `Some(false)` refused with the connection still fine, `None`
+    /// the connection did not answer.
+    pub(crate) async fn try_subscribe(&mut self, channel: &str, timeout: Duration) -> Option<bool> {
+        match self {
+            Feed::Classic { sink, .. } => {
+                match tokio::time::timeout(timeout, sink.subscribe(channel)).await {
+                    Ok(Ok(())) => Some(true),
+                    // An error reply (`NOPERM`), as opposed to a broken connection.
+                    Ok(Err(e)) if e.code().is_some() => Some(false),
+                    _ => None,
+                }
+            }
+            #[cfg(feature = "cluster")]
+            Feed::Sharded { .. } => Some(false),
+        }
+    }
+
     /// Unsubscribes from `channel`; false if the connection did not answer.
     pub(crate) async fn unsubscribe(&mut self, channel: &str, timeout: Duration) -> bool {
         let done = match self {

@@ -50,8 +50,6 @@ pub(crate) struct Core {
     /// otherwise format its message every time.
     release_one: String,
     release_all: String,
-    /// With keyspace events: the prefix of the database's keyspace channels.
-    key_events: Option<Arc<str>>,
 }
 
 /// How far behind a grant a fence's expiry may have been set: its 1000 s window of tokens, and
@@ -68,12 +66,7 @@ impl Core {
     ) -> Arc<Core> {
         let release_one = Wake::One.message(&client_id);
         let release_all = Wake::All.message(&client_id);
-        let waiters = notify::start(
-            backend.pubsub(),
-            client_id,
-            options.timeout,
-            key_events.is_some(),
-        );
+        let waiters = notify::start(backend.pubsub(), client_id, options.timeout, key_events);
         let renewer = Renewer::start(backend.clone(), waiters.clone());
         Arc::new(Core {
             backend,
@@ -82,17 +75,7 @@ impl Core {
             renewer,
             release_one,
             release_all,
-            key_events,
         })
-    }
-
-    /// With keyspace events: the channels a waiter for the lock at `keys` watches (its
-    /// releases, and its key's events); empty without them.
-    pub(crate) fn lock_watch(&self, keys: &crate::keys::LockKeys) -> Vec<String> {
-        match &self.key_events {
-            Some(prefix) => vec![keys.channel.clone(), format!("{prefix}{}", keys.lock)],
-            None => Vec::new(),
-        }
     }
 
     /// The message a release of `kind` announces: none (the empty text, which the release

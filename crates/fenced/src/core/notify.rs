@@ -31,6 +31,11 @@
 //! 6. A queue may watch other channels too (a multi-lock waits on each of its names): a
 //!    release on any of them wakes all its heads, besides that channel's own queue, whose
 //!    wake-up it never takes.
+//! 7. With keyspace events, the task subscribes to `<prefix><key>` beside every release
+//!    channel `<key>:released`, and a `del`, `expired` or `evicted` there counts as a release
+//!    of one on that channel, whatever primitive waits on it. These subscriptions are hints
+//!    too: one the server refuses is dropped for good, and never takes the connection (or
+//!    the other subscriptions) down with it.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -102,9 +107,11 @@ pub(crate) struct LocalWaiters {
     live_streaks: std::sync::atomic::AtomicUsize,
     client_id: Arc<str>,
     commands: mpsc::UnboundedSender<Command>,
-    /// With keyspace events: the releases of kinds whose waiters hear the key's `del` event
-    /// announce nothing.
-    quiet: bool,
+    /// With keyspace events: the prefix of the database's keyspace channels. Every
+    /// subscription to a release channel `<key>:released` then comes with one to `<key>`'s
+    /// keyspace channel (invariant 7), and the releases of kinds whose waiters hear the key's
+    /// `del` event announce nothing.
+    key_events: Option<Arc<str>>,
 }
 
 #[derive(Default)]
@@ -149,7 +156,7 @@ impl LocalWaiters {
     /// which the release script does not publish) where the waiters hear the lock key's own
     /// `del` event.
     pub(crate) fn announcement(&self, kind: &dyn crate::kind::LeaseKind) -> String {
-        if self.quiet && kind.announced_by_key_events() {
+        if self.key_events.is_some() && kind.announced_by_key_events() {
             return String::new();
         }
         kind.wakes().message(&self.client_id)
@@ -157,7 +164,7 @@ impl LocalWaiters {
 
     /// Whether releases of kinds announced by key events are quiet (keyspace events on).
     pub(crate) fn quiet(&self) -> bool {
-        self.quiet
+        self.key_events.is_some()
     }
 
     /// This client's id, the sender part of its release messages.
@@ -428,11 +435,16 @@ impl LocalWaiters {
     }
 
     fn on_message(&self, channel: &str, payload: &[u8]) {
-        // A lock key's keyspace event: the key is gone (released, expired or evicted) on
-        // these, and still there on the others (a renewal's `expire`, say).
-        if channel.starts_with(KEYSPACE) {
+        // A key's keyspace event (invariant 7): the key is gone (released, expired or
+        // evicted) on these, and still there on the others (a renewal's `expire`, say). It
+        // counts as a release of one on the key's release channel.
+        if let Some(key) = self
+            .key_events
+            .as_deref()
+            .and_then(|prefix| channel.strip_prefix(prefix))
+        {
             if matches!(payload, b"del" | b"expired" | b"evicted") {
-                self.released(channel, Wake::One);
+                self.released(&format!("{key}{RELEASED}"), Wake::One);
             }
             return;
         }
@@ -454,13 +466,20 @@ impl LocalWaiters {
             live_streaks: 0.into(),
             client_id: client_id.into(),
             commands,
-            quiet: false,
+            key_events: None,
         })
     }
 }
 
-/// The start of every keyspace-event channel (`__keyspace@<db>__:<key>`).
-const KEYSPACE: &str = "__keyspace@";
+/// The end of a release channel whose key's keyspace events stand for its releases.
+const RELEASED: &str = ":released";
+
+/// With keyspace events, the keyspace channel that stands beside a release channel
+/// `<key>:released`: `<prefix><key>` (invariant 7).
+fn twin(prefix: Option<&str>, channel: &str) -> Option<String> {
+    let key = channel.strip_suffix(RELEASED)?;
+    Some(format!("{}{key}", prefix?))
+}
 
 /// The most heads one queue lets talk to Redis at once, however many permits a semaphore has.
 const MAX_HEADS: usize = 64;
@@ -471,7 +490,7 @@ pub(crate) fn start(
     route: PubSubRoute,
     client_id: Arc<str>,
     timeout: Duration,
-    quiet: bool,
+    key_events: Option<Arc<str>>,
 ) -> Arc<LocalWaiters> {
     let (commands, rx) = mpsc::unbounded_channel();
     let local = Arc::new(LocalWaiters {
@@ -480,13 +499,14 @@ pub(crate) fn start(
         live_streaks: 0.into(),
         client_id,
         commands,
-        quiet,
+        key_events: key_events.clone(),
     });
     tokio::spawn(run(
         Source::from(route),
         Arc::downgrade(&local),
         rx,
         timeout,
+        key_events,
     ));
     local
 }
@@ -498,8 +518,12 @@ async fn run(
     local: std::sync::Weak<LocalWaiters>,
     mut commands: mpsc::UnboundedReceiver<Command>,
     timeout: Duration,
+    key_events: Option<Arc<str>>,
 ) {
     let mut wanted: HashSet<String> = HashSet::new();
+    // Keyspace channels beside wanted release channels (invariant 7), subscribed on their
+    // own so that one the server refuses (an ACL without its pattern) costs only itself.
+    let mut twins = Twins::default();
     let mut feed: Option<Feed> = None;
     let mut reconnect_at: Option<Instant> = None;
     let mut reconnect = Backoff::new(Duration::from_millis(50), Duration::from_secs(2));
@@ -520,6 +544,7 @@ async fn run(
                             // Connecting subscribes to everything wanted, this channel included.
                             None => {
                                 feed = source.connect(&wanted, timeout).await;
+                                twins.resubscribe(&mut feed, timeout).await;
                                 feed.is_some()
                             }
                             Some(f) if fresh => {
@@ -534,10 +559,16 @@ async fn run(
                         if !ok {
                             reconnect_at = Some(Instant::now() + reconnect.next_wait());
                         }
+                        if let Some(twin) = twin(key_events.as_deref(), &channel) {
+                            twins.want(twin, &mut feed, timeout).await;
+                        }
                         let _ = ack.send(ok);
                     }
                     Command::Unsubscribe(channel) => {
                         wanted.remove(&channel);
+                        if let Some(twin) = twin(key_events.as_deref(), &channel) {
+                            twins.drop_one(&twin, &mut feed, timeout).await;
+                        }
                         if let Some(f) = feed.as_mut()
                             && !f.unsubscribe(&channel, timeout).await
                         {
@@ -579,6 +610,7 @@ async fn run(
             _ = sleep_until_opt(reconnect_at), if reconnect_at.is_some() && feed.is_none() && !wanted.is_empty() => {
                 feed = source.connect(&wanted, timeout).await;
                 if feed.is_some() {
+                    twins.resubscribe(&mut feed, timeout).await;
                     reconnect_at = None;
                     reconnect.reset();
                     // A release may have been published while we were away: let every head
@@ -588,6 +620,56 @@ async fn run(
                     reconnect_at = Some(Instant::now() + reconnect.next_wait());
                 }
             }
+        }
+    }
+}
+
+/// The keyspace channels the task keeps beside release channels (invariant 7).
+#[derive(Default)]
+struct Twins {
+    /// Wanted, and not refused.
+    wanted: HashSet<String>,
+    /// Refused by the server: never asked again (the waiters hear the releases' own
+    /// messages, or poll).
+    refused: HashSet<String>,
+}
+
+impl Twins {
+    async fn want(&mut self, twin: String, feed: &mut Option<Feed>, timeout: Duration) {
+        if self.refused.contains(&twin) || !self.wanted.insert(twin.clone()) {
+            return;
+        }
+        if let Some(f) = feed.as_mut() {
+            self.subscribe(f, &twin, timeout).await;
+        }
+    }
+
+    async fn drop_one(&mut self, twin: &str, feed: &mut Option<Feed>, timeout: Duration) {
+        if self.wanted.remove(twin)
+            && let Some(f) = feed.as_mut()
+        {
+            // A connection that does not answer is replaced at the next subscription anyway.
+            let _ = f.unsubscribe(twin, timeout).await;
+        }
+    }
+
+    /// After connecting: every wanted twin again.
+    async fn resubscribe(&mut self, feed: &mut Option<Feed>, timeout: Duration) {
+        let Some(f) = feed.as_mut() else { return };
+        let twins: Vec<String> = self.wanted.iter().cloned().collect();
+        for twin in twins {
+            self.subscribe(f, &twin, timeout).await;
+        }
+    }
+
+    async fn subscribe(&mut self, feed: &mut Feed, twin: &str, timeout: Duration) {
+        if feed.try_subscribe(twin, timeout).await == Some(false) {
+            tracing::warn!(
+                channel = twin,
+                "fenced: the server refused a keyspace channel; its waiters hear only published releases"
+            );
+            self.wanted.remove(twin);
+            self.refused.insert(twin.to_owned());
         }
     }
 }

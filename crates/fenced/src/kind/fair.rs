@@ -22,8 +22,9 @@ pub(crate) struct FairLease {
     pub(crate) waiter: Arc<str>,
     /// 0: a try that never queues.
     pub(crate) registration_ms: u64,
-    /// The owner a local holder would hand the lock to this waiter under (`None`: no offer).
-    pub(crate) offer_owner: Option<OwnerToken>,
+    /// The first half of every owner a local holder would hand the lock to this waiter under
+    /// (`None`: no offers).
+    pub(crate) offer_half: Option<Arc<str>>,
 }
 
 impl LeaseKind for FairLease {
@@ -58,7 +59,7 @@ impl LeaseKind for FairLease {
             .arg(self.exclusive.fence_retention_ms)
             .arg(&*self.waiter)
             .arg(self.registration_ms)
-            .arg(self.offer_owner.as_ref().map_or("", OwnerToken::as_str))
+            .arg(self.offer_half.as_deref().unwrap_or(""))
     }
 
     fn extend(&self, owner: &OwnerToken, ttl_ms: u64, epoch: u64) -> ScriptCall {

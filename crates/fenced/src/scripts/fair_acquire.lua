@@ -13,8 +13,8 @@
 -- ARGV[3]  the fence's retention, in ms (plus 1001 s: store_fence in fence.lua)
 -- ARGV[4]  waiter id
 -- ARGV[5]  how long a registration lasts, in ms (0: a try that never queues)
--- ARGV[6]  the owner a holder of the same client hands the lock to this waiter under
---          (fair_hand_over.lua), or '' for none
+-- ARGV[6]  the first half of every owner a holder of the same client hands the lock to this
+--          waiter under (fair_hand_over.lua), or '' for none
 --
 -- Returns {1, token} granted, {0, ms} wait (ms until the holder's lease ends, -1 unknown:
 --         also when the lock was just handed to this waiter, whose client delivers it),
@@ -23,8 +23,11 @@ if redis.call('DEL', KEYS[5]) == 1 then
   return {0, -3}
 end
 -- Handed to this waiter already: it left the queue, and must not join it again.
-if ARGV[6] ~= '' and redis.call('GET', KEYS[1]) == ARGV[6] then
-  return {0, -1}
+if ARGV[6] ~= '' then
+  local holder = redis.call('GET', KEYS[1])
+  if holder and string.sub(holder, 1, #ARGV[6]) == ARGV[6] then
+    return {0, -1}
+  end
 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
