@@ -137,6 +137,11 @@ impl Connect {
             return Ok(None);
         }
         self.check_key_events()?;
+        // Irrefutable when no other topology is compiled in.
+        #[cfg_attr(
+            not(any(feature = "cluster", feature = "sentinel", feature = "redlock")),
+            allow(irrefutable_let_patterns)
+        )]
         let Topology::Single(url) = &self.topology else {
             return Ok(None);
         };
