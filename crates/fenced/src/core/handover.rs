@@ -25,7 +25,9 @@
 //!    lost, or the releasing future dropped mid-call) abandons the successor's owner in the
 //!    background; the script refuses a successor whose tombstone exists.
 //! 6. After a handover of unknown outcome the holder finishes with an ordinary release, read as
-//!    a retry (`cleanup.rs`, invariant 2).
+//!    a retry (`cleanup.rs`, invariant 2). A fair waiter that the lost handover took off the
+//!    queue finds the lock held by its own offer until the clean-up frees it, and polls (at
+//!    most the poll interval); it then queues again at the back.
 //! 7. With replica acknowledgements (`ClientBuilder::replica_acks`) nothing is handed over:
 //!    a handed grant reaches its waiter in the same step, before a `WAIT` could say whether a
 //!    failover would keep it, and it could not be taken back. Every grant then goes through
