@@ -403,60 +403,58 @@ async fn section(
         }
         Workload::Unfenced => {
             let lock = client.lock(name).unfenced().with_ttl(ttl).with_wait(wait);
-            let guard = match lock.acquire().await {
-                Ok(g) => g,
-                Err(e) => return failed(e),
-            };
-            // No token: its grants are not ordered by one.
-            let (ok, t) = acquired(config.id, key, inv, 0);
-            let stalled = stall(commands, config.id).await;
-            linger(commands, config.id, false).await;
-            let written = if guard.is_lost() {
-                (Write::Skipped, None)
-            } else {
-                increment(config, store, key, t, commands).await
-            };
-            let rel_inv = now_ns();
-            let release = outcome(guard.release().await);
-            finished(
-                config.id,
-                key,
-                (t, inv, ok),
-                written,
-                rel_inv,
-                release,
-                stalled,
-            )
+            match lock.acquire().await {
+                // No token: its grants are not ordered by one.
+                Ok(guard) => write_under(config, store, key, commands, inv, guard, 0).await,
+                Err(e) => failed(e),
+            }
         }
         _ => {
             let lock = client.lock(name).with_ttl(ttl).with_wait(wait);
-            let guard = match lock.acquire().await {
-                Ok(g) => g,
-                Err(e) => return failed(e),
-            };
-            let (ok, t) = acquired(config.id, key, inv, guard.fencing_token().get());
-            let stalled = stall(commands, config.id).await;
-            // A careful holder checks its signal before writing; a paused one cannot, and the
-            // fence must stop it.
-            linger(commands, config.id, false).await;
-            let written = if guard.is_lost() {
-                (Write::Skipped, None)
-            } else {
-                increment(config, store, key, t, commands).await
-            };
-            let rel_inv = now_ns();
-            let release = outcome(guard.release().await);
-            finished(
-                config.id,
-                key,
-                (t, inv, ok),
-                written,
-                rel_inv,
-                release,
-                stalled,
-            )
+            match lock.acquire().await {
+                Ok(guard) => {
+                    let token = guard.fencing_token().get();
+                    write_under(config, store, key, commands, inv, guard, token).await
+                }
+                Err(e) => failed(e),
+            }
         }
     }
+}
+
+/// The rest of an exclusive section once `guard` is held (`token`: its fencing token, 0 for
+/// none): the counter's increment, skipped by a holder that knows its lease is lost, then
+/// the release.
+async fn write_under<G: fenced::LeaseGuard>(
+    config: &Config,
+    store: &Store,
+    key: u32,
+    commands: &Commands,
+    inv: u64,
+    guard: G,
+    token: u64,
+) -> Event {
+    let (ok, t) = acquired(config.id, key, inv, token);
+    let stalled = stall(commands, config.id).await;
+    // A careful holder checks its signal before writing; a paused one cannot, and the fence
+    // must stop it.
+    linger(commands, config.id, false).await;
+    let written = if guard.is_lost() {
+        (Write::Skipped, None)
+    } else {
+        increment(config, store, key, t, commands).await
+    };
+    let rel_inv = now_ns();
+    let release = outcome(guard.release().await);
+    finished(
+        config.id,
+        key,
+        (t, inv, ok),
+        written,
+        rel_inv,
+        release,
+        stalled,
+    )
 }
 
 fn acquired(w: u32, key: u32, inv: u64, t: u64) -> (u64, u64) {

@@ -46,9 +46,14 @@ async fn connecting_turns_the_events_on_and_keeps_the_flags_already_set() {
     }
 }
 
-/// Waits until one client listens on `name`'s keyspace channel.
+/// Waits until one client listens on `name`'s keyspace channel (database 0).
 async fn listening(conn: &redis::aio::MultiplexedConnection, name: &str) {
-    let channel = format!("__keyspace@0__:fenced:{{{name}}}");
+    subscribed(conn, &format!("__keyspace@0__:fenced:{{{name}}}")).await;
+}
+
+/// Waits until one client listens on `channel`.
+async fn subscribed(conn: &redis::aio::MultiplexedConnection, channel: &str) {
+    let channel = channel.to_owned();
     assert!(
         eventually(Duration::from_secs(5), || {
             let (mut conn, channel) = (conn.clone(), channel.clone());
@@ -63,7 +68,7 @@ async fn listening(conn: &redis::aio::MultiplexedConnection, name: &str) {
             }
         })
         .await,
-        "the waiter never subscribed to {channel}"
+        "nobody subscribed to {channel}"
     );
 }
 
@@ -179,23 +184,7 @@ async fn a_quiet_release_wakes_another_primitives_waiter_on_the_same_key_in_any_
     let lock = waiter.reentrant_lock("shared");
     let next = tokio::spawn(async move { lock.acquire().await.map(drop) });
     let conn = raw(&server).await;
-    let channel = "__keyspace@3__:fenced:{shared}";
-    assert!(
-        eventually(Duration::from_secs(5), || {
-            let mut conn = conn.clone();
-            async move {
-                let n: (String, u64) = redis::cmd("PUBSUB")
-                    .arg("NUMSUB")
-                    .arg(channel)
-                    .query_async(&mut conn)
-                    .await
-                    .unwrap();
-                n.1 == 1
-            }
-        })
-        .await,
-        "the re-entrant waiter never listened on {channel}"
-    );
+    subscribed(&conn, "__keyspace@3__:fenced:{shared}").await;
     held.release().await.unwrap();
     tokio::time::timeout(Duration::from_secs(5), next)
         .await
@@ -258,22 +247,7 @@ async fn a_refused_keyspace_channel_costs_only_its_own_wake_ups() {
     let pool = c.semaphore("pool", 1);
     let sem_waiter = tokio::spawn(async move { pool.acquire().await.map(drop) });
     let mut conn = raw(&server).await;
-    assert!(
-        eventually(Duration::from_secs(5), || {
-            let mut conn = conn.clone();
-            async move {
-                let n: (String, u64) = redis::cmd("PUBSUB")
-                    .arg("NUMSUB")
-                    .arg("fenced:{pool}:permits:released")
-                    .query_async(&mut conn)
-                    .await
-                    .unwrap();
-                n.1 == 1
-            }
-        })
-        .await,
-        "the semaphore waiter never subscribed"
-    );
+    subscribed(&conn, "fenced:{pool}:permits:released").await;
     permit.release().await.unwrap();
     tokio::time::timeout(Duration::from_secs(5), sem_waiter)
         .await

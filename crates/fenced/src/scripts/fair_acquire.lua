@@ -31,16 +31,8 @@ if ARGV[6] ~= '' then
 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
--- Waiters whose registration ended leave from the head.
-while true do
-  local head = redis.call('LINDEX', KEYS[2], 0)
-  if not head then break end
-  local ends = tonumber(redis.call('HGET', KEYS[3], head) or '0')
-  if ends > now then break end
-  redis.call('LPOP', KEYS[2])
-  redis.call('HDEL', KEYS[3], head)
-end
-local head = redis.call('LINDEX', KEYS[2], 0)
+-- Waiters whose registration ended leave from the head (`live_head`: fair_queue.lua).
+local head = live_head(KEYS[2], KEYS[3], now)
 local pttl = redis.call('PTTL', KEYS[1])
 if pttl == -2 and (not head or head == ARGV[4]) then
   if head then

@@ -23,16 +23,8 @@ if redis.call('GET', KEYS[1]) ~= ARGV[1] then
 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
--- Waiters whose registration ended leave from the head (as in fair_acquire.lua).
-local head
-while true do
-  head = redis.call('LINDEX', KEYS[2], 0)
-  if not head then break end
-  local ends = tonumber(redis.call('HGET', KEYS[3], head) or '0')
-  if ends > now then break end
-  redis.call('LPOP', KEYS[2])
-  redis.call('HDEL', KEYS[3], head)
-end
+-- Waiters whose registration ended leave from the head (`live_head`: fair_queue.lua).
+local head = live_head(KEYS[2], KEYS[3], now)
 if head == ARGV[5] and redis.call('EXISTS', KEYS[5]) == 0 then
   redis.call('LPOP', KEYS[2])
   redis.call('HDEL', KEYS[3], head)

@@ -176,12 +176,12 @@ lua!(/// Take the write lease of a read-write lock, or register as a waiting wri
 lua!(/// Count a read-write lock's live readers and waiting writers.
     RW_STATUS, "rw status", "rw_status.lua");
 lua!(/// Take a fair lock at the head of its FIFO queue, or queue.
-    FAIR_ACQUIRE, "acquire", "fence.lua", "fair_acquire.lua");
+    FAIR_ACQUIRE, "acquire", "fence.lua", "fair_queue.lua", "fair_acquire.lua");
 lua!(/// Give a fair lock back and wake the head of its queue.
     FAIR_RELEASE, "release", announces, "fair_free.lua", "fair_release.lua");
 lua!(/// Give a fair lock straight to the head of its queue, a waiter of the same client; or
     /// release it as usual when the head is anyone else.
-    FAIR_HAND_OVER, "hand over", announces, "fence.lua", "fair_hand_over.lua");
+    FAIR_HAND_OVER, "hand over", announces, "fence.lua", "fair_queue.lua", "fair_hand_over.lua");
 lua!(/// Leave a fair lock's queue; void an attempt of unknown outcome.
     FAIR_ABANDON, "abandon", announces, "fair_free.lua", "fair_abandon.lua");
 lua!(/// Arm a countdown latch.
