@@ -10,11 +10,12 @@
 //!    under way for their entry wait for its result instead of reading (the local single
 //!    flight). They get the cached value as soon as it is read, before any refresh runs; a
 //!    flight that fails or is cancelled wakes them, and one of them flies next.
-//! 3. A follower takes only a value that Redis vouched for after it joined: a flight lands
-//!    its value with the moment the read (or the store) that produced it was sent, and a
-//!    caller that joined later flies again. So a call that starts after an
+//! 3. A follower takes only a value that Redis vouched for after its call started: a flight
+//!    lands its value with the moment the read (or the store) that produced it was sent, and
+//!    a caller that started later flies again. So a call that starts after an
 //!    [`invalidate`](Cache::invalidate) returned, in any process, never gets what was read
-//!    before it.
+//!    before it. The callers one flight turned away all started before the next flight's
+//!    read, so they share that one: a burst on a fresh entry costs two reads, not one each.
 //! 4. A store is fenced: it carries the computer's fencing token and is refused once the
 //!    entry's fence has passed it (a newer grant, or an [`invalidate`](Cache::invalidate)),
 //!    so a computer that was paused, or that read the source before a change, never
@@ -295,7 +296,6 @@ impl Cache {
                 None => None,
             };
             loop {
-                let joined = Instant::now();
                 match self.join_flight(entry.lock.name()) {
                     Err(mut flight) => {
                         let done = async {
@@ -315,10 +315,12 @@ impl Cache {
                             None => done.await,
                         };
                         // Err: the flight failed or was cancelled; and a value vouched for
-                        // before we joined may predate an invalidation we must see
-                        // (invariant 3). Either way, fly (or follow) the next one.
+                        // before this call started may predate an invalidation it must see
+                        // (invariant 3). Either way, fly (or follow) the next one. Against
+                        // the call's start, not this turn's: the callers one flight turned
+                        // away then all share the next, instead of reading one by one.
                         if let Ok(Some(landed)) = outcome
-                            && landed.vouched_at >= joined
+                            && landed.vouched_at >= started
                         {
                             metrics::cache_lookup("shared");
                             return Ok(landed.value);

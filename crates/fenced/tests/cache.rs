@@ -26,8 +26,9 @@ async fn get_i64(conn: &mut MultiplexedConnection, key: &str) -> i64 {
 }
 
 /// 500 concurrent callers of one cold entry; each checks the value it gets. The compute
-/// counts itself in Redis and holds until the test opens the `go` latch, so every caller of
-/// both processes is in flight while it runs.
+/// counts itself in Redis and holds until the test opens the `go` latch. The other process's
+/// callers may come while it runs, or after its value is stored: either way they share a
+/// flight or two.
 #[tokio::test]
 async fn worker() {
     let Ok(url) = std::env::var("FENCED_CACHE") else {
@@ -107,6 +108,41 @@ async fn a_thousand_callers_in_two_processes_compute_once() {
     // Each process read Redis a handful of times, not once per caller.
     let reads = calls(&mut conn, "hmget").await;
     assert!(reads <= 8, "{reads} reads for 1000 callers");
+}
+
+/// A burst on a fresh entry: the first caller's read is sent before the others join, so they
+/// cannot take its value (a call only takes a value vouched for after it started), but they
+/// share the next read instead of queueing one read each.
+#[tokio::test]
+async fn a_burst_of_callers_on_a_fresh_entry_reads_redis_at_most_twice() {
+    let server = server();
+    let c = client(&server).await;
+    let mut conn = raw(&server).await;
+    let cache = c.cache("hot");
+    let computes = Arc::new(AtomicU32::new(0));
+    cache
+        .get_or_compute("k", TTL, |_| async { Ok::<_, Error>(Some(b"v".to_vec())) })
+        .await
+        .unwrap();
+    let before = calls(&mut conn, "hmget").await;
+    let mut tasks = Vec::new();
+    for _ in 0..200 {
+        let (cache, computes) = (cache.clone(), computes.clone());
+        tasks.push(tokio::spawn(async move {
+            cache
+                .get_or_compute("k", TTL, |_| async move {
+                    computes.fetch_add(1, Ordering::SeqCst);
+                    Ok::<_, Error>(Some(b"x".to_vec()))
+                })
+                .await
+        }));
+    }
+    for t in tasks {
+        assert_eq!(t.await.unwrap().unwrap().as_deref(), Some(&b"v"[..]));
+    }
+    assert_eq!(computes.load(Ordering::SeqCst), 0);
+    let reads = calls(&mut conn, "hmget").await - before;
+    assert!(reads <= 2, "{reads} reads for 200 callers of a fresh entry");
 }
 
 /// A caller whose compute starts (the lease's fencing token is returned once it has), then

@@ -184,3 +184,62 @@ async fn holds_out_of_range_are_refused_before_anything_is_sent() {
         Err(Error::InvalidArgument(_))
     ));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renewals_keep_their_cadence_up_to_the_maximum_hold() {
+    let server = server();
+    let c = client(&server).await;
+    let (ttl, max) = (Duration::from_millis(300), Duration::from_millis(1_000));
+    let before = c.stats().renewed;
+    let g = c
+        .lock("capped")
+        .with_ttl(ttl)
+        .with_max_hold(max)
+        .acquire()
+        .await
+        .unwrap();
+    tokio::time::timeout(Duration::from_secs(3), g.lost())
+        .await
+        .expect("the lost signal fires at the maximum hold");
+    let renewed = c.stats().renewed - before;
+    // One renewal per third of a ttl, one that reaches the cap, and room for a loaded machine
+    // renewing early; a spin near the cap makes hundreds.
+    assert!(
+        (2..=14).contains(&renewed),
+        "{renewed} renewals in a {max:?} hold of a {ttl:?} lease"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_minimum_hold_ends_on_time_when_its_release_outlives_a_server_pause() {
+    let mut server = server();
+    let c = fenced::Client::builder(&server.url())
+        .timeout(Duration::from_millis(300))
+        .connect()
+        .await
+        .unwrap();
+    let mut conn = raw(&server).await;
+    let min = Duration::from_millis(1_500);
+    let g = c.lock("paused").with_min_hold(min).acquire().await.unwrap();
+    let granted = Instant::now();
+    server.pause().unwrap();
+    // The release's first attempt and its retries queue up on the frozen server.
+    let released = tokio::spawn(async move { g.release().await });
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    server.resume().unwrap();
+    let _ = released.await.unwrap();
+    let mut gone_at = None;
+    while granted.elapsed() < min + Duration::from_secs(5) {
+        if pttl(&mut conn, &lock_key("paused")).await == -2 {
+            gone_at = Some(granted.elapsed());
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let gone = gone_at.expect("the name is freed");
+    assert!(gone >= min, "freed before the minimum hold: {gone:?}");
+    assert!(
+        gone <= min + Duration::from_millis(500),
+        "freed {gone:?} after the grant, for a minimum hold of {min:?}"
+    );
+}

@@ -212,3 +212,42 @@ async fn every_write_that_must_survive_a_failover_reports_a_replica_shortfall() 
     );
     guard.release().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_minimum_hold_ends_on_time_when_its_release_falls_short_of_the_replicas() {
+    let mut set = master_and_replica();
+    let c = acked(&mut set).await;
+    let mut conn = redis::Client::open(set.node(0).url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let min = Duration::from_millis(1_500);
+    let g = c.lock("job").with_min_hold(min).acquire().await.unwrap();
+    let granted = Instant::now();
+    freeze_replica(&mut set);
+    // The master applies the expiry at the minimum hold's end; the caller hears the shortfall
+    // of the operation it asked for.
+    short("release", g.release().await);
+    let gone = loop {
+        let pttl: i64 = redis::cmd("PTTL")
+            .arg("fenced:{job}")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        if pttl == -2 {
+            break granted.elapsed();
+        }
+        assert!(
+            granted.elapsed() < min + Duration::from_secs(5),
+            "the name is never freed"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    assert!(gone >= min, "freed before the minimum hold: {gone:?}");
+    assert!(
+        gone <= min + Duration::from_millis(500),
+        "freed {gone:?} after the grant, for a minimum hold of {min:?}"
+    );
+    set.node(1).resume().unwrap();
+}

@@ -300,6 +300,7 @@ impl Backend {
     /// Renews or re-times one lease of `kind`.
     pub(crate) async fn extend(
         &self,
+        operation: &'static str,
         call: &ScriptCall,
         kind: &dyn LeaseKind,
     ) -> Result<ExpiryReply> {
@@ -308,7 +309,7 @@ impl Backend {
                 let (value, short) = node.run_acked(call).await?;
                 match (expiry_reply(value)?, short) {
                     // Not replicated: the lease's validity must not count on it.
-                    (ExpiryReply::Applied, Some(short)) => Err(short.error("renew")),
+                    (ExpiryReply::Applied, Some(short)) => Err(short.error(operation)),
                     (reply, _) => Ok(reply),
                 }
             }

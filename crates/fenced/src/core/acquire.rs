@@ -314,7 +314,7 @@ impl Core {
                 kind.primitive()
             )));
         };
-        match self.backend().extend(&call, &*kind).await? {
+        match self.backend().extend("take over", &call, &*kind).await? {
             ExpiryReply::Applied => {}
             // Not this owner's any more (re-granted since, or never), or this ticket (or a
             // newer one) was taken over already: either way not ours to hold.

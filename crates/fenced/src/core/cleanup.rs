@@ -18,6 +18,12 @@
 //!    that missed the acquire): that is read as "released".
 //! 3. A clean-up that may have freed the lease wakes this process's waiters; a failed one too,
 //!    because a wake is only a hint.
+//! 4. A minimum hold ends at one moment, measured from the grant on the monotonic clock,
+//!    whatever retries happen. Each attempt asks for what is left of the hold when it is sent,
+//!    in an epoch newer than every earlier attempt's, so an earlier attempt that reaches Redis
+//!    late is refused (`extend.lua`) and cannot push the end back. Once the moment has passed
+//!    the lease is released instead. A shortfall of replica acknowledgements means the master
+//!    applied the change: it is not sent again.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -29,12 +35,12 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use crate::backend::Backend;
 use crate::core::Core;
 use crate::core::notify::LocalWaiters;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::kind::{LeaseKind, ReleaseReply};
 use crate::options::ttl_millis;
 use crate::scripts::ScriptCall;
 use crate::token::OwnerToken;
-use crate::util::retry_transient;
+use crate::util::{Backoff, retry_transient};
 
 /// What to do with a lease nobody waits for any more.
 #[derive(Clone, Copy, Debug)]
@@ -43,9 +49,10 @@ pub(crate) enum CleanUp {
     Release,
     /// An acquire attempt of unknown outcome: release it if it took the lease, void it if not.
     Abandon,
-    /// A guard given back before its minimum hold ended: set the lease to expire in `ms` (an
-    /// expiry change of epoch `epoch`), deleting nothing and waking nobody.
-    ExpireIn { ms: u64, epoch: u64 },
+    /// A guard given back before its minimum hold ended: set the lease to expire at `until`
+    /// (expiry changes of epoch `epoch` and newer, invariant 4), deleting nothing and waking
+    /// nobody; or release it, once `until` has passed.
+    ExpireAt { until: Instant, epoch: u64 },
 }
 
 /// One clean-up, as handed to the renewal task.
@@ -80,14 +87,24 @@ pub(crate) async fn run(backend: Backend, local: Arc<LocalWaiters>, job: Job) {
         )
         .await
         .map(ReleaseReply::freed),
-        CleanUp::ExpireIn { ms, epoch } => {
-            retry_transient(give_up_at, || async {
-                backend
-                    .extend(&kind.extend(&owner, ms, epoch), &*kind)
-                    .await
-                    .map(|_| false)
-            })
-            .await
+        CleanUp::ExpireAt { until, epoch } => {
+            match expire_at(&backend, &*kind, &owner, until, epoch, give_up_at).await {
+                Ok(true) => Ok(false),
+                // The hold is over: a release as a dropped guard's (a retry of the same
+                // release after a lost reply is read as freed, as there).
+                Ok(false) => release_until(
+                    &backend,
+                    &kind.release(&owner, &message),
+                    (kind.channels().first().map_or("", String::as_str), &message),
+                    give_up_at,
+                    None,
+                    false,
+                    &*kind,
+                )
+                .await
+                .map(ReleaseReply::freed),
+                Err(e) => Err(e),
+            }
         }
         CleanUp::Abandon => {
             retry_transient(give_up_at, || async {
@@ -106,6 +123,37 @@ pub(crate) async fn run(backend: Backend, local: Arc<LocalWaiters>, job: Job) {
     if let Err(e) = freed {
         tracing::debug!(name = %kind.name(), error = %e, "fenced: background clean-up failed; the lease will expire by its ttl");
     }
+}
+
+/// Sets a lease to expire at `until` (invariant 4): `Ok(true)` once Redis applied it (or
+/// found the lease gone), `Ok(false)` when `until` passed first.
+async fn expire_at(
+    backend: &Backend,
+    kind: &dyn LeaseKind,
+    owner: &OwnerToken,
+    until: Instant,
+    first_epoch: u64,
+    give_up_at: Instant,
+) -> Result<bool> {
+    let mut backoff = Backoff::new(Duration::from_millis(10), Duration::from_secs(1));
+    for epoch in first_epoch.. {
+        let Some(left) = until.checked_duration_since(Instant::now()) else {
+            return Ok(false);
+        };
+        let call = kind.extend(owner, ttl_millis(left).max(1), epoch);
+        match backend.extend("release", &call, kind).await {
+            Ok(_) | Err(Error::NotReplicated { .. }) => return Ok(true),
+            Err(e) if e.is_transient() => {
+                let pause = backoff.next_wait();
+                if Instant::now() + pause >= give_up_at {
+                    return Err(e);
+                }
+                tokio::time::sleep(pause.min(left)).await;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(false)
 }
 
 /// Whether a background clean-up's outcome wakes this process's waiters. A failed one does
@@ -180,7 +228,6 @@ fn read_release(reply: ReleaseReply, retry: bool, in_validity: bool) -> ReleaseR
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::error::Error;
 
     #[test]
     fn a_retry_that_finds_the_lease_gone_is_a_release_only_within_the_validity() {

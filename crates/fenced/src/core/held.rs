@@ -81,11 +81,9 @@ impl Held {
         self.core.options().namespace.clone()
     }
 
-    /// How much of a minimum hold is left, if any.
-    fn min_hold_left(&self) -> Option<Duration> {
-        self.min_until?
-            .checked_duration_since(Instant::now())
-            .filter(|left| !left.is_zero())
+    /// When a minimum hold ends, if it has not ended yet.
+    fn min_hold_until(&self) -> Option<Instant> {
+        self.min_until.filter(|until| *until > Instant::now())
     }
 
     /// What kind of primitive holds this lease (the metrics' label).
@@ -119,7 +117,11 @@ impl Held {
         let change = self.lease.state.begin(Some(ttl));
         renewer.reschedule(self.id);
         let call = self.kind.extend(owner, ttl_millis(ttl), change.epoch);
-        let reply = self.core.backend().extend(&call, &*self.kind).await?;
+        let reply = self
+            .core
+            .backend()
+            .extend("extend", &call, &*self.kind)
+            .await?;
         self.lease.state.settle(&change, reply);
         match reply {
             // Superseded: a newer extend (from another task) was applied after this one.
@@ -144,8 +146,8 @@ impl Held {
             // Dropped here: the background step keeps a minimum hold, or releases.
             return Err(e);
         }
-        if let Some(left) = self.min_hold_left() {
-            return self.expire_after_min_hold(left).await;
+        if let Some(until) = self.min_hold_until() {
+            return self.expire_after_min_hold(until).await;
         }
         let owner = self.owner.clone();
         let core = self.core.clone();
@@ -217,18 +219,21 @@ impl Held {
 
     /// A release before the minimum hold ends: the lease is left to expire when it ends (an
     /// expiry change of a new epoch), not deleted, and nobody is woken. The guard is done
-    /// with it either way; should Redis not answer, the change is retried in the background.
-    async fn expire_after_min_hold(mut self, left: Duration) -> Result<ReleaseReply> {
+    /// with it either way; should Redis not answer, the change is retried in the background,
+    /// each retry aiming at the same end (`cleanup.rs`, invariant 4).
+    async fn expire_after_min_hold(mut self, until: Instant) -> Result<ReleaseReply> {
         let core = self.core.clone();
         core.renewer.untrack(self.id);
+        let ttl = self.lease.state.ttl();
+        let left = until.saturating_duration_since(Instant::now());
         let change = self.lease.state.begin(Some(left));
         let call = self
             .kind
             .extend(&self.owner, ttl_millis(left).max(1), change.epoch);
         self.lease.state.end();
         // Still `live` while the change is in flight: should this future be dropped, `Drop`
-        // sends it again in the background (the same expiry, harmless twice).
-        let outcome = core.backend().extend(&call, &*self.kind).await;
+        // sends it again in the background, in a newer epoch aiming at the same end.
+        let outcome = core.backend().extend("release", &call, &*self.kind).await;
         self.live = false;
         match outcome {
             Ok(ExpiryReply::Applied | ExpiryReply::Superseded) => {
@@ -242,13 +247,14 @@ impl Held {
             }
             Err(e) => {
                 metrics::released(self.kind.primitive(), Outcome::Failed);
-                if e.is_transient() {
+                // Not replicated: the master applied it, so it is not sent again.
+                if e.is_transient() && !matches!(e, Error::NotReplicated { .. }) {
                     core.renewer.expire_in_background(
                         self.id,
                         self.kind.clone(),
                         self.owner.clone(),
-                        left,
-                        change.epoch,
+                        (until, change.epoch + 1),
+                        ttl,
                     );
                 }
                 Err(e)
@@ -364,15 +370,18 @@ impl Drop for Held {
             self.live = false;
             // Even past its deadline: the expiry change applies only while the owner still
             // holds the lease, and deleting it would end the minimum hold early.
-            if let Some(left) = self.min_hold_left() {
-                let change = self.lease.state.begin(Some(left));
+            if let Some(until) = self.min_hold_until() {
+                // A newer epoch than any request this guard sent: whichever of them Redis
+                // saw, the background change is applied after it (or refused as stale).
+                let epoch = self.lease.state.epoch() + 1;
+                let ttl = self.lease.state.ttl();
                 self.lease.state.end();
                 self.core.renewer.expire_in_background(
                     self.id,
                     self.kind.clone(),
                     self.owner.clone(),
-                    left,
-                    change.epoch,
+                    (until, epoch),
+                    ttl,
                 );
                 return;
             }

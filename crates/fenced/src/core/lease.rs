@@ -144,6 +144,15 @@ impl LeaseState {
         // From the validity Redis granted, not the maximum hold's cap: a lease near its cap
         // is renewed on the usual schedule, not over and over.
         let until = t.granted_until();
+        if let Some(end) = t.end_by {
+            // A confirmed request already reaches the cap (it asked for exactly what was left
+            // of the hold, so its deadline is the cap less a capped request's drift): no
+            // renewal can move the lease further. Never due again; the deadline ends it
+            // first, and the renewal loop's early window (a sixth of a ttl) stays shut.
+            if until + drift_allowance(t.ttl) >= end {
+                return end + t.ttl;
+            }
+        }
         // Before the clock's start (a long extend of unknown outcome on a fresh host): now.
         until
             .checked_sub(t.ttl * 2 / 3)
@@ -357,6 +366,49 @@ mod tests {
             lease.valid_until(),
             start + Duration::from_millis(100) + short - drift(short)
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn renewals_keep_their_cadence_up_to_a_maximum_hold() {
+        for (ttl_ms, max_ms) in [
+            (3_000, 4_000),
+            (3_000, 3_500),
+            (300, 10_000),
+            (1_000, 1_001),
+        ] {
+            let (ttl, max) = (Duration::from_millis(ttl_ms), Duration::from_millis(max_ms));
+            let start = Instant::now();
+            let lease = LeaseState::new(start, ttl);
+            lease.end_by(start + max);
+            let mut renewals = 0;
+            // Renew whenever due, each reply applied at once, until the lease is over.
+            while !lease.is_over() {
+                let due = lease.renew_at().min(lease.valid_until());
+                tokio::time::advance(due.saturating_duration_since(Instant::now())).await;
+                if lease.is_over() {
+                    break;
+                }
+                let r = lease.begin(None);
+                lease.settle(&r, ExpiryReply::Applied);
+                renewals += 1;
+                assert!(
+                    renewals < 100,
+                    "ttl {ttl:?}, max {max:?}: renewing in a spin"
+                );
+            }
+            // One renewal per third of a ttl, and one more that reaches the cap.
+            let due = (max_ms / (ttl_ms / 3)) + 1;
+            assert!(
+                renewals <= due,
+                "ttl {ttl:?}, max {max:?}: {renewals} renewals, {due} due"
+            );
+            // The lease stays valid to its cap, less a request's drift.
+            let lasted = Instant::now() - start;
+            assert!(
+                lasted + drift(ttl) >= max && lasted <= max,
+                "ttl {ttl:?}, max {max:?}: over after {lasted:?}"
+            );
+        }
     }
 
     #[tokio::test(start_paused = true)]

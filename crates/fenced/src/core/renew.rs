@@ -243,26 +243,24 @@ impl Renewer {
         });
     }
 
-    /// Sets a lease given back before its minimum hold ended to expire in `after` (an expiry
-    /// change of epoch `epoch`), without waiting: for a dropped guard, or a release that could
-    /// not reach Redis. Keeps trying for `after`, past which it expires anyway.
+    /// Sets a lease given back before its minimum hold ended to expire at `until` (expiry
+    /// changes of epoch `epoch` and newer), without waiting: for a dropped guard, or a
+    /// release that could not reach Redis. Past `until` it releases the lease instead, and
+    /// keeps trying for a `ttl` more, after which the lease has expired anyway.
     pub(crate) fn expire_in_background(
         &self,
         id: u64,
         kind: Arc<dyn LeaseKind>,
         owner: OwnerToken,
-        after: Duration,
-        epoch: u64,
+        (until, epoch): (Instant, u64),
+        ttl: Duration,
     ) {
         self.untrack(id);
         self.clean_up(Job {
             kind,
             owner,
-            how: CleanUp::ExpireIn {
-                ms: ttl_millis(after).max(1),
-                epoch,
-            },
-            patience: after,
+            how: CleanUp::ExpireAt { until, epoch },
+            patience: until.saturating_duration_since(Instant::now()) + ttl,
         });
     }
 
