@@ -296,7 +296,10 @@ pub struct RunArgs {
     pub unfenced: bool,
     /// Keep the lock at least this long from the grant, even when CMD ends sooner: the lock is
     /// then left to expire at that moment (fenced returns at once), so cron runs of one job
-    /// on machines whose clocks differ do not each run it.
+    /// on machines whose clocks differ do not each run it. The name is free at the minimum,
+    /// or when CMD ends if that is later. Takes a plain lock (not re-entrant: a nested run of
+    /// the same name waits), unless this run is nested in one that holds the name. Not with
+    /// --ticket or --hand-off, whose lease is another process's to end.
     #[arg(long, value_parser = duration, value_name = "DUR")]
     pub min_hold: Option<Duration>,
     /// Let CMD run at most this long with the lock: then stop it as on a lost lease (SIGTERM,
@@ -305,13 +308,13 @@ pub struct RunArgs {
     pub max_hold: Option<Duration>,
     /// Run under the lease of this ticket (handed over by a program with `into_ticket`)
     /// instead of acquiring: NAME must be the ticket's. Released when CMD ends.
-    #[arg(long, value_name = "TICKET", conflicts_with_all = ["permits", "fair", "read", "write", "unfenced", "no_wait", "wait"])]
+    #[arg(long, value_name = "TICKET", conflicts_with_all = ["permits", "fair", "read", "write", "unfenced", "no_wait", "wait", "min_hold"])]
     pub ticket: Option<String>,
     /// Hand the lease to a ticket at once and give it to CMD in FENCED_TICKET to pass on: this
     /// run neither renews nor releases it, and whoever resumes the ticket (a program's
     /// `Client::resume`, `fenced run --ticket`, `fenced release --ticket`) within the lease's
     /// --ttl finishes the job. Takes a plain lock (not re-entrant).
-    #[arg(long, conflicts_with_all = ["permits", "read", "write", "ticket"])]
+    #[arg(long, conflicts_with_all = ["permits", "read", "write", "ticket", "min_hold"])]
     pub hand_off: bool,
     /// After the lease is lost: time between SIGTERM and SIGKILL to CMD (at most 1 day).
     #[arg(long, default_value = "10s", value_parser = kill_after, value_name = "DUR")]

@@ -46,7 +46,7 @@ pub const TABLE: &[(&str, &str)] = &[
     ),
     (
         "65",
-        "a key in Redis holds data of another type (WRONGTYPE)",
+        "a stale or spent ticket, or a key in Redis holds data of another type (WRONGTYPE)",
     ),
     (
         "69",
@@ -67,12 +67,12 @@ pub const TABLE: &[(&str, &str)] = &[
     ),
     (
         "77",
-        "the Redis user lacks a permission fenced needs (the command is named)",
+        "authentication failed (a wrong or missing password), or the Redis user lacks a permission fenced needs (the command is named)",
     ),
     ("78", "this deployment does not support what was asked"),
     (
         "124",
-        "the command ran past --max-hold: it was stopped (SIGTERM, then SIGKILL after --kill-after) and the lock released",
+        "the command ran past --max-hold: it was stopped (SIGTERM, then SIGKILL after --kill-after) and the lock released (with --hand-off, left to the ticket's holder)",
     ),
 ];
 
@@ -121,6 +121,9 @@ impl Failure {
             e @ (E::Unavailable { .. } | E::Timeout { .. }) => {
                 format!("cannot reach Redis at {redis}: {e}")
             }
+            E::Redis(e) if is_authentication(&e) => {
+                format!("authentication failed at Redis {redis}: {e}")
+            }
             e @ (E::Redis(_) | E::Permission { .. }) => format!("Redis at {redis} refused: {e}"),
             other => other.to_string(),
         };
@@ -141,6 +144,7 @@ pub fn code_of(err: &fenced::Error) -> u8 {
         | E::NoQuorum { .. }
         | E::NotReplicated { .. } => UNAVAILABLE,
         E::Permission { .. } => NO_PERMISSION,
+        E::Redis(e) if is_authentication(e) => NO_PERMISSION,
         // The code where the server gives one; Redis 6 wraps an error inside a script in
         // `ERR Error running script …: WRONGTYPE …`.
         E::Redis(e) if e.code() == Some("WRONGTYPE") || e.to_string().contains("WRONGTYPE") => DATA,
@@ -149,6 +153,13 @@ pub fn code_of(err: &fenced::Error) -> u8 {
         // A variant added later: said as it is, as an internal error until mapped here.
         _ => SOFTWARE,
     }
+}
+
+/// A wrong or missing password: `WRONGPASS`, `NOAUTH`, or the client's own word for a failed
+/// `AUTH`.
+fn is_authentication(e: &fenced::redis::RedisError) -> bool {
+    e.kind() == fenced::redis::ErrorKind::AuthenticationFailed
+        || matches!(e.code(), Some("NOAUTH" | "WRONGPASS"))
 }
 
 impl fmt::Display for Failure {

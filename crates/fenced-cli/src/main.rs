@@ -110,18 +110,26 @@ fn usage_error(e: &clap::Error, argv: &[OsString]) -> u8 {
             }
         }
         _ => {
+            // The whole message, on one line: clap names what is missing on the lines after
+            // the first. Its usage and help pointers are left out (the hint says where to look).
             let rendered = e.to_string();
-            let first = rendered
+            let said: Vec<&str> = rendered
                 .lines()
-                .next()
-                .unwrap_or("bad arguments")
-                .trim_start_matches("error: ");
+                .map(str::trim)
+                .take_while(|l| !l.starts_with("Usage:"))
+                .filter(|l| !l.is_empty() && !l.starts_with("For more information"))
+                .collect();
+            let first = if said.is_empty() {
+                "bad arguments".to_owned()
+            } else {
+                said.join(" ").trim_start_matches("error: ").to_owned()
+            };
             let hint = if argv.iter().any(|a| a == "run") && !argv.iter().any(|a| a == "--") {
                 " (put `--` before the command: fenced run NAME -- CMD [ARGS...])"
             } else {
                 " (see fenced --help)"
             };
-            warn!("fenced: {}{hint}", one_line(first));
+            warn!("fenced: {}{hint}", one_line(&first));
             exit::USAGE
         }
     }

@@ -233,6 +233,54 @@ async fn a_minimum_hold_makes_staggered_runs_of_a_quick_job_run_it_once() {
     }
 }
 
+/// A minimum hold means the same on a plain run as on every kind: the name is free at the
+/// minimum, not at the end of the lease's ttl.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plain_run_with_a_minimum_hold_frees_the_name_at_the_minimum() {
+    let s = server();
+    let c = client(&s).await;
+    let started = Instant::now();
+    let first = finish(
+        fenced(
+            &s.url(),
+            &[
+                "run",
+                "jobB",
+                "--no-wait",
+                "--min-hold",
+                "1500ms",
+                "--",
+                "true",
+            ],
+        ),
+        Duration::from_secs(10),
+    )
+    .await;
+    assert_eq!(first.code, Some(0), "{}", first.stderr);
+    let held = c.lock("jobB").status().await.unwrap();
+    assert!(held.holder.is_some(), "free before the minimum hold");
+    // Free once the minimum has passed (the default ttl is far longer).
+    let mut free_at = None;
+    while started.elapsed() < Duration::from_secs(10) {
+        if c.lock("jobB").status().await.unwrap().holder.is_none() {
+            free_at = Some(started.elapsed());
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let free_at = free_at.expect("the name is freed at the minimum hold");
+    assert!(
+        free_at <= Duration::from_millis(1500) + Duration::from_millis(1000),
+        "free after {free_at:?}"
+    );
+    let again = finish(
+        fenced(&s.url(), &["run", "jobB", "--no-wait", "--", "true"]),
+        Duration::from_secs(10),
+    )
+    .await;
+    assert_eq!(again.code, Some(0), "{}", again.stderr);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_past_its_maximum_hold_is_stopped_exits_124_and_frees_the_name() {
     let s = server();
@@ -525,6 +573,24 @@ async fn bad_arguments_give_64_and_one_line() {
             vec!["run", "x", "--wait", "1s", "--no-wait", "--", "true"],
         ),
         ("no command", vec!["run", "x"]),
+        ("no name", vec!["run", "--", "true"]),
+        (
+            "a minimum hold on a ticket's lease",
+            vec![
+                "run",
+                "x",
+                "--ticket",
+                "t",
+                "--min-hold",
+                "5s",
+                "--",
+                "true",
+            ],
+        ),
+        (
+            "a minimum hold on a lease handed off",
+            vec!["run", "x", "--hand-off", "--min-hold", "5s", "--", "true"],
+        ),
         ("release without force", vec!["release", "x"]),
         ("unknown subcommand", vec!["frobnicate"]),
     ] {
@@ -543,6 +609,9 @@ async fn bad_arguments_give_64_and_one_line() {
     }
     let missing = finish(fenced(url, &["run", "x", "true"]), Duration::from_secs(10)).await;
     assert!(missing.stderr.contains("--"), "{}", missing.stderr);
+    // What is missing is named, on the one line.
+    let unnamed = finish(fenced(url, &["run", "--", "true"]), Duration::from_secs(10)).await;
+    assert!(unnamed.stderr.contains("<NAME>"), "{}", unnamed.stderr);
     let bad_url = finish(
         fenced("nope://x", &["status", "x"]),
         Duration::from_secs(10),
@@ -1805,10 +1874,18 @@ async fn the_password_comes_from_a_file_or_the_environment_and_is_never_printed(
             .env_remove("REDISCLI_AUTH");
         cmd
     };
-    // None given: refused by the server, exit 69, one line, no password in it.
+    // None given, or a wrong one: refused by the server, a permission (77), one line that
+    // says authentication, no password in it.
     let out = finish(clean(fenced(&s.url(), &["status", "x"])), limit).await;
-    assert_eq!(out.code, Some(69), "{}", out.stderr);
+    assert_eq!(out.code, Some(77), "{}", out.stderr);
     assert_eq!(out.stderr.trim().lines().count(), 1, "{}", out.stderr);
+    assert!(out.stderr.contains("authentication"), "{}", out.stderr);
+    let mut wrong = clean(fenced(&s.url(), &["status", "x"]));
+    wrong.env("FENCED_REDIS_PASSWORD", "not-the-password");
+    let out = finish(wrong, limit).await;
+    assert_eq!(out.code, Some(77), "{}", out.stderr);
+    assert!(out.stderr.contains("authentication"), "{}", out.stderr);
+    assert!(!out.stderr.contains("not-the-password"), "{}", out.stderr);
     // From the environment: FENCED_REDIS_PASSWORD, or redis-cli's REDISCLI_AUTH.
     for var in ["FENCED_REDIS_PASSWORD", "REDISCLI_AUTH"] {
         let mut cmd = clean(fenced(&s.url(), &["status", "x"]));
@@ -1847,7 +1924,7 @@ async fn the_password_comes_from_a_file_or_the_environment_and_is_never_printed(
         limit,
     )
     .await;
-    assert_eq!(out.code, Some(69), "{}", out.stderr);
+    assert_eq!(out.code, Some(77), "{}", out.stderr);
     assert!(!out.stderr.contains("wrong-secret"), "{}", out.stderr);
     let out = finish(
         clean(fenced(

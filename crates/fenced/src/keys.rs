@@ -10,6 +10,7 @@
 //! | `<ns>{<name>}:released` | pub/sub channel | one message per release, payload = `<client id> <wake>` (the releasing client's id, so it can skip its own echo, and whom to wake: `1`, `N` or `all`; see `docs/protocol.md`) |
 //! | `<ns>{<name>}:void:<owner>` | string | tombstone of an abandoned acquire attempt, until the attempt can no longer arrive |
 //! | `<ns>{<name>}:epoch:<owner>` | string | the newest expiry epoch applied to that owner's lease, after an `extend`; expires with the lease |
+//! | `<ns>{<name>}:taken:<owner>` | string | the nonce of the take-over from a ticket that applied that owner's newest epoch; expires with the lease |
 //! | `<ns>{<name>}:holds` | hash | a reentrant lock's holds: `token`, and `h:<id>` per hold |
 //! | `<ns>{<name>}:permits` | zset | a semaphore's holders, scored by the end of their lease (server ms) |
 //! | `<ns>{<name>}:permits:n` | hash | permits held, per holder |
@@ -115,6 +116,11 @@ impl LockKeys {
     /// The newest expiry epoch applied to this owner's lease (exists only after an `extend`).
     pub(crate) fn epoch(&self, owner: &crate::token::OwnerToken) -> String {
         format!("{}:epoch:{}", self.lock, owner.as_str())
+    }
+
+    /// The nonce of the take-over that applied this owner's newest epoch (`extend.lua`).
+    pub(crate) fn taken(&self, owner: &crate::token::OwnerToken) -> String {
+        format!("{}:taken:{}", self.lock, owner.as_str())
     }
 }
 

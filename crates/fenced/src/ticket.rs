@@ -7,6 +7,11 @@
 //! treat a ticket as a secret, as the holder's own. A ticket resumes only while its lease is
 //! still held by that owner; a lease re-granted since (its ticket is stale), a made-up owner or
 //! a ticket of another namespace is refused, and never touches another holder's lease.
+//!
+//! A retry ticket has one more field after the owner, the marks a take-over of unknown outcome
+//! may have left, joined by `-`: `fenced1.<kind>.<ttl ms>.<epoch>.<token>.<owner>.<marks>.<hex
+//! namespace>.<hex name>`. It repeats that very take-over, which the original ticket no longer
+//! can ([`Client::retry_ticket`]).
 
 use crate::client::Client;
 use crate::core::Held;
@@ -27,8 +32,32 @@ struct Ticket {
     epoch: u64,
     token: FencingToken,
     owner: OwnerToken,
+    /// A retry ticket's: the marks the take-over it repeats may have left.
+    marks: Vec<OwnerToken>,
     namespace: String,
     name: String,
+}
+
+impl Ticket {
+    /// The ticket's text, with `marks` as a retry ticket's.
+    fn text(&self, marks: &[OwnerToken]) -> String {
+        let nonce = if marks.is_empty() {
+            String::new()
+        } else {
+            let marks: Vec<&str> = marks.iter().map(OwnerToken::as_str).collect();
+            format!("{}.", marks.join("-"))
+        };
+        format!(
+            "{VERSION}.{}.{}.{}.{}.{}.{nonce}{}.{}",
+            self.kind,
+            self.ttl.as_millis(),
+            self.epoch,
+            self.token.get(),
+            self.owner.as_str(),
+            hex(self.namespace.as_bytes()),
+            hex(self.name.as_bytes()),
+        )
+    }
 }
 
 /// Writes a ticket for a lease handed off by `held`.
@@ -36,15 +65,17 @@ pub(crate) fn write(namespace: &str, held: Held) -> String {
     let name = held.lease().name().to_owned();
     let token = held.lease().fencing_token();
     let (kind, owner, ttl, epoch) = held.hand_off();
-    format!(
-        "{VERSION}.{}.{}.{epoch}.{}.{}.{}.{}",
-        kind.ticket_kind().unwrap_or("lock"),
-        ttl.as_millis(),
-        token.get(),
-        owner.as_str(),
-        hex(namespace.as_bytes()),
-        hex(name.as_bytes()),
-    )
+    Ticket {
+        kind: kind.ticket_kind().unwrap_or("lock").to_owned(),
+        ttl,
+        epoch,
+        token,
+        owner,
+        marks: Vec::new(),
+        namespace: namespace.to_owned(),
+        name,
+    }
+    .text(&[])
 }
 
 fn parse(text: &str) -> Result<Ticket> {
@@ -54,8 +85,32 @@ fn parse(text: &str) -> Result<Ticket> {
         ))
     };
     let fields: Vec<&str> = text.trim().split('.').collect();
-    let [version, kind, ttl, epoch, token, owner, namespace, name] = fields[..] else {
-        return Err(bad("it has the wrong number of fields: truncated?"));
+    let (version, kind, ttl, epoch, token, owner, nonce, namespace, name) = match fields[..] {
+        [version, kind, ttl, epoch, token, owner, namespace, name] => (
+            version, kind, ttl, epoch, token, owner, None, namespace, name,
+        ),
+        [
+            version,
+            kind,
+            ttl,
+            epoch,
+            token,
+            owner,
+            nonce,
+            namespace,
+            name,
+        ] => (
+            version,
+            kind,
+            ttl,
+            epoch,
+            token,
+            owner,
+            Some(nonce),
+            namespace,
+            name,
+        ),
+        _ => return Err(bad("it has the wrong number of fields: truncated?")),
     };
     if version != VERSION {
         return Err(bad("unknown version"));
@@ -87,6 +142,15 @@ fn parse(text: &str) -> Result<Ticket> {
         epoch,
         token: FencingToken::new(number(token, "its token")?),
         owner: OwnerToken::parse(owner).ok_or_else(|| bad("its owner"))?,
+        marks: match nonce {
+            // A handful at most: one per process that retried the take-over.
+            Some(marks) if marks.split('-').count() <= 64 => marks
+                .split('-')
+                .map(|m| OwnerToken::parse(m).ok_or_else(|| bad("its marks")))
+                .collect::<Result<_>>()?,
+            Some(_) => return Err(bad("its marks")),
+            None => Vec::new(),
+        },
         namespace: unhex(namespace, "its namespace")?,
         name: unhex(name, "its name")?,
     })
@@ -107,6 +171,11 @@ impl Client {
     /// [`Error::NotHeld`] when the lease is no longer held by the ticket's owner: it expired
     /// or was released and granted again since (a stale ticket), the owner is made up, or the
     /// ticket was taken over already. Nothing is changed then. Transport errors as usual.
+    ///
+    /// After an error whose outcome is unknown (a timeout, a lost reply,
+    /// [`Error::NotReplicated`]) the take-over may have happened: resuming the same ticket on
+    /// this client again repeats it and succeeds if it did. A process that gives up instead
+    /// hands [`retry_ticket`](Self::retry_ticket) on, so the lease never stays held by nobody.
     ///
     /// ```
     /// # fenced_testkit::doctest(|url| async move {
@@ -170,8 +239,29 @@ impl Client {
         ticket: Ticket,
     ) -> Result<Held> {
         self.core()
-            .resume(kind, ticket.owner, ticket.token, ticket.ttl, ticket.epoch)
+            .resume(
+                kind,
+                (ticket.owner, ticket.token),
+                ticket.ttl,
+                ticket.epoch,
+                ticket.marks,
+            )
             .await
+    }
+
+    /// After [`resume`](Self::resume) (or [`resume_unfenced`](Self::resume_unfenced)) of
+    /// `ticket` failed with an outcome that is unknown, the text that repeats that very
+    /// take-over from any process: the take-over may have happened, and then the original
+    /// ticket is refused from now on. `None` when this client has no such take-over of the
+    /// ticket (it was answered, or its ttl has passed). Once handed out, resuming the original
+    /// ticket here no longer repeats it: only the retry ticket does, once.
+    ///
+    /// For a process that cannot retry itself (a command that exits): print or queue the
+    /// retry ticket in place of the original.
+    pub fn retry_ticket(&self, ticket: &str) -> Option<String> {
+        let ticket = parse(ticket).ok()?;
+        let marks = self.core().retry_take_over(&ticket.owner, ticket.epoch)?;
+        Some(ticket.text(&marks))
     }
 }
 

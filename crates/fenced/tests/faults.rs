@@ -7,7 +7,7 @@ use fenced::{Client, Error, WaitPolicy};
 use fenced_testkit::{Fault, Proxy};
 use tokio::time::Instant;
 
-use crate::support::{calls, lock_key, raw, server};
+use crate::support::{calls, client, lock_key, raw, server};
 
 async fn client_via(proxy: &Proxy) -> Client {
     Client::builder(&proxy.url())
@@ -211,4 +211,96 @@ async fn on_a_slow_link_the_validity_deadline_counts_from_before_the_request() {
     );
     proxy.set(Fault::Pass);
     guard.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_take_over_whose_reply_is_lost_is_repeated_as_itself_and_never_twice() {
+    let server = server();
+    let proxy = Proxy::start(server.addr()).unwrap();
+    let (web, dup) = (client(&server).await, client(&server).await);
+    let worker = client_via(&proxy).await;
+    let mut direct = raw(&server).await;
+    let pttl = |conn: &mut redis::aio::MultiplexedConnection| {
+        let mut conn = conn.clone();
+        async move {
+            redis::cmd("PTTL")
+                .arg(lock_key("order:8"))
+                .query_async::<i64>(&mut conn)
+                .await
+                .unwrap()
+        }
+    };
+    let taken = |conn: &mut redis::aio::MultiplexedConnection| {
+        let mut conn = conn.clone();
+        async move {
+            redis::cmd("KEYS")
+                .arg(format!("{}:taken:*", lock_key("order:8")))
+                .query_async::<Vec<String>>(&mut conn)
+                .await
+                .unwrap()
+                .len()
+        }
+    };
+    // The server knows the take-over's script, so the cut reply is the take-over's own.
+    let warm = web.lock("warm").acquire().await.unwrap();
+    warm.extend(Duration::from_secs(5)).await.unwrap();
+    warm.release().await.unwrap();
+    let ticket = web
+        .lock("order:8")
+        .with_ttl(Duration::from_secs(30))
+        .acquire()
+        .await
+        .unwrap()
+        .into_ticket();
+    // Redis runs the take-over; its answer dies with the connection.
+    proxy.set(Fault::CutNextReply);
+    let first = worker.resume(&ticket).await;
+    assert!(matches!(&first, Err(e) if e.is_transient()), "{first:?}");
+    assert_eq!(proxy.fault(), Fault::Pass, "the fault struck");
+    assert_eq!(taken(&mut direct).await, 1, "the take-over ran");
+    // A duplicate of the ticket elsewhere is refused; the worker's retry is the same take-over.
+    assert!(matches!(
+        dup.resume(&ticket).await,
+        Err(Error::NotHeld { .. })
+    ));
+    let guard = worker
+        .resume(&ticket)
+        .await
+        .expect("the retry repeats its own take-over");
+    assert!(
+        matches!(worker.resume(&ticket).await, Err(Error::NotHeld { .. })),
+        "a granted take-over is never repeated"
+    );
+    guard.release().await.unwrap();
+    assert_eq!(pttl(&mut direct).await, -2);
+
+    // A worker that gives up hands on a retry ticket, which repeats the take-over anywhere,
+    // once; the original ticket is refused from then on, even by the worker.
+    let ticket = web
+        .lock("order:8")
+        .with_ttl(Duration::from_secs(30))
+        .acquire()
+        .await
+        .unwrap()
+        .into_ticket();
+    proxy.set(Fault::CutNextReply);
+    assert!(worker.resume(&ticket).await.is_err());
+    // (The first lease's nonce key lives on, as its epoch key does, until its ttl.)
+    assert_eq!(taken(&mut direct).await, 2, "the take-over ran");
+    let retry = worker.retry_ticket(&ticket).expect("an unknown take-over");
+    assert_eq!(worker.retry_ticket(&ticket), None, "handed out once");
+    assert!(matches!(
+        worker.resume(&ticket).await,
+        Err(Error::NotHeld { .. })
+    ));
+    let guard = dup
+        .resume(&retry)
+        .await
+        .expect("the retry ticket repeats it");
+    assert!(matches!(
+        web.resume(&retry).await,
+        Err(Error::NotHeld { .. })
+    ));
+    guard.release().await.unwrap();
+    assert_eq!(pttl(&mut direct).await, -2);
 }

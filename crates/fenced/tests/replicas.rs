@@ -251,3 +251,43 @@ async fn a_minimum_hold_ends_on_time_when_its_release_falls_short_of_the_replica
     );
     set.node(1).resume().unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_take_over_short_of_the_replicas_is_repeated_as_itself_once_they_are_back() {
+    let mut set = master_and_replica();
+    let (web, worker, dup) = (
+        acked(&mut set).await,
+        acked(&mut set).await,
+        acked(&mut set).await,
+    );
+    let ticket = web
+        .lock("order")
+        .with_ttl(Duration::from_secs(30))
+        .acquire()
+        .await
+        .unwrap()
+        .into_ticket();
+    freeze_replica(&mut set);
+    short("take over", worker.resume(&ticket).await.map(|_| ()));
+    set.node(1).resume().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let guard = loop {
+        match worker.resume(&ticket).await {
+            Ok(g) => break g,
+            Err(e) if e.is_transient() && Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            other => panic!("the replica is back: {other:?}"),
+        }
+    };
+    assert!(matches!(
+        dup.resume(&ticket).await,
+        Err(Error::NotHeld { .. })
+    ));
+    // An extend short of the replicas names itself too.
+    freeze_replica(&mut set);
+    short("extend", guard.extend(Duration::from_secs(20)).await);
+    set.node(1).resume().unwrap();
+    drop(guard);
+    worker.flush().await;
+}

@@ -308,9 +308,12 @@ pub async fn acquire(
         let guard = showing_progress(&args.name, unfenced.acquire(), lookup, global.verbose).await;
         return guard.map(Hold::Unfenced).map_err(fail);
     }
-    if global.redis.len() > 1 || args.hand_off {
-        // Redlock (several --redis), or a lease to hand off by ticket: a plain lock, granted by a majority with a quorum
-        // fencing token. A `fenced run` started under CMD waits for it like anybody else.
+    let inherited = inherited_secret(global, &args.name);
+    if global.redis.len() > 1 || args.hand_off || (args.min_hold.is_some() && inherited.is_none()) {
+        // Redlock (several --redis), a lease to hand off by ticket, or a minimum hold (a
+        // re-entrant release never shortens the lease, so the name would stay taken for the
+        // whole ttl): a plain lock, on Redlock granted by a majority with a quorum fencing
+        // token. A `fenced run` started under CMD waits for it like anybody else.
         let plain = client
             .lock(args.name.clone())
             .with_ttl(args.ttl)
@@ -325,7 +328,7 @@ pub async fn acquire(
         .with_ttl(args.ttl)
         .min_hold_of(args)
         .with_wait(policy);
-    if let Some(secret) = inherited_secret(global, &args.name) {
+    if let Some(secret) = inherited {
         // Started under a `fenced run` that holds this lock: enter its hold, never wait for it.
         let handle = HolderHandle::from_secret(client, &args.name, &secret)
             .map_err(|e| Failure::usage(format!("{HOLDS_VAR} is malformed: {e}")))?;

@@ -20,16 +20,56 @@ pub enum Resumed {
 
 /// Takes over the lease of `ticket` (a lock's, a fair lock's or an unfenced lock's). A stale
 /// or made-up ticket is a data error (65), a malformed one a usage error (64).
+///
+/// A take-over whose outcome stays unknown (a timeout, a lost reply, too few replicas) is
+/// repeated for a few timeouts: the same client repeats it as itself. Should it still not be
+/// known, the retry ticket is printed on standard output in place of the original, which the
+/// take-over may have spent: the lease is never left held by nobody.
 pub async fn resume(client: &Client, global: &Global, ticket: &str) -> Result<Resumed, Failure> {
+    let give_up_at = tokio::time::Instant::now() + global.timeout * 4;
+    loop {
+        match resume_once(client, global, ticket).await {
+            Err((true, _)) if tokio::time::Instant::now() < give_up_at => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err((true, failure)) => {
+                return Err(match client.retry_ticket(ticket) {
+                    Some(retry) => {
+                        say!("{retry}");
+                        Failure::new(
+                            failure.code,
+                            format!(
+                                "{}; the take-over may have happened: use the retry ticket printed on standard output in place of this one",
+                                failure.message
+                            ),
+                        )
+                    }
+                    None => failure,
+                });
+            }
+            other => return other.map_err(|(_, failure)| failure),
+        }
+    }
+}
+
+/// One take-over; an error says whether its outcome is unknown, and how it is reported.
+async fn resume_once(
+    client: &Client,
+    global: &Global,
+    ticket: &str,
+) -> Result<Resumed, (bool, Failure)> {
     let server = address(global.redis_url());
     let fail = |e: fenced::Error| match e {
-        fenced::Error::NotHeld { name } => Failure::new(
-            exit::DATA,
-            format!(
-                "the ticket's lease on {name:?} is no longer held by its owner: it ran out or was released (a stale ticket), or the ticket was not written for it"
+        fenced::Error::NotHeld { name } => (
+            false,
+            Failure::new(
+                exit::DATA,
+                format!(
+                    "the ticket's lease on {name:?} is no longer held by its owner: it ran out or was released (a stale ticket), or the ticket was not written for it"
+                ),
             ),
         ),
-        e => Failure::from_lib(e, &server),
+        e => (e.is_transient(), Failure::from_lib(e, &server)),
     };
     // The kind is the ticket's second field; `resume` checks the rest.
     if ticket.split('.').nth(1) == Some("unfenced") {
@@ -66,8 +106,9 @@ pub async fn release(global: &Global, ticket: &str) -> Result<u8, Failure> {
         Resumed::Lock(g) => (g.name().to_owned(), g.release().await),
         Resumed::Unfenced(g) => (g.name().to_owned(), g.release().await),
     };
-    released.map_err(|e| Failure::from_lib(e, &server))?;
+    // A release that failed goes on in the background: give it its chance before exiting.
     client.flush().await;
+    released.map_err(|e| Failure::from_lib(e, &server))?;
     say!("released {name:?}");
     Ok(exit::OK)
 }
@@ -87,6 +128,11 @@ pub async fn extend(global: &Global, ticket: &str, ttl: Duration) -> Result<u8, 
     };
     if let Err(e) = extended {
         client.flush().await;
+        // The extend may have applied, and it spent the old ticket either way: the next
+        // one is the only ticket that still works.
+        if e.is_transient() {
+            say!("{next}");
+        }
         return Err(Failure::from_lib(e, &server));
     }
     client.flush().await;

@@ -297,24 +297,33 @@ impl Core {
     /// Takes over a lease handed from another process (a ticket): one expiry change of the
     /// epoch after the ticket's confirms the owner still holds it and starts its validity;
     /// from then on it is renewed and guarded like any other.
+    ///
+    /// A take-over whose outcome stays unknown (an error, or this future dropped) is repeated
+    /// as itself by the next `resume` of the same ticket on this client, or by the retry
+    /// ticket [`retry_take_over`](Self::retry_take_over) hands out (`takeover.rs`).
     pub(crate) async fn resume(
         self: &Arc<Self>,
         kind: Arc<dyn LeaseKind>,
-        owner: OwnerToken,
-        fencing_token: FencingToken,
+        (owner, fencing_token): (OwnerToken, FencingToken),
         ttl: Duration,
         epoch: u64,
+        carried: Vec<OwnerToken>,
     ) -> Result<Held> {
         self.backend().supports(&*kind)?;
         let epoch = epoch.saturating_add(1);
         let requested_at = Instant::now();
-        let Some(call) = kind.resume(&owner, ttl_millis(ttl), epoch) else {
+        let attempt = self.takeovers.begin(&owner, epoch, carried, ttl)?;
+        let take_over = (attempt.mark(), attempt.proofs());
+        let Some(call) = kind.resume(&owner, ttl_millis(ttl), epoch, take_over) else {
+            attempt.answered();
             return Err(Error::unsupported(format!(
                 "a {} lease is not handed between processes",
                 kind.primitive()
             )));
         };
-        match self.backend().extend("take over", &call, &*kind).await? {
+        let reply = self.backend().extend("take over", &call, &*kind).await?;
+        attempt.answered();
+        match reply {
             ExpiryReply::Applied => {}
             // Not this owner's any more (re-granted since, or never), or this ticket (or a
             // newer one) was taken over already: either way not ours to hold.
@@ -336,6 +345,17 @@ impl Core {
         });
         let lease = Lease::new(name, fencing_token, state);
         Ok(Held::new(self.clone(), kind, owner, id, lease, None))
+    }
+
+    /// The nonce of this client's take-over of `owner`'s lease from a ticket of `epoch` whose
+    /// outcome is unknown, taken out for a retry ticket: from then on only that text repeats
+    /// it (`takeover.rs`, invariant 2).
+    pub(crate) fn retry_take_over(
+        &self,
+        owner: &OwnerToken,
+        epoch: u64,
+    ) -> Option<Vec<OwnerToken>> {
+        self.takeovers.hand_out(owner, epoch.saturating_add(1))
     }
 
     /// Waits, by `wait`, for a condition that is not a lease (a latch opening): `check` is

@@ -9,6 +9,7 @@
 //! - [`renew`]: one renewal loop per client, one pipelined round trip per tick.
 //! - [`cleanup`]: releases and abandons in the background, so `Drop` never blocks.
 //! - [`handover`]: a release that gives an exclusive lock straight to a local waiter.
+//! - [`takeover`]: take-overs from tickets whose outcome is unknown, repeated as themselves.
 //! - [`metrics`]: the series every primitive reports through the `metrics` facade.
 //! - [`notify`]: local wait queues and the one pub/sub connection; [`Wake`] says whom a
 //!   release wakes.
@@ -24,6 +25,7 @@ pub(crate) mod lease;
 pub(crate) mod metrics;
 pub(crate) mod notify;
 pub(crate) mod renew;
+pub(crate) mod takeover;
 
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -46,6 +48,7 @@ pub(crate) struct Core {
     options: ClientOptions,
     waiters: Arc<LocalWaiters>,
     renewer: Renewer,
+    takeovers: takeover::TakeOvers,
     /// This client's release messages for one head and for all, made once: a release would
     /// otherwise format its message every time.
     release_one: String,
@@ -73,6 +76,7 @@ impl Core {
             options,
             waiters,
             renewer,
+            takeovers: takeover::TakeOvers::default(),
             release_one,
             release_all,
         })

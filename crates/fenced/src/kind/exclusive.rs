@@ -69,8 +69,14 @@ impl LeaseKind for Exclusive {
         Some("lock")
     }
 
-    fn resume(&self, owner: &OwnerToken, ttl_ms: u64, epoch: u64) -> Option<ScriptCall> {
-        Some(self.extend(owner, ttl_ms, epoch).arg("1"))
+    fn resume(
+        &self,
+        owner: &OwnerToken,
+        ttl_ms: u64,
+        epoch: u64,
+        take_over: (&OwnerToken, &[OwnerToken]),
+    ) -> Option<ScriptCall> {
+        Some(self::take_over(&self.keys, owner, ttl_ms, epoch, take_over))
     }
 
     fn propose_token(&self, acquire: &ScriptCall, token: u64) -> Option<ScriptCall> {
@@ -126,4 +132,28 @@ impl LeaseKind for Exclusive {
             .arg(message)
             .arg(patience_ms.max(1))
     }
+}
+
+/// A take-over from a ticket of a lease on `keys` (`extend.lua` with its take-over keys and
+/// arguments): the lock's, a fair lock's and an unfenced lock's.
+pub(crate) fn take_over(
+    keys: &LockKeys,
+    owner: &OwnerToken,
+    ttl_ms: u64,
+    epoch: u64,
+    (mark, proofs): (&OwnerToken, &[OwnerToken]),
+) -> ScriptCall {
+    let mut call = ScriptCall::new(&EXTEND)
+        .key(&keys.lock)
+        .key(keys.epoch(owner))
+        .key(keys.taken(owner))
+        .arg(owner.as_str())
+        .arg(ttl_ms)
+        .arg(epoch)
+        .arg("1")
+        .arg(mark.as_str());
+    for proof in proofs {
+        call = call.arg(proof.as_str());
+    }
+    call
 }

@@ -70,8 +70,14 @@ impl LeaseKind for FairLease {
         Some("fair")
     }
 
-    fn resume(&self, owner: &OwnerToken, ttl_ms: u64, epoch: u64) -> Option<ScriptCall> {
-        self.exclusive.resume(owner, ttl_ms, epoch)
+    fn resume(
+        &self,
+        owner: &OwnerToken,
+        ttl_ms: u64,
+        epoch: u64,
+        take_over: (&OwnerToken, &[OwnerToken]),
+    ) -> Option<ScriptCall> {
+        self.exclusive.resume(owner, ttl_ms, epoch, take_over)
     }
 
     fn release(&self, owner: &OwnerToken, _message: &str) -> ScriptCall {

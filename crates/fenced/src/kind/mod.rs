@@ -98,9 +98,16 @@ pub(crate) trait LeaseKind: Send + Sync + 'static {
         None
     }
     /// Take the lease over from a ticket: [`extend`](Self::extend) at `epoch`, refused when
-    /// that epoch was applied already (a ticket is taken over once). `None` for kinds that
+    /// that epoch was applied already (a ticket is taken over once), unless by this very
+    /// take-over (one of `take_over`'s proofs is the mark it left: a retry after its reply was lost). `None` for kinds that
     /// are not handed between processes.
-    fn resume(&self, _owner: &OwnerToken, _ttl_ms: u64, _epoch: u64) -> Option<ScriptCall> {
+    fn resume(
+        &self,
+        _owner: &OwnerToken,
+        _ttl_ms: u64,
+        _epoch: u64,
+        _take_over: (&OwnerToken, &[OwnerToken]),
+    ) -> Option<ScriptCall> {
         None
     }
     /// Whether leases of this kind run on several independent masters (Redlock).

@@ -78,8 +78,16 @@ impl LeaseKind for Unfenced {
         Some("unfenced")
     }
 
-    fn resume(&self, owner: &OwnerToken, ttl_ms: u64, epoch: u64) -> Option<ScriptCall> {
-        Some(self.extend(owner, ttl_ms, epoch).arg("1"))
+    fn resume(
+        &self,
+        owner: &OwnerToken,
+        ttl_ms: u64,
+        epoch: u64,
+        take_over: (&OwnerToken, &[OwnerToken]),
+    ) -> Option<ScriptCall> {
+        Some(super::exclusive::take_over(
+            &self.keys, owner, ttl_ms, epoch, take_over,
+        ))
     }
 
     fn on_redlock(&self) -> bool {
