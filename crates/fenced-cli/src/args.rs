@@ -111,6 +111,10 @@ pub enum Command {
     },
     /// List what is held, queued or counting in the namespace: locks, semaphores, read-write
     /// locks, fair queues and latches (found with SCAN, never KEYS).
+    ///
+    /// A key that holds another type of data than fenced keeps there (another program wrote
+    /// it) is named on stderr, one line each (with --json, also as an object of kind
+    /// "unreadable"), after the rest is listed; the exit code is then 65.
     #[command(
         after_help = "Examples:\n  fenced list\n  fenced list 'deploy:*'\n  fenced --json list"
     )]

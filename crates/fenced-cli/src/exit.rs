@@ -46,7 +46,7 @@ pub const TABLE: &[(&str, &str)] = &[
     ),
     (
         "65",
-        "a stale or spent ticket, or a key in Redis holds data of another type (WRONGTYPE)",
+        "a stale or spent ticket, or a key in Redis holds data of another type (WRONGTYPE): the key is named; `fenced list` lists the rest first",
     ),
     (
         "69",
@@ -145,6 +145,7 @@ pub fn code_of(err: &fenced::Error) -> u8 {
         | E::NotReplicated { .. } => UNAVAILABLE,
         E::Permission { .. } => NO_PERMISSION,
         E::Redis(e) if is_authentication(e) => NO_PERMISSION,
+        E::WrongType { .. } => DATA,
         // The code where the server gives one; Redis 6 wraps an error inside a script in
         // `ERR Error running script …: WRONGTYPE …`.
         E::Redis(e) if e.code() == Some("WRONGTYPE") || e.to_string().contains("WRONGTYPE") => DATA,
@@ -277,6 +278,13 @@ mod tests {
                 65,
             ),
             (Error::Redis(server("ERR something else")), 69),
+            (
+                Error::WrongType {
+                    key: "fenced:{n}".into(),
+                    operation: "acquire",
+                },
+                65,
+            ),
             (
                 Error::UnexpectedReply {
                     script: "acquire",

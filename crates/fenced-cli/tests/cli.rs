@@ -2110,3 +2110,72 @@ async fn each_failure_exits_with_the_code_of_the_table() {
     assert!(minority.stderr.contains("quorum"), "{}", minority.stderr);
     assert_eq!(minority.stderr.lines().count(), 1, "{}", minority.stderr);
 }
+
+/// A key of another type where a lock keeps its string: every flavour of `run` (none given a
+/// `--wait`, so each would wait forever), `status` and `list` name it at once and exit 65.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_of_another_type_is_named_at_once_with_exit_65() {
+    let limit = Duration::from_secs(20);
+    let s = server();
+    let c = client(&s).await;
+    let mut conn = raw(&s).await;
+    let _: () = fenced::redis::cmd("HSET")
+        .arg("fenced:{typed}")
+        .arg("f")
+        .arg("v")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let one_line_naming_it = |what: &str, done: &Done| {
+        assert_eq!(done.code, Some(65), "{what}: {}", done.stderr);
+        assert!(
+            done.stderr.contains("fenced:{typed}"),
+            "{what}: {}",
+            done.stderr
+        );
+        assert!(
+            done.took < Duration::from_secs(5),
+            "{what}: {:?}",
+            done.took
+        );
+    };
+    for flags in [
+        &[][..],
+        &["--unfenced"],
+        &["--hand-off"],
+        &["--write"],
+        &["--read"],
+        &["--fair"],
+    ] {
+        let mut args = vec!["run", "typed"];
+        args.extend_from_slice(flags);
+        args.extend_from_slice(&["--", "true"]);
+        let done = finish(fenced(&s.url(), &args), limit).await;
+        one_line_naming_it(&format!("run {flags:?}"), &done);
+        assert_eq!(done.stderr.trim_end().lines().count(), 1, "{}", done.stderr);
+    }
+    let status = finish(fenced(&s.url(), &["status", "typed"]), limit).await;
+    one_line_naming_it("status", &status);
+    // `list` lists the rest, then names the key.
+    let held = c.lock("fine").acquire().await.unwrap();
+    let list = finish(fenced(&s.url(), &["list"]), limit).await;
+    one_line_naming_it("list", &list);
+    assert!(list.stdout.contains("fine"), "{}", list.stdout);
+    let json = finish(fenced(&s.url(), &["--json", "list"]), limit).await;
+    assert_eq!(json.code, Some(65), "{}", json.stderr);
+    let all: serde_json::Value = serde_json::from_str(&json.stdout).unwrap();
+    let kinds: Vec<(&str, &str)> = all
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| {
+            (
+                v["kind"].as_str().unwrap_or(""),
+                v["name"].as_str().unwrap_or(""),
+            )
+        })
+        .collect();
+    assert!(kinds.contains(&("lock", "fine")), "{kinds:?}");
+    assert!(kinds.contains(&("unreadable", "typed")), "{kinds:?}");
+    held.release().await.unwrap();
+}

@@ -153,8 +153,23 @@ pub enum Error {
     /// (or a clone) holds a read lease of the same lock. Refused before anything is sent.
     #[error("would deadlock: {0}")]
     WouldDeadlock(String),
-    /// Redis answered with an error (for example `WRONGTYPE` on a key another program wrote,
-    /// or `READONLY` from a replica). A refused permission is [`Error::Permission`].
+    /// A key `fenced` uses holds another type of data than `fenced` keeps there (Redis'
+    /// `WRONGTYPE`): another program wrote it, a hash where a lock's string belongs, say.
+    /// Every primitive answers it at once, without waiting: no release will ever change it.
+    /// The key is named; delete it (or use another name, or another namespace) to go on.
+    /// Not transient.
+    #[error(
+        "{operation}: the key {key:?} holds another type of data than fenced keeps there (WRONGTYPE): another program wrote it"
+    )]
+    WrongType {
+        /// The Redis key of the unexpected type.
+        key: String,
+        /// What `fenced` was doing (`acquire`, `status`, ...).
+        operation: &'static str,
+    },
+    /// Redis answered with an error (for example `READONLY` from a replica, or `ERR` on a
+    /// value that is not a number). A refused permission is [`Error::Permission`], a key of
+    /// another type [`Error::WrongType`].
     #[error("Redis returned an error: {0}")]
     Redis(#[source] redis::RedisError),
     /// A script answered in a shape this version of `fenced` does not understand.
@@ -232,13 +247,7 @@ impl Error {
         if !text.contains("can't run this command or subcommand") {
             return self;
         }
-        let command = text
-            .split("@user_script:")
-            .nth(1)
-            .and_then(|rest| {
-                let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
-                digits.parse::<usize>().ok()
-            })
+        let command = script_line(&text)
             .and_then(|line| source.lines().nth(line.checked_sub(1)?))
             .and_then(|line| line.split("redis.call(").nth(1))
             .and_then(|rest| match rest.strip_prefix('\'') {
@@ -279,6 +288,38 @@ impl Error {
         }
     }
 
+    /// Whether this is Redis' `WRONGTYPE`, not yet named ([`Error::Redis`]).
+    pub(crate) fn is_raw_wrong_type(&self) -> bool {
+        matches!(self, Error::Redis(e) if is_wrong_type(e))
+    }
+
+    /// A `WRONGTYPE` raised inside a script, named by the script's line: the first `KEYS[n]`
+    /// of the `redis.call` on the line the server names, read from the script's `source`;
+    /// `keys` gives KEYS[n] (1-based). `None` when the line names no key so (a local
+    /// variable), or this is not such an error.
+    pub(crate) fn wrong_type_in_script(
+        &self,
+        source: &str,
+        keys: impl Fn(usize) -> Option<String>,
+    ) -> Option<String> {
+        let Error::Redis(err) = self else {
+            return None;
+        };
+        if !is_wrong_type(err) {
+            return None;
+        }
+        let text = err.to_string();
+        let line = script_line(&text)?;
+        let call = source.lines().nth(line.checked_sub(1)?)?;
+        let rest = call.split("redis.call(").nth(1)?;
+        let index = rest.split("KEYS[").nth(1)?;
+        let digits: String = index.chars().take_while(char::is_ascii_digit).collect();
+        if !index[digits.len()..].starts_with(']') {
+            return None;
+        }
+        keys(digits.parse().ok()?)
+    }
+
     pub(crate) fn invalid(msg: impl Into<String>) -> Self {
         Error::InvalidArgument(msg.into())
     }
@@ -310,6 +351,21 @@ fn script_error_code(text: &str) -> Option<&str> {
         .split_whitespace()
         .map(|word| word.trim_start_matches('-'))
         .find(|word| word.len() >= 3 && word.bytes().all(|b| b.is_ascii_uppercase()))
+}
+
+/// Whether a client error is Redis' `WRONGTYPE`: its code, or (inside a script on Redis 6)
+/// the code in its text.
+pub(crate) fn is_wrong_type(err: &redis::RedisError) -> bool {
+    err.code() == Some("WRONGTYPE")
+        || script_error_code(&err.to_string()).is_some_and(|code| code == "WRONGTYPE")
+}
+
+/// The line of a script that failed, as the server names it: `@user_script:31` (Redis 6 and
+/// 7, Valkey).
+fn script_line(text: &str) -> Option<usize> {
+    let rest = text.split("@user_script:").nth(1)?;
+    let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+    digits.parse().ok()
 }
 
 /// A refusal's message, with the ACL rule that would grant what was refused.
@@ -428,5 +484,69 @@ mod code_tests {
             script_error_code("@user_script:1: The user executing the script"),
             None
         );
+    }
+}
+
+#[cfg(test)]
+mod wrong_type_tests {
+    use super::Error;
+
+    /// A server's error reply, as the client parses it off the wire.
+    fn server(text: &str) -> Error {
+        let wire = format!("-{text}\r\n");
+        match redis::parse_redis_value(wire.as_bytes()).and_then(|v| v.extract_error()) {
+            Err(e) => Error::Redis(e),
+            Ok(v) => panic!("not an error: {v:?}"),
+        }
+    }
+
+    const SOURCE: &str = "local a = 1\nlocal x = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', 1)\nlocal h = redis.call('LINDEX', queue, 0)\n";
+
+    fn keys(i: usize) -> Option<String> {
+        ["fenced:{a}", "fenced:{a}:permits"]
+            .get(i.checked_sub(1)?)
+            .map(|k| (*k).to_owned())
+    }
+
+    #[test]
+    fn a_wrongtype_inside_a_script_names_the_key_of_its_line_on_every_server() {
+        for text in [
+            // Redis 7, Valkey.
+            "WRONGTYPE Operation against a key holding the wrong kind of value script: 1a2b, on @user_script:2.",
+            // Redis 6.
+            "ERR Error running script (call to f_1a2b): @user_script:2: WRONGTYPE Operation against a key holding the wrong kind of value",
+        ] {
+            let e = server(text);
+            assert!(e.is_raw_wrong_type(), "{text}");
+            assert_eq!(
+                e.wrong_type_in_script(SOURCE, keys).as_deref(),
+                Some("fenced:{a}:permits"),
+                "{text}"
+            );
+        }
+        // A line that names its key by a variable: not named here (the caller asks TYPE).
+        let e = server("WRONGTYPE Operation against a key script: 1a2b, on @user_script:3.");
+        assert_eq!(e.wrong_type_in_script(SOURCE, keys), None);
+        // Another error is none of this.
+        let e = server(
+            "ERR Error running script (call to f_1a2b): @user_script:2: ERR value is not an integer",
+        );
+        assert!(!e.is_raw_wrong_type());
+        assert_eq!(e.wrong_type_in_script(SOURCE, keys), None);
+    }
+
+    #[test]
+    fn a_key_of_another_type_is_named_and_not_transient() {
+        let e = Error::WrongType {
+            key: "fenced:{a}".into(),
+            operation: "acquire",
+        };
+        assert!(!e.is_transient());
+        let text = e.to_string();
+        assert!(
+            text.contains("\"fenced:{a}\"") && text.contains("WRONGTYPE"),
+            "{text}"
+        );
+        assert_eq!(text.lines().count(), 1);
     }
 }

@@ -4,13 +4,13 @@
 
 use std::time::Duration;
 
-use redis::Value;
 #[cfg(feature = "cluster")]
 use redis::cluster_routing::Slot;
+use redis::{RedisError, Value};
 
 use crate::backend::Node;
 use crate::client::Client;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::keys::{LockKeys, validate_name};
 use crate::kind::Wake;
 use crate::kind::permits::SemaphoreKeys;
@@ -92,8 +92,15 @@ struct Inspection {
 }
 
 /// Reads the state of several locks in one round trip (not atomically: for display only).
-async fn inspect(node: &Node, locks: &[LockKeys]) -> Result<Vec<Inspection>> {
+/// The outer error is the round trip's; each lock has its own answer, so one key of another
+/// type ([`Error::WrongType`], `operation` naming it) does not hide the others.
+async fn inspect(
+    node: &Node,
+    locks: &[LockKeys],
+    operation: &'static str,
+) -> Result<Vec<Result<Inspection>>> {
     let mut pipe = redis::pipe();
+    pipe.ignore_errors();
     for keys in locks {
         pipe.cmd("GET")
             .arg(&keys.lock)
@@ -115,12 +122,42 @@ async fn inspect(node: &Node, locks: &[LockKeys]) -> Result<Vec<Inspection>> {
             .arg(&keys.holds);
     }
     type Reply = (Option<String>, i64, (Option<Vec<u8>>,), (String, u64), u64);
-    let replies: Vec<Value> = node.query_pipe("inspect", &pipe).await?;
-    replies
+    let replies: Vec<Result<Value, RedisError>> = node.query_pipe("inspect", &pipe).await?;
+    if replies.len() != locks.len() * 5 {
+        return Err(unexpected(
+            "inspect",
+            format!("{} replies for {} locks", replies.len(), locks.len()),
+        ));
+    }
+    let timeout = node.timeout();
+    Ok(replies
         .chunks(5)
-        .map(|five| {
+        .zip(locks)
+        .map(|(five, keys)| {
+            let mut values = Vec::with_capacity(5);
+            // The commands in order: GET and PTTL of the lock key, MGET of the fence, PUBSUB,
+            // HLEN of the holds; the key each one reads, should it be of another type.
+            let read = [
+                &keys.lock,
+                &keys.lock,
+                &keys.fence,
+                &keys.channel,
+                &keys.holds,
+            ];
+            for (reply, key) in five.iter().zip(read) {
+                match reply {
+                    Ok(value) => values.push(value.clone()),
+                    Err(e) if crate::error::is_wrong_type(e) => {
+                        return Err(Error::WrongType {
+                            key: key.clone(),
+                            operation,
+                        });
+                    }
+                    Err(e) => return Err(Error::from_redis(operation, timeout, e.clone())),
+                }
+            }
             let (owner, pttl, last, numsub, hlen): Reply =
-                redis::from_redis_value(Value::Array(five.to_vec()))
+                redis::from_redis_value(Value::Array(values))
                     .map_err(|e| unexpected("inspect", e.to_string()))?;
             Ok(Inspection {
                 owner,
@@ -131,7 +168,7 @@ async fn inspect(node: &Node, locks: &[LockKeys]) -> Result<Vec<Inspection>> {
                 holds: hlen.saturating_sub(1),
             })
         })
-        .collect()
+        .collect())
 }
 
 impl Lock {
@@ -139,14 +176,20 @@ impl Lock {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a bad name; transport
-    /// errors.
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a bad name;
+    /// [`Error::WrongType`](crate::Error::WrongType) naming the lock's key (or its holds')
+    /// when another program wrote another type of data there; transport errors.
     pub async fn status(&self) -> Result<LockStatus> {
         validate_name("lock", self.name())?;
-        let mut seen = inspect(self.core().node()?, std::slice::from_ref(self.keys())).await?;
+        let mut seen = inspect(
+            self.core().node()?,
+            std::slice::from_ref(self.keys()),
+            "status",
+        )
+        .await?;
         let seen = seen
             .pop()
-            .ok_or_else(|| unexpected("inspect", "no reply".into()))?;
+            .ok_or_else(|| unexpected("inspect", "no reply".into()))??;
         Ok(status(self.name().to_owned(), seen))
     }
 
@@ -174,11 +217,11 @@ impl Lock {
         validate_name("lock", self.name())?;
         let nodes = self.core().backend().nodes_of(&self.keys().lock).await;
         let reads = nodes.into_iter().map(|(label, node)| async move {
-            let seen = inspect(&node, std::slice::from_ref(self.keys()))
+            let seen = inspect(&node, std::slice::from_ref(self.keys()), "status")
                 .await
                 .and_then(|mut seen| {
                     seen.pop()
-                        .ok_or_else(|| unexpected("inspect", "no reply".into()))
+                        .ok_or_else(|| unexpected("inspect", "no reply".into()))?
                 });
             NodeStatus {
                 node: label,
@@ -235,6 +278,44 @@ pub struct Listing {
     /// Every name that handed out a fencing token within the fence retention, held now or
     /// not, with its last token: reading it twice shows which names were granted in between.
     pub grants: Vec<GrantStatus>,
+    /// Keys found that hold another type of data than `fenced` keeps there (another program
+    /// wrote them): named here, and left out of the lists above, while the rest is listed.
+    pub unreadable: Vec<Unreadable>,
+}
+
+/// A key of the namespace that [`Client::list`] could not read: it holds another type of
+/// data than `fenced` keeps there (Redis' `WRONGTYPE`), written by another program.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Unreadable {
+    /// The name whose key it is.
+    pub name: String,
+    /// The Redis key of the unexpected type.
+    pub key: String,
+    /// What the key was read as: `lock`, `semaphore`, `rw_lock`, `fair_queue` or `latch`.
+    pub kind: &'static str,
+}
+
+/// Sorts a listing read's answer: a value to keep, a key of another type to name in
+/// `unreadable` (then `None`), or an error that ends the listing.
+fn readable<T>(
+    answer: Result<T>,
+    name: &str,
+    kind: &'static str,
+    unreadable: &mut Vec<Unreadable>,
+) -> Result<Option<T>> {
+    match answer {
+        Ok(value) => Ok(Some(value)),
+        Err(Error::WrongType { key, .. }) => {
+            unreadable.push(Unreadable {
+                name: name.to_owned(),
+                key,
+                kind,
+            });
+            Ok(None)
+        }
+        Err(e) => Err(e),
+    }
 }
 
 impl Client {
@@ -243,6 +324,9 @@ impl Client {
     /// found in one `SCAN` pass (never `KEYS`; on a cluster, one walk per master) and then
     /// read in batches.
     ///
+    /// A key that holds another type of data than `fenced` keeps there (another program wrote
+    /// it) is named in [`Listing::unreadable`], and the listing goes on with the rest.
+    ///
     /// # Errors
     ///
     /// Transport errors. Each `SCAN` step is bounded by the timeout; a namespace with millions
@@ -250,18 +334,25 @@ impl Client {
     pub async fn list(&self, pattern: &str) -> Result<Listing> {
         let ns = &self.core().options().namespace;
         let found = scan(self.core().node()?, ns, pattern).await?;
+        let mut unreadable = Vec::new();
+        let u = &mut unreadable;
         Ok(Listing {
-            locks: self.locks(&found.locks).await?,
-            semaphores: self.semaphores(found.semaphores).await?,
-            rw_locks: self.rw_locks(found.rw_locks).await?,
-            fair_queues: self.fair_queues(found.fair_queues).await?,
-            latches: self.latches(found.latches).await?,
+            locks: self.locks(&found.locks, u).await?,
+            semaphores: self.semaphores(found.semaphores, u).await?,
+            rw_locks: self.rw_locks(found.rw_locks, u).await?,
+            fair_queues: self.fair_queues(found.fair_queues, u).await?,
+            latches: self.latches(found.latches, u).await?,
             grants: self.grants(&found.fences, &found.permit_fences).await?,
+            unreadable,
         })
     }
 
     /// The held ones among `names`.
-    async fn locks(&self, names: &[String]) -> Result<Vec<LockStatus>> {
+    async fn locks(
+        &self,
+        names: &[String],
+        unreadable: &mut Vec<Unreadable>,
+    ) -> Result<Vec<LockStatus>> {
         let ns = &self.core().options().namespace;
         let node = self.core().node()?;
         let mut out = Vec::with_capacity(names.len());
@@ -269,8 +360,11 @@ impl Client {
         // pipeline) stays within one slot.
         for batch in batches(node, ns, names) {
             let keys: Vec<LockKeys> = batch.iter().map(|name| LockKeys::new(ns, name)).collect();
-            let seen = inspect(node, &keys).await?;
+            let seen = inspect(node, &keys, "list").await?;
             for (name, seen) in batch.iter().zip(seen) {
+                let Some(seen) = readable(seen, name, "lock", unreadable)? else {
+                    continue;
+                };
                 // Released between the scan and now: not held any more.
                 if seen.owner.is_some() {
                     out.push(status((*name).clone(), seen));
@@ -283,10 +377,17 @@ impl Client {
 
 impl Client {
     /// The semaphores among `names` with live holders.
-    async fn semaphores(&self, names: Vec<String>) -> Result<Vec<SemaphoreStatus>> {
+    async fn semaphores(
+        &self,
+        names: Vec<String>,
+        unreadable: &mut Vec<Unreadable>,
+    ) -> Result<Vec<SemaphoreStatus>> {
         let mut out = Vec::with_capacity(names.len());
         for name in names {
-            let status = self.semaphore(name, 1).status().await?;
+            let status = self.semaphore(name.clone(), 1).status().await;
+            let Some(status) = readable(status, &name, "semaphore", unreadable)? else {
+                continue;
+            };
             if status.holders > 0 {
                 out.push(status);
             }
@@ -330,10 +431,17 @@ pub struct FairQueueStatus {
 impl Client {
     /// The read-write locks among `names` with live readers or waiting writers. (A writer
     /// holds the lock's plain key: it is listed among the locks.)
-    async fn rw_locks(&self, names: Vec<String>) -> Result<Vec<RwLockStatus>> {
+    async fn rw_locks(
+        &self,
+        names: Vec<String>,
+        unreadable: &mut Vec<Unreadable>,
+    ) -> Result<Vec<RwLockStatus>> {
         let mut out = Vec::with_capacity(names.len());
         for name in names {
-            let seen = self.rw_lock(&name).readers().await?;
+            let seen = self.rw_lock(&name).readers().await;
+            let Some(seen) = readable(seen, &name, "rw_lock", unreadable)? else {
+                continue;
+            };
             if seen.readers > 0 || seen.waiting_writers > 0 {
                 out.push(RwLockStatus {
                     name,
@@ -346,10 +454,15 @@ impl Client {
     }
 
     /// The latches among `names` that still exist.
-    async fn latches(&self, names: Vec<String>) -> Result<Vec<LatchStatus>> {
+    async fn latches(
+        &self,
+        names: Vec<String>,
+        unreadable: &mut Vec<Unreadable>,
+    ) -> Result<Vec<LatchStatus>> {
         let mut out = Vec::with_capacity(names.len());
         for name in names {
-            if let Some(count) = self.latch(&name).count().await? {
+            let count = self.latch(&name).count().await;
+            if let Some(Some(count)) = readable(count, &name, "latch", unreadable)? {
                 out.push(LatchStatus { name, count });
             }
         }
@@ -357,10 +470,17 @@ impl Client {
     }
 
     /// The fair locks among `names` with waiters in their queue.
-    async fn fair_queues(&self, names: Vec<String>) -> Result<Vec<FairQueueStatus>> {
+    async fn fair_queues(
+        &self,
+        names: Vec<String>,
+        unreadable: &mut Vec<Unreadable>,
+    ) -> Result<Vec<FairQueueStatus>> {
         let mut out = Vec::with_capacity(names.len());
         for name in names {
-            let queued = self.fair_lock(&name).queued().await?;
+            let queued = self.fair_lock(&name).queued().await;
+            let Some(queued) = readable(queued, &name, "fair_queue", unreadable)? else {
+                continue;
+            };
             if queued > 0 {
                 out.push(FairQueueStatus { name, queued });
             }

@@ -124,6 +124,23 @@ impl LockKeys {
     }
 }
 
+/// The type `fenced` keeps at `key`, read from its layout (the table above) by what follows
+/// the `{name}` tag; `None` for a key of no known shape. For naming a key of another type.
+pub(crate) fn expected_type(key: &str) -> Option<&'static str> {
+    // Names never contain braces: the last one closes the tag.
+    let (head, suffix) = key.rsplit_once('}')?;
+    let (prefix, _) = head.rsplit_once('{')?;
+    Some(match suffix {
+        "" if prefix.ends_with("res:") => "hash",
+        "" | ":fence" | ":permits:fence" | ":latch" => "string",
+        ":holds" | ":permits:n" | ":readers:n" | ":queue:ends" | ":cached" => "hash",
+        ":permits" | ":readers" | ":writers" => "zset",
+        ":queue" => "list",
+        s if s.contains(":void:") || s.contains(":epoch:") => "string",
+        _ => return None,
+    })
+}
+
 /// The keys of one fenced resource.
 #[derive(Clone, Debug)]
 pub(crate) struct ResourceKeys {
@@ -144,6 +161,27 @@ impl ResourceKeys {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_type_kept_at_each_key_is_read_from_its_layout() {
+        for (key, kind) in [
+            ("fenced:{a}", Some("string")),
+            ("fenced:{a}:fence", Some("string")),
+            ("fenced:{a}:void:0123", Some("string")),
+            ("fenced:{a}:permits", Some("zset")),
+            ("fenced:{a}:permits:n", Some("hash")),
+            ("fenced:{a}:readers", Some("zset")),
+            ("fenced:{a}:queue", Some("list")),
+            ("fenced:{a}:queue:ends", Some("hash")),
+            ("fenced:{a}:holds", Some("hash")),
+            ("fenced:res:{a}", Some("hash")),
+            ("fenced:res:{a}:fence", Some("string")),
+            ("fenced:{a}:unknown", None),
+            ("plain", None),
+        ] {
+            assert_eq!(expected_type(key), kind, "{key}");
+        }
+    }
 
     #[test]
     fn keys_share_the_name_as_hash_tag() {

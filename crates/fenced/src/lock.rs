@@ -148,7 +148,8 @@ impl Lock {
     /// retried with jittered backoff within the deadline and the attempt limit, and the last
     /// one ([`Error::Unavailable`], [`Error::Timeout`]) is returned when they run out; with
     /// [`WaitPolicy::forever`](crate::WaitPolicy::forever) the wait goes on until Redis answers. Permanent ones
-    /// ([`Error::Redis`]: `WRONGTYPE`, …; [`Error::Permission`]) end the wait at once.
+    /// ([`Error::WrongType`], naming a key another program wrote in another type;
+    /// [`Error::Redis`]; [`Error::Permission`]) end the wait at once.
     ///
     /// # Cancel safety
     ///

@@ -4,6 +4,7 @@
 
 use std::fmt;
 use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 
 use tracing::Instrument;
 
@@ -97,7 +98,7 @@ impl UnfencedLock {
         let ttl = self.opts.checked_ttl(&self.core, "lock", &self.name)?;
         let span = tracing::debug_span!("fenced.try_acquire", lock = %self.name);
         async move {
-            let (kind, owner) = self.next_attempt()?;
+            let (kind, owner) = self.next_attempt(&self.unchecked())?;
             let granted = self
                 .core
                 .try_once(
@@ -124,8 +125,10 @@ impl UnfencedLock {
         // No handover: a fenced holder's would mint a token for it, an unfenced holder has
         // no script to do it in.
         let request: AcquireRequest<'_> = self.opts.request(&self.name, &self.keys.channel, ttl, 1);
+        // Shared by the attempts: only the first refusal asks the key's type.
+        let unchecked = self.unchecked();
         self.core
-            .acquire_with(&request, || self.next_attempt())
+            .acquire_with(&request, || self.next_attempt(&unchecked))
             .instrument(span)
             .await
             .map(|held| UnfencedGuard { held })
@@ -150,8 +153,15 @@ impl UnfencedLock {
     }
 
     /// The lease kind and a fresh owner for one attempt.
-    fn next_attempt(&self) -> Result<(Unfenced, OwnerToken)> {
-        Ok((self.kind(), OwnerToken::fresh()?))
+    fn next_attempt(&self, unchecked: &Arc<AtomicBool>) -> Result<(Unfenced, OwnerToken)> {
+        let mut kind = self.kind();
+        kind.unchecked = unchecked.clone();
+        Ok((kind, OwnerToken::fresh()?))
+    }
+
+    /// A fresh flag for one acquire: its first refusal asks the lock key's type.
+    fn unchecked(&self) -> Arc<AtomicBool> {
+        Arc::new(AtomicBool::new(true))
     }
 
     /// The lease kind of this name.
@@ -159,6 +169,7 @@ impl UnfencedLock {
         Unfenced {
             name: self.name.clone(),
             keys: self.keys.clone(),
+            unchecked: Arc::new(AtomicBool::new(false)),
         }
     }
 }

@@ -560,10 +560,11 @@ async fn bad_keys_and_settings_are_refused_before_any_call() {
         .query_async(&mut conn)
         .await
         .unwrap();
-    assert!(matches!(
-        cache.get_or_compute("odd", TTL, compute).await,
-        Err(Error::Redis(_))
-    ));
+    let out = cache.get_or_compute("odd", TTL, compute).await;
+    assert!(
+        matches!(&out, Err(Error::WrongType { key, .. }) if key == "fenced:{c:odd}:cached"),
+        "{out:?}"
+    );
 }
 
 #[tokio::test]

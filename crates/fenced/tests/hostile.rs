@@ -152,21 +152,24 @@ async fn keys_written_by_another_program_in_another_form_give_typed_errors() {
     let server = server();
     let c = client(&server).await;
     let mut conn = raw(&server).await;
-    // The lock key is a hash: it is "held" by nobody we know, forever (no expiry). A wait
-    // ends at its deadline.
+    // The lock key is a hash: no release will ever free it, so the acquire says so at
+    // once, naming the key, without spending its wait.
     write(&mut conn, &["HSET", "fenced:{odd-lock}", "f", "v"]).await;
     let started = Instant::now();
     let out = c
         .lock("odd-lock")
-        .with_wait(WaitPolicy::up_to(Duration::from_millis(300)))
+        .with_wait(WaitPolicy::up_to(Duration::from_secs(30)))
         .acquire()
         .await;
-    assert!(matches!(out, Err(Error::NotAcquired { .. })), "{out:?}");
+    assert!(
+        matches!(&out, Err(Error::WrongType { key, .. }) if key == "fenced:{odd-lock}"),
+        "{out:?}"
+    );
     assert!(started.elapsed() < Duration::from_secs(2));
     // Inspecting it says what is wrong, typed.
     let status = c.lock("odd-lock").status().await;
     assert!(
-        matches!(&status, Err(Error::Redis(e)) if e.to_string().contains("WRONGTYPE")),
+        matches!(&status, Err(Error::WrongType { key, operation: "status" }) if key == "fenced:{odd-lock}"),
         "{status:?}"
     );
     // The fence is a list: a grant overwrites it with a token (MGET reads it as absent).
@@ -189,7 +192,10 @@ async fn keys_written_by_another_program_in_another_form_give_typed_errors() {
         .resource("odd-res")
         .set(fenced::FencingToken::new(1), "f", "v")
         .await;
-    assert!(matches!(out, Err(Error::Redis(_))), "{out:?}");
+    assert!(
+        matches!(&out, Err(Error::WrongType { key, .. }) if key == "fenced:res:{odd-res}"),
+        "{out:?}"
+    );
     write(
         &mut conn,
         &["SET", "fenced:res:{odd-res2}:fence", "garbage"],
@@ -236,6 +242,126 @@ async fn a_password_given_apart_from_the_url_authenticates_and_is_never_shown() 
     c.lock("y")
         .acquire()
         .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+}
+
+/// Every primitive's answer for a key of the wrong type, bounded so that a wait would fail
+/// the test instead of hanging it.
+async fn at_once<T: std::fmt::Debug>(
+    what: &str,
+    call: impl Future<Output = Result<T, Error>>,
+) -> Error {
+    match tokio::time::timeout(Duration::from_secs(2), call).await {
+        Ok(Err(e)) => e,
+        Ok(Ok(v)) => panic!("{what}: answered {v:?}"),
+        Err(_) => panic!("{what}: still waiting after 2 s"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_of_another_type_is_named_by_every_primitive_at_once() {
+    let server = server();
+    let c = client(&server).await;
+    let mut conn = raw(&server).await;
+    // Another program put a hash where the lock "odd" keeps its string. Every handle waits
+    // forever by default: only an answer at once passes.
+    write(&mut conn, &["HSET", "fenced:{odd}", "f", "v"]).await;
+    let odd = |e: &Error| matches!(e, Error::WrongType { key, .. } if key == "fenced:{odd}");
+    let answers = [
+        ("acquire", at_once("acquire", c.lock("odd").acquire()).await),
+        (
+            "try_acquire",
+            at_once("try_acquire", c.lock("odd").try_acquire()).await,
+        ),
+        (
+            "unfenced acquire",
+            at_once("unfenced acquire", c.lock("odd").unfenced().acquire()).await,
+        ),
+        (
+            "unfenced try_acquire",
+            at_once(
+                "unfenced try_acquire",
+                c.lock("odd").unfenced().try_acquire(),
+            )
+            .await,
+        ),
+        (
+            "rw write",
+            at_once("rw write", c.rw_lock("odd").write()).await,
+        ),
+        ("rw read", at_once("rw read", c.rw_lock("odd").read()).await),
+        (
+            "reentrant acquire",
+            at_once("reentrant acquire", c.reentrant_lock("odd").acquire()).await,
+        ),
+        (
+            "fair acquire",
+            at_once("fair acquire", c.fair_lock("odd").acquire()).await,
+        ),
+        (
+            "fair try_acquire",
+            at_once("fair try_acquire", c.fair_lock("odd").try_acquire()).await,
+        ),
+        (
+            "multi-lock",
+            at_once(
+                "multi-lock",
+                c.multi_lock(["fine", "odd"]).unwrap().acquire(),
+            )
+            .await,
+        ),
+        ("status", at_once("status", c.lock("odd").status()).await),
+    ];
+    for (what, e) in &answers {
+        assert!(odd(e), "{what}: {e:?}");
+        assert!(e.to_string().contains("fenced:{odd}"), "{what}: {e}");
+        assert!(!e.is_transient(), "{what}");
+    }
+    // Keys of a lease's other parts, of another type: each names its own key.
+    write(&mut conn, &["SET", "fenced:{odd-sem}:permits", "x"]).await;
+    let e = at_once("semaphore", c.semaphore("odd-sem", 2).acquire()).await;
+    assert!(
+        matches!(&e, Error::WrongType { key, .. } if key == "fenced:{odd-sem}:permits"),
+        "{e:?}"
+    );
+    write(&mut conn, &["SET", "fenced:{odd-fair}:queue", "x"]).await;
+    let e = at_once("fair queue", c.fair_lock("odd-fair").acquire()).await;
+    assert!(
+        matches!(&e, Error::WrongType { key, .. } if key == "fenced:{odd-fair}:queue"),
+        "{e:?}"
+    );
+    write(&mut conn, &["SET", "fenced:{odd-rw}:readers", "x"]).await;
+    for (what, e) in [
+        (
+            "rw read",
+            at_once("rw read", c.rw_lock("odd-rw").read()).await,
+        ),
+        (
+            "rw write",
+            at_once("rw write", c.rw_lock("odd-rw").write()).await,
+        ),
+    ] {
+        assert!(
+            matches!(&e, Error::WrongType { key, .. } if key == "fenced:{odd-rw}:readers"),
+            "{what}: {e:?}"
+        );
+    }
+    // Nothing was taken on the way: the multi-lock's other name, and another lock, are free.
+    c.lock("fine")
+        .try_acquire()
+        .await
+        .unwrap()
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    c.lock("other")
+        .try_acquire()
+        .await
+        .unwrap()
         .unwrap()
         .release()
         .await

@@ -173,3 +173,44 @@ async fn list_finds_every_kind_in_one_scan_pass() {
     permit.release().await.unwrap();
     reader.release().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listing_names_keys_of_another_type_and_lists_the_rest() {
+    let server = server();
+    let c = client(&server).await;
+    let mut conn = crate::support::raw(&server).await;
+    let one = c.lock("t-one").acquire().await.unwrap();
+    let two = c.lock("t-two").acquire().await.unwrap();
+    // Another program's hash where a lock keeps its string, and a string where a semaphore
+    // keeps its holders.
+    let _: () = redis::cmd("HSET")
+        .arg("fenced:{t-hash}")
+        .arg("f")
+        .arg("v")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let _: () = redis::cmd("SET")
+        .arg("fenced:{t-sem}:permits")
+        .arg("x")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let all = c.list("t-*").await.unwrap();
+    let locks: Vec<&str> = all.locks.iter().map(|l| l.name.as_str()).collect();
+    assert_eq!(locks, ["t-one", "t-two"]);
+    let unreadable: Vec<(&str, &str, &str)> = all
+        .unreadable
+        .iter()
+        .map(|u| (u.name.as_str(), u.key.as_str(), u.kind))
+        .collect();
+    assert_eq!(
+        unreadable,
+        [
+            ("t-hash", "fenced:{t-hash}", "lock"),
+            ("t-sem", "fenced:{t-sem}:permits", "semaphore"),
+        ]
+    );
+    one.release().await.unwrap();
+    two.release().await.unwrap();
+}

@@ -168,13 +168,28 @@ pub async fn list(global: &Global, pattern: &str) -> Result<u8, Failure> {
     let client = connect(global).await?;
     let fail = |e| Failure::from_lib(e, &address(global.redis_url()));
     let listing = client.list(pattern).await.map_err(fail)?;
-    let (locks, semaphores, rw, queues, latches) = (
+    let (locks, semaphores, rw, queues, latches, unreadable) = (
         listing.locks,
         listing.semaphores,
         listing.rw_locks,
         listing.fair_queues,
         listing.latches,
+        listing.unreadable,
     );
+    // Keys of another type are named after the rest is listed, and make the exit code 65.
+    for u in &unreadable {
+        warn!(
+            "fenced: {} {:?}: the key {:?} holds another type of data than fenced keeps there (WRONGTYPE): another program wrote it",
+            u.kind.replace('_', " "),
+            u.name,
+            u.key
+        );
+    }
+    let done = if unreadable.is_empty() {
+        exit::OK
+    } else {
+        exit::DATA
+    };
     if global.json {
         let all = locks
             .iter()
@@ -193,9 +208,12 @@ pub async fn list(global: &Global, pattern: &str) -> Result<u8, Failure> {
                 latches
                     .iter()
                     .map(|l| json!({"kind": "latch", "name": l.name, "count": l.count})),
-            );
+            )
+            .chain(unreadable.iter().map(
+                |u| json!({"kind": "unreadable", "name": u.name, "key": u.key, "read_as": u.kind}),
+            ));
         say!("{}", Value::Array(all.collect()));
-        return Ok(exit::OK);
+        return Ok(done);
     }
     let mut tables = Vec::new();
     if !locks.is_empty() {
@@ -276,10 +294,10 @@ pub async fn list(global: &Global, pattern: &str) -> Result<u8, Failure> {
             "nothing held, queued or counting matches {pattern:?} in namespace {:?}",
             global.namespace
         );
-        return Ok(exit::OK);
+        return Ok(done);
     }
     say!("{}", tables.join("\n").trim_end());
-    Ok(exit::OK)
+    Ok(done)
 }
 
 /// A table: the first column left-aligned, the others right-aligned, each as wide as its

@@ -261,7 +261,12 @@ impl Backend {
         match self.route() {
             Route::One(node) => {
                 let (value, short) = node.run_acked(call).await?;
-                let reply = acquire_reply(value)?;
+                let mut reply = acquire_reply(value)?;
+                if matches!(reply, AcquireReply::Busy { remaining: None })
+                    && kind.checks_type_of_refusal()
+                {
+                    reply = node.refusal_type(call).await?;
+                }
                 match (reply, short) {
                     // A grant the replicas did not confirm: give it back now, so the retry
                     // within the wait finds the lock free, and answer the error. Should the

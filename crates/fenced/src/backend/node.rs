@@ -47,7 +47,7 @@ use redis::{Cmd, FromRedisValue, Pipeline, RedisError, RedisFuture, Value};
 #[cfg(feature = "sentinel")]
 use super::sentinel::Failover;
 use crate::error::{Error, Result};
-use crate::kind::unexpected;
+use crate::kind::{AcquireReply, unexpected};
 use crate::scripts::ScriptCall;
 
 /// The connection under a [`Node`]: one server through a reconnecting `ConnectionManager`,
@@ -343,7 +343,7 @@ impl Node {
         pipe.add_command(call.evalsha(body)).add_command(wait);
         let pipe = &pipe;
         let cluster = self.is_cluster();
-        let (value, acked) = self
+        let answer = self
             .bounded(
                 operation,
                 self.resending(|mut conn| async move {
@@ -369,14 +369,22 @@ impl Node {
                     Ok((value?, acked?))
                 }),
             )
-            .await
-            .map_err(|e| e.in_script(operation, source))?;
+            .await;
+        let (value, acked) = match answer {
+            Ok(answer) => answer,
+            Err(e) => return Err(self.named(e.in_script(operation, source), call).await),
+        };
         let acked = match acked {
             Value::Int(n) => usize::try_from(n).unwrap_or(0),
             other => return Err(unexpected("wait", format!("{other:?}"))),
         };
         let short = (acked < needed).then_some(Shortfall { acked, needed });
         Ok((value, short))
+    }
+
+    /// The per-call timeout.
+    pub(crate) fn timeout(&self) -> Duration {
+        self.timeout
     }
 
     /// Whether this node is a whole Redis Cluster (keys of different slots live apart).
@@ -417,7 +425,8 @@ impl Node {
         }
     }
 
-    /// One command.
+    /// One command. A `WRONGTYPE` is [`Error::WrongType`] naming the command's first
+    /// argument: its key.
     pub(crate) async fn query<T: FromRedisValue>(
         &self,
         operation: &'static str,
@@ -428,6 +437,65 @@ impl Node {
             self.resending(|mut conn| async move { cmd.query_async(&mut conn).await }),
         )
         .await
+        .map_err(|e| {
+            if !e.is_raw_wrong_type() {
+                return e;
+            }
+            match cmd.args_iter().nth(1) {
+                Some(redis::Arg::Simple(key)) => Error::WrongType {
+                    key: String::from_utf8_lossy(key).into_owned(),
+                    operation,
+                },
+                _ => e,
+            }
+        })
+    }
+
+    /// After a refusal that read no ttl (a native `SET NX PX`'s nil): whether the call's
+    /// lock key, KEYS[1], holds another type ([`AcquireReply::WrongType`]) or a lease, held
+    /// or just ended (busy). One script (`lock_type.lua`), with the lock's own commands.
+    pub(crate) async fn refusal_type(&self, call: &ScriptCall) -> Result<AcquireReply> {
+        let busy = AcquireReply::Busy { remaining: None };
+        let Some(key) = call.key_at(1) else {
+            return Ok(busy);
+        };
+        let other: i64 = self
+            .run(&ScriptCall::new(&crate::scripts::LOCK_TYPE).key(key))
+            .await?;
+        Ok(if other == 1 {
+            AcquireReply::WrongType { key: 1 }
+        } else {
+            busy
+        })
+    }
+
+    /// A `WRONGTYPE` raised inside `call`'s script, named ([`Error::WrongType`]): by the
+    /// script's line (the `KEYS[n]` of the command that failed), or else by one pipelined
+    /// `TYPE` of the call's keys, naming the first whose type is not the one `fenced` keeps
+    /// there. Only on the error path; any other error is returned as it is.
+    async fn named(&self, e: Error, call: &ScriptCall) -> Error {
+        if !e.is_raw_wrong_type() {
+            return e;
+        }
+        let operation = call.lua.operation;
+        let source = call.lua.body(self.sharded).source();
+        if let Some(key) = e.wrong_type_in_script(source, |i| call.key_at(i)) {
+            return Error::WrongType { key, operation };
+        }
+        let keys = call.keys();
+        let mut pipe = redis::pipe();
+        for key in &keys {
+            pipe.cmd("TYPE").arg(key);
+        }
+        let Ok(types) = self.query_pipe::<Vec<String>>(operation, &pipe).await else {
+            return e;
+        };
+        keys.into_iter()
+            .zip(types)
+            .find(|(key, found)| {
+                found != "none" && crate::keys::expected_type(key).is_some_and(|t| t != found)
+            })
+            .map_or(e, |(key, _)| Error::WrongType { key, operation })
     }
 
     /// Runs `cmd` on every master of a cluster at once: (`host:port`, reply) per master. A
@@ -573,20 +641,24 @@ impl Node {
         let body = call.lua.body(self.sharded);
         let source = body.source();
         let cmd = &call.evalsha(body);
-        self.bounded(
-            operation,
-            self.resending(|mut conn| async move {
-                match cmd.query_async(&mut conn).await {
-                    Err(e) if is_noscript(&e) => {
-                        body.load_cmd().query_async::<()>(&mut conn).await?;
-                        cmd.query_async(&mut conn).await
+        let answer = self
+            .bounded(
+                operation,
+                self.resending(|mut conn| async move {
+                    match cmd.query_async(&mut conn).await {
+                        Err(e) if is_noscript(&e) => {
+                            body.load_cmd().query_async::<()>(&mut conn).await?;
+                            cmd.query_async(&mut conn).await
+                        }
+                        other => other,
                     }
-                    other => other,
-                }
-            }),
-        )
-        .await
-        .map_err(|e| e.in_script(operation, source))
+                }),
+            )
+            .await;
+        match answer {
+            Ok(value) => Ok(value),
+            Err(e) => Err(self.named(e.in_script(operation, source), call).await),
+        }
     }
 
     /// Runs idempotent script calls in one round trip per node (invariant 3): on a cluster,
@@ -720,8 +792,12 @@ impl Node {
             .zip(calls)
             .map(|(r, call)| {
                 r.map_err(|e| {
-                    Error::from_redis(operation, timeout, e)
-                        .in_script(operation, call.lua.body(self.sharded).source())
+                    let source = call.lua.body(self.sharded).source();
+                    let e = Error::from_redis(operation, timeout, e).in_script(operation, source);
+                    match e.wrong_type_in_script(source, |i| call.key_at(i)) {
+                        Some(key) => Error::WrongType { key, operation },
+                        None => e,
+                    }
                 })
             })
             .collect())

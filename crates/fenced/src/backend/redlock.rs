@@ -271,7 +271,13 @@ impl Redlock {
             };
             tally.answered += 1;
             let votes = self.may_vote(i, info.as_deref());
-            match reply.and_then(acquire_reply) {
+            let mut reply = reply.and_then(acquire_reply);
+            if matches!(reply, Ok(AcquireReply::Busy { remaining: None }))
+                && kind.checks_type_of_refusal()
+            {
+                reply = self.nodes[i].refusal_type(call).await;
+            }
+            match reply {
                 Ok(AcquireReply::Acquired(_)) if !votes => excluded += 1,
                 Ok(AcquireReply::Acquired(token)) => tokens.push(token),
                 Ok(AcquireReply::Busy { remaining }) => {
@@ -281,6 +287,11 @@ impl Redlock {
                     };
                 }
                 Ok(AcquireReply::Abandoned | AcquireReply::NotHeld) => {}
+                // A key of another type on this master: a permanent refusal, which ends the
+                // wait once it keeps the majority out of reach.
+                Ok(AcquireReply::WrongType { key }) => {
+                    tally.fail(crate::core::acquire::wrong_type(call, key));
+                }
                 Err(e) => tally.fail(e),
             }
             if tokens.len() >= needed || tokens.len() + (n - tally.answered) < needed {
@@ -562,7 +573,10 @@ fn drain_late_replies(
         while let Some((_, reply, _)) = replies.recv().await {
             let harmless = matches!(
                 reply.and_then(acquire_reply),
-                Ok(AcquireReply::Busy { .. } | AcquireReply::Abandoned | AcquireReply::NotHeld)
+                Ok(AcquireReply::Busy { .. }
+                    | AcquireReply::Abandoned
+                    | AcquireReply::NotHeld
+                    | AcquireReply::WrongType { .. })
             );
             if !harmless {
                 let mut answers = fan_out(&tails, &nodes, &abandon);

@@ -438,7 +438,20 @@ impl Core {
             AcquireReply::NotHeld => Err(Error::NotHeld {
                 name: req.name.to_string(),
             }),
+            // Nothing was taken, and no release will ever free it: end the wait at once.
+            AcquireReply::WrongType { key } => Err(wrong_type(&call, key)),
         }
+    }
+}
+
+/// The error of an acquire refused for a key of another type: KEYS[`key`] of `call`.
+pub(crate) fn wrong_type(call: &crate::scripts::ScriptCall, key: usize) -> Error {
+    match call.key_at(key) {
+        Some(key) => Error::WrongType {
+            key,
+            operation: "acquire",
+        },
+        None => crate::kind::unexpected("acquire", format!("wrong type at KEYS[{key}]")),
     }
 }
 

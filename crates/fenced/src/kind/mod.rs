@@ -8,7 +8,7 @@
 //!
 //! | step | script replies |
 //! |---|---|
-//! | acquire | `{1, token}` or a bare token granted, `{0, ms}` busy (ms until the blocking lease ends, -1 unknown), `{0, -3}` abandoned, `{0, -4}` refused (a re-entry whose lease is gone) |
+//! | acquire | `{1, token}` or a bare token granted, `{0, ms}` busy (ms until the blocking lease ends, -1 unknown), `{0, -3}` abandoned, `{0, -4}` refused (a re-entry whose lease is gone), `{0, -5, i}` refused: the lock key `KEYS[i]` holds another type than a string (another program wrote it) |
 //! | extend | 1 applied, 0 not held, 2 superseded by a newer epoch |
 //! | release | 1 released (waiters woken), 0 not held (also: an earlier attempt of this same release did it), 3 this hold released but the lease stays (inner re-entrant hold) |
 //! | abandon | 1 the attempt had taken the lease, now released; 0 a tombstone voids it |
@@ -135,6 +135,13 @@ pub(crate) trait LeaseKind: Send + Sync + 'static {
     /// that do not run on Redlock.
     fn propose_token(&self, _acquire: &ScriptCall, _token: u64) -> Option<ScriptCall> {
         None
+    }
+    /// Whether this refusal, one that read no ttl (an unfenced lease's native `SET NX PX`
+    /// answers nil), is to be followed by one `TYPE` of the lock key, to tell a held lock from
+    /// a key of another type. Called once per such refusal; `false` by default (the scripts
+    /// tell it themselves: `{0, -5, i}`).
+    fn checks_type_of_refusal(&self) -> bool {
+        false
     }
     /// Whether the waiters of this kind hear of its release by the lock key's own `del`
     /// event when the client uses keyspace events, so the release need not publish.

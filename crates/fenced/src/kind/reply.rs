@@ -99,6 +99,9 @@ pub(crate) enum AcquireReply {
     Abandoned,
     /// A re-entry whose lease is no longer held by its owner: refused, nothing changed.
     NotHeld,
+    /// The key at this KEYS index (1-based) holds another type of data than a lease's
+    /// string: another program wrote it. Refused, nothing changed; no release will free it.
+    WrongType { key: usize },
 }
 
 /// What a release found.
@@ -135,6 +138,12 @@ pub(crate) fn acquire_reply(value: Value) -> Result<AcquireReply> {
         Value::Nil => return Ok(AcquireReply::Busy { remaining: None }),
         other => return Err(unexpected("acquire", format!("{other:?}"))),
     };
+    if let [Value::Int(0), Value::Int(-5), Value::Int(key)] = pair[..] {
+        return match usize::try_from(key) {
+            Ok(key) if key >= 1 => Ok(AcquireReply::WrongType { key }),
+            _ => Err(unexpected("acquire", format!("wrong type at KEYS[{key}]"))),
+        };
+    }
     let (Some(detail), Some(Value::Int(granted)), None) = (pair.pop(), pair.pop(), pair.pop())
     else {
         return Err(unexpected("acquire", format!("{pair:?}")));
@@ -196,4 +205,44 @@ pub(crate) fn parse_token(script: &'static str, bytes: &[u8]) -> Result<FencingT
 /// The one constructor of [`Error::UnexpectedReply`].
 pub(crate) fn unexpected(script: &'static str, detail: String) -> Error {
     Error::UnexpectedReply { script, detail }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ints(values: &[i64]) -> Value {
+        Value::Array(values.iter().map(|&n| Value::Int(n)).collect())
+    }
+
+    #[test]
+    fn a_key_of_another_type_is_read_with_its_index() {
+        assert_eq!(
+            acquire_reply(ints(&[0, -5, 1])).ok(),
+            Some(AcquireReply::WrongType { key: 1 })
+        );
+        assert_eq!(
+            acquire_reply(ints(&[0, -5, 3])).ok(),
+            Some(AcquireReply::WrongType { key: 3 })
+        );
+        // No key 0 in Lua, nor a negative one: not understood, never a guess.
+        for bad in [[0, -5, 0], [0, -5, -1], [1, -5, 1]] {
+            assert!(
+                matches!(
+                    acquire_reply(ints(&bad)),
+                    Err(Error::UnexpectedReply { .. })
+                ),
+                "{bad:?}"
+            );
+        }
+        // The other replies read as before.
+        assert_eq!(
+            acquire_reply(ints(&[0, -4])).ok(),
+            Some(AcquireReply::NotHeld)
+        );
+        assert_eq!(
+            acquire_reply(ints(&[0, -5])).ok(),
+            Some(AcquireReply::Busy { remaining: None })
+        );
+    }
 }

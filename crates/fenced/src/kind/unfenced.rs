@@ -10,6 +10,7 @@
 //! the name for its ttl, owned by nobody. Exclusion is not at stake, only that ttl.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::keys::LockKeys;
 use crate::kind::Wake;
@@ -21,6 +22,10 @@ use crate::token::OwnerToken;
 pub(crate) struct Unfenced {
     pub(crate) name: Arc<str>,
     pub(crate) keys: Arc<LockKeys>,
+    /// Whether no refusal of this acquire was looked at yet: the first is followed by one
+    /// `TYPE` of the lock key (the native `SET NX PX` answers nil for a key of another type
+    /// too). Shared by the attempts of one acquire.
+    pub(crate) unchecked: Arc<AtomicBool>,
 }
 
 impl LeaseKind for Unfenced {
@@ -72,6 +77,10 @@ impl LeaseKind for Unfenced {
 
     fn announced_by_key_events(&self) -> bool {
         true
+    }
+
+    fn checks_type_of_refusal(&self) -> bool {
+        self.unchecked.swap(false, Ordering::Relaxed)
     }
 
     fn ticket_kind(&self) -> Option<&'static str> {

@@ -11,12 +11,19 @@
 -- Returns token     when granted: the fencing token, a decimal string (no table: the common
 --                   reply is the cheapest one),
 --         {0, pttl}  when somebody holds the lock (pttl = -1 for a key without expiry),
---         {0, -3}    when the client already abandoned this attempt (see abandon.lua).
+--         {0, -3}    when the client already abandoned this attempt (see abandon.lua),
+--         {0, -5, 1} when the lock key holds another type than a string (another program
+--                    wrote it): no release will ever free it.
 --
--- Four commands when granted, two when busy: the tombstone is read with the fence (one MGET),
+-- Four commands when granted, three when busy (the MGET that tells a held lock from a key of
+-- another type costs only a refusal: the key exists, so MGET answers nil for another type
+-- only; no command beyond the lock's own): the tombstone is read with the fence (one MGET),
 -- and only once the lock is taken, since a refused attempt changes nothing whether or not it
 -- was abandoned (its tombstone then expires unused).
 if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  if not redis.call('MGET', KEYS[1])[1] then
+    return {0, -5, 1}
+  end
   return {0, redis.call('PTTL', KEYS[1])}
 end
 local seen = redis.call('MGET', KEYS[2], KEYS[3])

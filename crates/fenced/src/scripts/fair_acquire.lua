@@ -18,13 +18,16 @@
 --
 -- Returns {1, token} granted, {0, ms} wait (ms until the holder's lease ends, -1 unknown:
 --         also when the lock was just handed to this waiter, whose client delivers it),
---         {0, -3} the client already abandoned this attempt.
+--         {0, -3} the client already abandoned this attempt,
+--         {0, -5, 1} the lock key holds another type than a string (another program wrote
+--         it); nothing is queued.
 if redis.call('DEL', KEYS[5]) == 1 then
   return {0, -3}
 end
 -- Handed to this waiter already: it left the queue, and must not join it again.
 if ARGV[6] ~= '' then
-  local holder = redis.call('GET', KEYS[1])
+  -- MGET: false for a key of another type, which the refusal below names.
+  local holder = redis.call('MGET', KEYS[1])[1]
   if holder and string.sub(holder, 1, #ARGV[6]) == ARGV[6] then
     return {0, -1}
   end
@@ -44,6 +47,10 @@ if pttl == -2 and (not head or head == ARGV[4]) then
   local token = next_token(fence, t)
   store_fence(KEYS[4], token, fence, ARGV[3])
   return {1, token}
+end
+-- The key exists: MGET answers nil for another type only.
+if pttl ~= -2 and not redis.call('MGET', KEYS[1])[1] then
+  return {0, -5, 1}
 end
 local registration = tonumber(ARGV[5])
 if registration > 0 then

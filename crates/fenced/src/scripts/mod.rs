@@ -130,6 +130,8 @@ lua!(/// Compare-and-delete a lock, then publish.
     RELEASE, "release", announces, "release.lua");
 lua!(/// Take an unfenced lease: `SET NX PX`, no fence, no `TIME`.
     UNFENCED_ACQUIRE, "acquire", native SetNxPx, "unfenced_acquire.lua");
+lua!(/// Tell a held lease from a key of another type, after an unfenced refusal.
+    LOCK_TYPE, "acquire", "lock_type.lua");
 lua!(/// Compare-and-delete an unfenced lease (or void an attempt of unknown outcome), then
     /// publish: `release.lua`, or `DELIFEQ` where the server has it.
     UNFENCED_RELEASE, "release", announces native DelIfEqThenPublish, "release.lua");
@@ -254,6 +256,22 @@ impl ScriptCall {
             redis::Arg::Simple(bytes) => Some(bytes),
             _ => None,
         }
+    }
+
+    /// KEYS[i] (1-based, as the scripts count), as text: for errors naming a key.
+    pub(crate) fn key_at(&self, i: usize) -> Option<String> {
+        if i == 0 || i > self.keys {
+            return None;
+        }
+        match self.parts.args_iter().nth(i - 1)? {
+            redis::Arg::Simple(bytes) => Some(String::from_utf8_lossy(bytes).into_owned()),
+            _ => None,
+        }
+    }
+
+    /// Every key of the call, in order, as text.
+    pub(crate) fn keys(&self) -> Vec<String> {
+        (1..=self.keys).filter_map(|i| self.key_at(i)).collect()
     }
 
     /// Adds a key (KEYS[n]).
@@ -382,6 +400,10 @@ mod tests {
         );
         assert_eq!(text, expected);
         assert_eq!(ScriptCall::new(&RELEASE).arg("no keys").first_key(), None);
+        assert_eq!(call.key_at(2).as_deref(), Some("b{x}"));
+        assert_eq!(call.key_at(0), None);
+        assert_eq!(call.key_at(3), None, "an argument is not a key");
+        assert_eq!(call.keys(), ["a{x}", "b{x}"]);
     }
 
     #[cfg(debug_assertions)]

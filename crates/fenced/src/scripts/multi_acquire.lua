@@ -14,7 +14,9 @@
 --
 -- Returns {1, token} all taken,
 --         {0, pttl}  one of them is held (pttl of the first held one; -1 without expiry),
---         {0, -3}    the client already abandoned this attempt.
+--         {0, -3}    the client already abandoned this attempt,
+--         {0, -5, i} the lock key KEYS[i] holds another type than a string (another program
+--                    wrote it).
 if redis.call('DEL', KEYS[1]) == 1 then
   return {0, -3}
 end
@@ -22,6 +24,10 @@ local n = tonumber(ARGV[4])
 for i = 2, n + 1 do
   local pttl = redis.call('PTTL', KEYS[i])
   if pttl ~= -2 then
+    -- The key exists: MGET answers nil for another type only.
+    if not redis.call('MGET', KEYS[i])[1] then
+      return {0, -5, i}
+    end
     return {0, pttl}
   end
 end

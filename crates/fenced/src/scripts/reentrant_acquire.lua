@@ -17,12 +17,16 @@
 -- Returns {1, token} granted: a first hold (new token) or a re-entry (the hold's token),
 --         {0, pttl}  held by somebody else (pttl = -1 for a key without expiry),
 --         {0, -3}    the client already abandoned this attempt,
---         {0, -4}    re-enter only, and the owner does not hold the lock (lost or released).
+--         {0, -4}    re-enter only, and the owner does not hold the lock (lost or released),
+--         {0, -5, 1} the lock key holds another type than a string (another program wrote
+--                    it).
 if redis.call('DEL', KEYS[4]) == 1 then
   return {0, -3}
 end
 local ttl = tonumber(ARGV[2])
-local holder = redis.call('GET', KEYS[1])
+-- MGET, not GET: false for a key of another type, whose SET NX below then fails (so a grant
+-- costs nothing more to tell one).
+local holder = redis.call('MGET', KEYS[1])[1]
 if holder == ARGV[1] then
   local token = redis.call('HGET', KEYS[2], 'token')
   if not token then
@@ -41,12 +45,17 @@ if holder == ARGV[1] then
   return {1, token}
 end
 if ARGV[5] == '1' then
+  if not holder and redis.call('PTTL', KEYS[1]) ~= -2 then
+    return {0, -5, 1}
+  end
   return {0, -4}
 end
 if holder then
   return {0, redis.call('PTTL', KEYS[1])}
 end
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ttl)
+if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ttl) then
+  return {0, -5, 1}
+end
 local last = redis.call('MGET', KEYS[3])[1]
 local token = next_token(last, redis.call('TIME'))
 store_fence(KEYS[3], token, last, ARGV[3])

@@ -14,12 +14,18 @@
 --
 -- Returns {1, token} granted (a token above every earlier grant, the writers' included),
 --         {0, ms}    a writer holds or waits: ms until that may change (-1 unknown),
---         {0, -3}    the client already abandoned this attempt.
+--         {0, -3}    the client already abandoned this attempt,
+--         {0, -5, 1} the lock key holds another type than a string (another program wrote
+--                    it).
 if redis.call('DEL', KEYS[6]) == 1 then
   return {0, -3}
 end
 local pttl = redis.call('PTTL', KEYS[1])
 if pttl ~= -2 then
+  -- The key exists: MGET answers nil for another type only.
+  if not redis.call('MGET', KEYS[1])[1] then
+    return {0, -5, 1}
+  end
   return {0, pttl}
 end
 local t = redis.call('TIME')

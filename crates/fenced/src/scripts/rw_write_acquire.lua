@@ -17,7 +17,9 @@
 --
 -- Returns {1, token} granted (a token above every earlier grant, the readers' included),
 --         {0, ms}    a writer or live readers hold it: ms until the earliest may end,
---         {0, -3}    the client already abandoned this attempt.
+--         {0, -3}    the client already abandoned this attempt,
+--         {0, -5, 1} the lock key holds another type than a string (another program wrote
+--                    it); nothing is registered.
 if redis.call('DEL', KEYS[5]) == 1 then
   return {0, -3}
 end
@@ -33,6 +35,10 @@ local function wait(ms)
 end
 local pttl = redis.call('PTTL', KEYS[1])
 if pttl ~= -2 then
+  -- The key exists: MGET answers nil for another type only.
+  if not redis.call('MGET', KEYS[1])[1] then
+    return {0, -5, 1}
+  end
   return wait(pttl)
 end
 local reader = redis.call('ZRANGEBYSCORE', KEYS[2], '(' .. now, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)

@@ -10,5 +10,8 @@
 -- ARGV[2]  lease in ms
 --
 -- Returns OK   when granted,
---         nil  when somebody holds the lock.
+--         nil  when somebody holds the lock, or the key holds another type than a string
+--              (another program wrote it): the client tells them apart by lock_type.lua
+--              after the first refusal of an acquire (backend/node.rs), as it must for the
+--              twin.
 return redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
