@@ -22,6 +22,7 @@ mod fair;
 mod family_faults;
 mod faults;
 mod fencing;
+mod grants;
 mod guards;
 mod handover;
 mod holds;

@@ -33,6 +33,8 @@
 //!    one) or an ACL refusal of the twin's command is remembered for this node, and the call
 //!    goes out as its script at once, so the caller never sees the difference.
 
+mod grant;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Duration;
@@ -128,6 +130,8 @@ pub(crate) struct Node {
     sharded: bool,
     /// What the server answered to native twins that not every server has (invariant 6).
     natives: Arc<NativeSupport>,
+    /// Whether the server grants the plain lock by transaction (`grant.rs`).
+    grants: Arc<NativeSupport>,
 }
 
 /// Whether a node runs the native twins that need a recent server (`DELIFEQ`), as learned
@@ -180,6 +184,7 @@ impl Node {
             acks: None,
             sharded: false,
             natives: Arc::default(),
+            grants: Arc::default(),
         }
     }
 

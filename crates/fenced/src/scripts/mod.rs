@@ -124,6 +124,8 @@ macro_rules! lua {
 
 lua!(/// Take a lock and a fencing token.
     ACQUIRE, "acquire", "fence.lua", "acquire.lua");
+lua!(/// Hand out a fencing token for a lease granted by transaction, when its fence was missing.
+    FENCE_MINT, "acquire", "fence.lua", "fence_mint.lua");
 lua!(/// Give a held lock straight to a waiter of the same client.
     HAND_OVER, "hand over", "fence.lua", "hand_over.lua");
 lua!(/// Compare-and-delete a lock, then publish.
@@ -355,6 +357,54 @@ impl ScriptCall {
                 Some((cmd, Some(announce)))
             }
         }
+    }
+
+    /// The plain lock's grant as one transaction, where this is its acquire call (three keys,
+    /// three arguments: no Redlock proposal): `MULTI`, `SET lock owner NX PX ttl`, `INCR fence`,
+    /// `PTTL lock`, `EXEC` (`backend/grant.rs`).
+    pub(crate) fn grant_transaction(&self) -> Option<[Cmd; 5]> {
+        if !std::ptr::eq(self.lua, &ACQUIRE) || self.keys != 3 {
+            return None;
+        }
+        let [lock, fence, _tombstone, owner, ttl, _retention] = self.simple_parts()?;
+        let mut set = Cmd::with_capacity(6, 48 + lock.len() + owner.len());
+        set.arg("SET")
+            .arg(lock)
+            .arg(owner)
+            .arg("NX")
+            .arg("PX")
+            .arg(ttl);
+        let mut incr = Cmd::with_capacity(2, 8 + fence.len());
+        incr.arg("INCR").arg(fence);
+        let mut pttl = Cmd::with_capacity(2, 8 + lock.len());
+        pttl.arg("PTTL").arg(lock);
+        Some([redis::cmd("MULTI"), set, incr, pttl, redis::cmd("EXEC")])
+    }
+
+    /// For an acquire call of [`grant_transaction`](Self::grant_transaction): the
+    /// `fence_mint.lua` call that hands out its token from the server clock.
+    pub(crate) fn fence_mint(&self) -> Option<ScriptCall> {
+        let [lock, fence, _tombstone, owner, _ttl, retention] = self.simple_parts()?;
+        Some(
+            ScriptCall::new(&FENCE_MINT)
+                .key(lock)
+                .key(fence)
+                .arg(owner)
+                .arg(retention),
+        )
+    }
+
+    /// The keys, then the arguments, as bytes: exactly `N` of them, or `None`.
+    fn simple_parts<const N: usize>(&self) -> Option<[&[u8]; N]> {
+        let mut parts = self.parts.args_iter().map(|a| match a {
+            redis::Arg::Simple(bytes) => Some(bytes),
+            _ => None,
+        });
+        let mut out = [&[][..]; N];
+        for slot in &mut out {
+            *slot = parts.next()??;
+        }
+        parts.next().is_none().then_some(out)
     }
 
     /// How many keys the call touches (the cluster and Redlock backends route by them).
