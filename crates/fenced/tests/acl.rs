@@ -28,9 +28,9 @@ const LOCK_COMMANDS: [&str; 11] = [
 /// For wake-up on release (`subscribe`, `unsubscribe`: without them waiters poll), for the
 /// one-round-trip handover to a waiter of the same client (`pubsub|numsub`, `llen`: without
 /// them a release goes the ordinary way), and for the grant without a script (`multi`, `exec`,
-/// `incr`: without them grants run the acquire script). Nothing fails without them; it is
+/// `incr`, `incrby`: without them grants run the acquire script). Nothing fails without them; it is
 /// slower.
-const SPEED_COMMANDS: [&str; 7] = [
+const SPEED_COMMANDS: [&str; 8] = [
     "subscribe",
     "unsubscribe",
     "pubsub|numsub",
@@ -38,6 +38,7 @@ const SPEED_COMMANDS: [&str; 7] = [
     "multi",
     "exec",
     "incr",
+    "incrby",
 ];
 
 /// Everything a lock does, end to end: the first error, if any.

@@ -124,8 +124,6 @@ macro_rules! lua {
 
 lua!(/// Take a lock and a fencing token.
     ACQUIRE, "acquire", "fence.lua", "acquire.lua");
-lua!(/// Hand out a fencing token for a lease granted by transaction, when its fence was missing.
-    FENCE_MINT, "acquire", "fence.lua", "fence_mint.lua");
 lua!(/// Give a held lock straight to a waiter of the same client.
     HAND_OVER, "hand over", "fence.lua", "hand_over.lua");
 lua!(/// Compare-and-delete a lock, then publish.
@@ -381,17 +379,11 @@ impl ScriptCall {
         Some([redis::cmd("MULTI"), set, incr, pttl, redis::cmd("EXEC")])
     }
 
-    /// For an acquire call of [`grant_transaction`](Self::grant_transaction): the
-    /// `fence_mint.lua` call that hands out its token from the server clock.
-    pub(crate) fn fence_mint(&self) -> Option<ScriptCall> {
-        let [lock, fence, _tombstone, owner, _ttl, retention] = self.simple_parts()?;
-        Some(
-            ScriptCall::new(&FENCE_MINT)
-                .key(lock)
-                .key(fence)
-                .arg(owner)
-                .arg(retention),
-        )
+    /// For an acquire call of [`grant_transaction`](Self::grant_transaction): its fence key
+    /// and the fence's retention in ms, for the mint (`backend/node/grant.rs`).
+    pub(crate) fn fence_of_grant(&self) -> Option<(&[u8], &[u8])> {
+        let [_lock, fence, _tombstone, _owner, _ttl, retention] = self.simple_parts()?;
+        Some((fence, retention))
     }
 
     /// The keys, then the arguments, as bytes: exactly `N` of them, or `None`.

@@ -11,12 +11,17 @@
 //! 2. Tokens never go backwards after the fence is lost. A lost fence (a new name, a fence
 //!    past its retention, a restart, a failover to a replica that missed it) makes `INCR`
 //!    start again from 1, and one of another type or not a number makes it fail. Either way
-//!    the grant's token is not used: `fence_mint.lua` hands out the lease's token from the
-//!    server clock, as the script would, before the grant is reported. Every token handed out
-//!    is at most the server time of its grant (the clock's tokens are that time; `INCR`'s lag
-//!    behind it unless a name is granted more than once a microsecond), so the clock's next
-//!    one is above them all. `MIN_COUNTED` tells the two apart: no token below it was ever
-//!    read from the clock.
+//!    the grant's token is not used: the lease's token is minted from the server clock, as the
+//!    script would, before the grant is reported, and without a script either. `TIME` reads
+//!    the clock (T), then `INCRBY fence T-n` lifts the counter the grant's `INCR` left at n to
+//!    T, or above it if refused attempts counted on meanwhile; its reply is the token. (A
+//!    fence `INCR` cannot count is overwritten: `SET fence T`.) Every token handed out is at
+//!    most the server time of its grant (the clock's tokens are that time; `INCR`'s lag
+//!    behind it unless a name is granted more than once a microsecond), so the minted one is
+//!    above them all; and `INCRBY` only ever adds, so two mints of one lost fence (a lease
+//!    that ran out in between) still hand out increasing tokens. `MIN_COUNTED` tells a
+//!    counted token from a lost count: no token below it was ever read from the clock. The
+//!    minted fence lives for the retention after the mint, as the script's does.
 //! 3. The tombstone of an abandoned attempt is not read: an attempt of unknown outcome that
 //!    reaches Redis after its abandon holds the name for its ttl, owned by nobody, as an
 //!    unfenced lease's does (`kind/unfenced.rs`). Exclusion and tokens are not at stake.
@@ -25,10 +30,11 @@
 //!    apart.
 //! 5. The transaction is learned per node, like a native twin (`node.rs`, invariant 6): a
 //!    server or ACL that refuses `MULTI`, `INCR` or `PTTL` gets the script from then on, and
-//!    a transaction refused before `EXEC` ran changed nothing. Redis Cluster and Redlock grant
+//!    a transaction refused before `EXEC` ran changed nothing. A grant runs no script at all,
+//!    so it works where scripts are forbidden. Redis Cluster and Redlock grant
 //!    by script: the cluster connection does not route a transaction, and Redlock's masters
 //!    agree on a token the script proposes.
-//! 6. With replica acknowledgements, `WAIT` follows `EXEC` (and the mint) in the same
+//! 6. With replica acknowledgements, `WAIT` follows `EXEC` (and the mint's) in the same
 //!    pipeline, as after a script (`node.rs`, invariant 5).
 
 use redis::{RedisError, Value};
@@ -94,15 +100,7 @@ impl Node {
                 Ok(_) => {}
             }
         }
-        let short = match (wait, replies.next()) {
-            (None, _) => None,
-            (Some((_, needed)), Some(Ok(Value::Int(acked)))) => {
-                let acked = usize::try_from(acked).unwrap_or(0);
-                (acked < needed).then_some(Shortfall { acked, needed })
-            }
-            (Some(_), Some(Err(e))) => return Err(Error::from_redis("wait", self.timeout, e)),
-            (Some(_), other) => return Err(unexpected("wait", format!("{other:?}"))),
-        };
+        let short = self.shortfall(wait.map(|(_, needed)| needed), replies.next())?;
         let Some(Value::Array(results)) = exec else {
             return Err(unexpected(operation, format!("{exec:?}")));
         };
@@ -119,12 +117,16 @@ impl Node {
                 short,
             ))),
             // Granted on a fence that did not hold (invariant 2): the clock's token.
-            (Value::Okay, _, _) => {
-                let mint = call
-                    .fence_mint()
-                    .ok_or_else(|| unexpected(operation, "no mint for this call".into()))?;
-                let (value, mint_short) = self.run_acked(&mint).await?;
-                Ok(Some((value, short.or(mint_short))))
+            (Value::Okay, counted, _) => {
+                let counted = match counted {
+                    Value::Int(n) => Some(*n),
+                    _ => None,
+                };
+                let (token, mint_short) = self.mint(call, counted).await?;
+                Ok(Some((
+                    Value::BulkString(token.to_string().into_bytes()),
+                    short.or(mint_short),
+                )))
             }
             // Held forever, or another type (invariant 4).
             (Value::Nil, _, Value::Int(-1)) => Ok(None),
@@ -133,6 +135,79 @@ impl Node {
                 short,
             ))),
             other => Err(unexpected(operation, format!("{other:?}"))),
+        }
+    }
+
+    /// The token of a lease granted on a fence that did not hold, from the server clock
+    /// (invariant 2); `counted`: what the grant's `INCR` answered, if it could count.
+    async fn mint(
+        &self,
+        call: &ScriptCall,
+        counted: Option<i64>,
+    ) -> Result<(i64, Option<Shortfall>)> {
+        let operation = call.lua.operation;
+        let (fence, retention) = call
+            .fence_of_grant()
+            .ok_or_else(|| unexpected(operation, "no fence in this call".into()))?;
+        let (secs, micros): (i64, i64) = self.query(operation, &redis::cmd("TIME")).await?;
+        let now = secs
+            .checked_mul(1_000_000)
+            .and_then(|s| s.checked_add(micros))
+            .filter(|t| *t >= MIN_COUNTED)
+            .ok_or_else(|| unexpected(operation, format!("TIME {secs} {micros}")))?;
+        let mut pipe = redis::pipe();
+        pipe.ignore_errors().cmd("MULTI");
+        match counted {
+            Some(n) => pipe
+                .cmd("INCRBY")
+                .arg(fence)
+                .arg(now.saturating_sub(n).max(1)),
+            None => pipe.cmd("SET").arg(fence).arg(now),
+        };
+        pipe.cmd("PEXPIRE").arg(fence).arg(retention).cmd("EXEC");
+        // `WAIT` after the transaction, on the same connection (invariant 6).
+        let wait = self.wait_cmd();
+        if let Some((cmd, _)) = &wait {
+            pipe.add_command(cmd.clone());
+        }
+        let replies: Vec<std::result::Result<Value, RedisError>> =
+            self.query_pipe(operation, &pipe).await?;
+        let mut replies = replies.into_iter();
+        let mut exec = None;
+        // MULTI, two QUEUED, then EXEC's array; a refusal names its command.
+        for (i, reply) in replies.by_ref().take(4).enumerate() {
+            match reply {
+                Err(e) => return Err(Error::from_redis(operation, self.timeout, e)),
+                Ok(value) if i == 3 => exec = Some(value),
+                Ok(_) => {}
+            }
+        }
+        let short = self.shortfall(wait.map(|(_, needed)| needed), replies.next())?;
+        let token = match exec {
+            Some(Value::Array(results)) => results.into_iter().next(),
+            other => return Err(unexpected(operation, format!("mint: {other:?}"))),
+        };
+        match token {
+            Some(Value::Int(token)) => Ok((token, short)),
+            Some(Value::Okay) if counted.is_none() => Ok((now, short)),
+            other => Err(unexpected(operation, format!("mint: {other:?}"))),
+        }
+    }
+
+    /// What `WAIT`'s reply says of a write that needed `needed` acknowledgements.
+    fn shortfall(
+        &self,
+        needed: Option<usize>,
+        reply: Option<std::result::Result<Value, RedisError>>,
+    ) -> Result<Option<Shortfall>> {
+        match (needed, reply) {
+            (None, _) => Ok(None),
+            (Some(needed), Some(Ok(Value::Int(acked)))) => {
+                let acked = usize::try_from(acked).unwrap_or(0);
+                Ok((acked < needed).then_some(Shortfall { acked, needed }))
+            }
+            (Some(_), Some(Err(e))) => Err(Error::from_redis("wait", self.timeout, e)),
+            (Some(_), other) => Err(unexpected("wait", format!("{other:?}"))),
         }
     }
 }
