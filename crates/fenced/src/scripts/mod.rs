@@ -126,8 +126,8 @@ lua!(/// Take a lock and a fencing token.
     ACQUIRE, "acquire", "fence.lua", "acquire.lua");
 lua!(/// Give a held lock straight to a waiter of the same client.
     HAND_OVER, "hand over", "fence.lua", "hand_over.lua");
-lua!(/// Compare-and-delete a lock, then publish.
-    RELEASE, "release", announces, "release.lua");
+lua!(/// Compare-and-delete a lock, then publish: `DELIFEQ` where the server has it.
+    RELEASE, "release", announces native DelIfEqThenPublish, "release.lua");
 lua!(/// Take an unfenced lease: `SET NX PX`, no fence, no `TIME`.
     UNFENCED_ACQUIRE, "acquire", native SetNxPx, "unfenced_acquire.lua");
 lua!(/// Tell a held lease from a key of another type, after an unfenced refusal.
