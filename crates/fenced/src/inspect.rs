@@ -37,7 +37,9 @@ pub struct LockStatus {
     pub name: String,
     /// Who holds it, or `None` when it is free.
     pub holder: Option<Holder>,
-    /// The last fencing token handed out for this name, if the counter still exists.
+    /// The fence: at least the last fencing token handed out for this name, if the counter
+    /// still exists. Refused attempts may have counted past the last grant's token (a grant
+    /// counts with `INCR`, which a refused one still runs), so the next token is above it.
     pub last_fencing_token: Option<FencingToken>,
     /// How many clients (processes, usually) are subscribed to this lock's releases, that is,
     /// have a waiter for it.

@@ -1,11 +1,13 @@
 //! `fenced top`: a live view of every lock, semaphore, read-write lock, fair queue and latch of
 //! the namespace, with holders, ttl left, waiters, and grants per second with their trend.
 //!
-//! Grants per second come from the fence keys (`<ns>{name}:fence`), which every grant of every
-//! kind writes. With keyspace notifications on (`notify-keyspace-events` containing `K` and
-//! `$` or `A`), each grant is one event, and the rate is exact. Otherwise the view compares
-//! the last fencing token of each name between two refreshes: a change means at least one
-//! grant, so the rate shown is a lower bound, marked `≥`.
+//! Grants per second. With keyspace notifications on (`notify-keyspace-events` containing `K`
+//! and `$` or `A`), each grant of a lock is one `set` event on its key (`<ns>{name}`: a grant
+//! sets it, a renewal only re-times it), and the rate is exact. Otherwise the view compares
+//! each name between two refreshes: a semaphore's fence that moved, or a lock whose fence
+//! moved and whose holder changed, means at least one grant (a lock's fence alone also counts
+//! refused attempts, since grants count with `INCR`), so the rate shown is a lower bound,
+//! marked `≥`.
 //!
 //! The collecting ([`Tracker::refresh`]) and the drawing ([`draw`]) are separate from the
 //! terminal, so a test can draw one frame against a live server into a buffer.
@@ -81,6 +83,8 @@ pub struct Tracker {
     client: fenced::Client,
     pattern: String,
     last_tokens: HashMap<String, u64>,
+    /// Each lock's holder (owner prefix) at the last refresh.
+    last_holders: HashMap<String, Option<String>>,
     last_at: Option<Instant>,
     history: HashMap<String, VecDeque<f64>>,
     /// Grants seen per name since the last refresh, from keyspace events.
@@ -93,6 +97,7 @@ impl Tracker {
             client,
             pattern: pattern.to_owned(),
             last_tokens: HashMap::new(),
+            last_holders: HashMap::new(),
             last_at: None,
             history: HashMap::new(),
             events: None,
@@ -129,20 +134,38 @@ impl Tracker {
             std::mem::take(&mut *counts)
         });
         let mut rates = HashMap::new();
+        let holders: HashMap<&str, Option<&str>> = locks
+            .iter()
+            .map(|l| {
+                let holder = l.holder.as_ref().map(|h| h.owner_prefix.as_str());
+                (l.name.as_str(), holder)
+            })
+            .collect();
         for g in &grants {
             let token = g.last_fencing_token.get();
             let previous = self.last_tokens.insert(g.name.clone(), token);
+            let holder = holders.get(g.name.as_str()).copied().flatten();
+            let held_before = self
+                .last_holders
+                .insert(g.name.clone(), holder.map(str::to_owned));
             let Some(secs) = elapsed.filter(|s| *s > 0.0) else {
                 continue;
             };
+            let moved = previous.is_none_or(|p| p != token);
             let grants_seen = match &counted {
                 Some(counts) => counts.get(&g.name).copied().unwrap_or(0),
-                // A name new since the last refresh was granted at least once.
-                None => u64::from(previous.is_none_or(|p| p != token)),
+                // A name new since the last refresh was granted at least once. A lock's fence
+                // also moves with refused attempts: it counts with a new holder only.
+                None if g.semaphore => u64::from(moved),
+                None => {
+                    u64::from(moved && held_before.is_none_or(|before| before.as_deref() != holder))
+                }
             };
             rates.insert(g.name.clone(), grants_seen as f64 / secs);
         }
         self.last_tokens
+            .retain(|name, _| grants.iter().any(|g| &g.name == name));
+        self.last_holders
             .retain(|name, _| grants.iter().any(|g| &g.name == name));
 
         let mut entries = Vec::new();
@@ -363,7 +386,7 @@ pub fn draw(frame: &mut Frame, snapshot: &Snapshot, server: &str, table: &mut Ta
     frame.render_widget(Paragraph::new("q quit · ↑/↓ scroll"), help);
 }
 
-/// Subscribes to the fence keys' keyspace events if the server sends them; the counts of
+/// Subscribes to the lock keys' keyspace events if the server sends them; the counts of
 /// grants per name land in the returned map.
 async fn subscribe_events(global: &Global) -> Option<Arc<Events>> {
     // Keyspace events are each node's own: on a cluster (or several masters) one node's
@@ -407,7 +430,7 @@ async fn subscribe_events(global: &Global) -> Option<Arc<Events>> {
         .ok()?;
     let channel_prefix = "__keyspace@";
     pubsub
-        .psubscribe(format!("{channel_prefix}*__:{escaped}{{*}}:fence"))
+        .psubscribe(format!("{channel_prefix}*__:{escaped}{{*}}"))
         .await
         .ok()?;
     let events = Arc::new(Events::default());
@@ -429,7 +452,7 @@ async fn subscribe_events(global: &Global) -> Option<Arc<Events>> {
                 .map(|(_, key)| key)
                 .and_then(|k| k.strip_prefix(ns.as_str()))
                 .and_then(|k| k.strip_prefix('{'))
-                .and_then(|k| k.strip_suffix("}:fence"));
+                .and_then(|k| k.strip_suffix('}'));
             if let Some(name) = name {
                 let mut counts = sink.counts.lock().unwrap_or_else(|e| e.into_inner());
                 *counts.entry(name.to_owned()).or_insert(0) += 1;
