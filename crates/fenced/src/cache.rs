@@ -387,7 +387,9 @@ impl Cache {
         }
         let name = format!("{}:{key}", self.name);
         validate_name("cache entry", &name)?;
-        let mut lock = self.client.lock(name);
+        // The store compares the computer's token with the fence: grants by script, so that
+        // refused attempts do not count past it.
+        let mut lock = self.client.lock(name).granted_by_script();
         if let Some(ttl) = self.lease_ttl {
             lock = lock.with_ttl(ttl);
         }

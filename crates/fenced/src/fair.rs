@@ -93,6 +93,7 @@ impl FairLock {
                 name: self.name.clone(),
                 keys: self.keys.clone(),
                 fence_retention_ms: self.core.fence_retention_ms(),
+                counted: true,
             },
             queue: self.queue.clone(),
             registrations: self.registrations.clone(),

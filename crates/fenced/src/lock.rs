@@ -46,6 +46,8 @@ pub struct Lock {
     name: Arc<str>,
     keys: Arc<LockKeys>,
     opts: LeaseOptions,
+    /// Grants may count on the fence by transaction (`Exclusive::counted`).
+    counted: bool,
 }
 
 impl fmt::Debug for Lock {
@@ -68,7 +70,15 @@ impl Lock {
             name: name.into(),
             keys,
             opts: LeaseOptions::default(),
+            counted: true,
         }
+    }
+
+    /// Grants always by script, so the fence stays the last grant's token: for a cache
+    /// entry's lock, whose store compares its token with the fence.
+    pub(crate) fn granted_by_script(mut self) -> Self {
+        self.counted = false;
+        self
     }
 
     crate::core::held::lease_option_setters!();
@@ -185,6 +195,7 @@ impl Lock {
             name: self.name.clone(),
             keys: self.keys.clone(),
             fence_retention_ms: self.core.fence_retention_ms(),
+            counted: self.counted,
         }
     }
 

@@ -126,6 +126,7 @@ impl RwLock {
                 name: self.name.clone(),
                 keys: self.keys.lock.clone(),
                 fence_retention_ms: self.core.fence_retention_ms(),
+                counted: true,
             },
             keys: self.keys.clone(),
             waiter: waiter.clone(),

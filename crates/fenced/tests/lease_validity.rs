@@ -251,7 +251,8 @@ async fn a_waiter_rides_out_a_two_second_partition_within_its_deadline() {
 async fn a_permanent_error_ends_the_wait_at_once() {
     let server = server();
     let mut conn = raw(&server).await;
-    // A user who may not run scripts: every acquire attempt fails with NOPERM.
+    // A user who may not run scripts: every attempt at a re-entrant lock (a script) fails
+    // with NOPERM.
     let _: () = redis::cmd("ACL")
         .arg(&[
             "SETUSER", "app", "on", ">pw", "~*", "&*", "+@all", "-evalsha", "-eval",
@@ -267,7 +268,7 @@ async fn a_permanent_error_ends_the_wait_at_once() {
         .unwrap();
     let started = Instant::now();
     let r = c
-        .lock("wrong")
+        .reentrant_lock("wrong")
         .with_wait(WaitPolicy::up_to(Duration::from_secs(10)))
         .acquire()
         .await;

@@ -547,6 +547,7 @@ mod tests {
                     name: name.into(),
                     keys: Arc::new(LockKeys::new("t:", name)),
                     fence_retention_ms: 1_000,
+                    counted: true,
                 }),
                 owner: OwnerToken::generate().expect("OS random source"),
                 fencing_token: FencingToken::new(1),

@@ -6,7 +6,9 @@ use std::sync::Arc;
 use crate::keys::LockKeys;
 use crate::kind::Wake;
 use crate::kind::{HandOverTo, LeaseKind, Primitive};
-use crate::scripts::{ABANDON, ACQUIRE, EXTEND, FENCE_RAISE, HAND_OVER, RELEASE, ScriptCall};
+use crate::scripts::{
+    ABANDON, ACQUIRE, ACQUIRE_BY_SCRIPT, EXTEND, FENCE_RAISE, HAND_OVER, RELEASE, ScriptCall,
+};
 use crate::token::{FencingToken, OwnerToken};
 
 /// One exclusive lease on a name.
@@ -15,6 +17,10 @@ pub(crate) struct Exclusive {
     pub(crate) keys: Arc<LockKeys>,
     /// How long the fencing counter outlives its last grant, in ms.
     pub(crate) fence_retention_ms: u64,
+    /// Whether a grant may count on the fence by transaction, where refused attempts also
+    /// count (`backend/node/grant.rs`); false where the fence must stay the last grant's
+    /// token (a cache entry's lock, whose store compares its token with the fence).
+    pub(crate) counted: bool,
 }
 
 impl LeaseKind for Exclusive {
@@ -35,13 +41,17 @@ impl LeaseKind for Exclusive {
     }
 
     fn acquire(&self, owner: &OwnerToken, ttl_ms: u64) -> ScriptCall {
-        ScriptCall::new(&ACQUIRE)
-            .key(&self.keys.lock)
-            .key(&self.keys.fence)
-            .key(self.keys.tombstone(owner))
-            .arg(owner.as_str())
-            .arg(ttl_ms)
-            .arg(self.fence_retention_ms)
+        ScriptCall::new(if self.counted {
+            &ACQUIRE
+        } else {
+            &ACQUIRE_BY_SCRIPT
+        })
+        .key(&self.keys.lock)
+        .key(&self.keys.fence)
+        .key(self.keys.tombstone(owner))
+        .arg(owner.as_str())
+        .arg(ttl_ms)
+        .arg(self.fence_retention_ms)
     }
 
     fn extend(&self, owner: &OwnerToken, ttl_ms: u64, epoch: u64) -> ScriptCall {

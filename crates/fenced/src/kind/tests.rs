@@ -44,6 +44,7 @@ fn lock(name: &str) -> Exclusive {
         name: name.into(),
         keys: Arc::new(LockKeys::new("t:", name)),
         fence_retention_ms: 60_000,
+        counted: true,
     }
 }
 

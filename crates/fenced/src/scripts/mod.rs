@@ -122,8 +122,10 @@ macro_rules! lua {
     };
 }
 
-lua!(/// Take a lock and a fencing token.
+lua!(/// Take a lock and a fencing token (sent as a transaction where the node can).
     ACQUIRE, "acquire", "fence.lua", "acquire.lua");
+lua!(/// Take a lock and a fencing token, always by script: the fence stays the last grant's token.
+    ACQUIRE_BY_SCRIPT, "acquire", "fence.lua", "acquire.lua");
 lua!(/// Give a held lock straight to a waiter of the same client.
     HAND_OVER, "hand over", "fence.lua", "hand_over.lua");
 lua!(/// Compare-and-delete a lock, then publish: `DELIFEQ` where the server has it.
