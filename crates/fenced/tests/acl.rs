@@ -11,7 +11,7 @@ use crate::support::raw;
 
 /// The commands a lock client needs, besides its key and channel patterns (README, "Least
 /// privilege").
-const LOCK_COMMANDS: [&str; 11] = [
+pub(crate) const LOCK_COMMANDS: [&str; 11] = [
     "evalsha",
     "script|load",
     "ping",

@@ -4,6 +4,7 @@
 
 use fenced::Client;
 
+use crate::acl::LOCK_COMMANDS;
 use crate::acl_family::user;
 use crate::support::{calls, client, raw, server};
 
@@ -52,26 +53,7 @@ async fn a_grant_runs_no_script_once_the_name_has_a_fence() {
 async fn tokens_increase_across_holders_granted_by_script_and_by_transaction() {
     let server = server();
     // A user without `multi`, `exec` and `incr`: its client grants by script.
-    let scripted_url = user(
-        &server,
-        "scripted",
-        &[
-            "evalsha",
-            "script|load",
-            "ping",
-            "set",
-            "get",
-            "mget",
-            "del",
-            "pexpire",
-            "pttl",
-            "time",
-            "publish",
-            "subscribe",
-            "unsubscribe",
-        ],
-    )
-    .await;
+    let scripted_url = user(&server, "scripted", &LOCK_COMMANDS).await;
     let scripted = Client::connect(&scripted_url).await.unwrap();
     let counted = client(&server).await;
     let mut conn = raw(&server).await;

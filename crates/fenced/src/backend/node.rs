@@ -50,7 +50,7 @@ use redis::{Cmd, FromRedisValue, Pipeline, RedisError, RedisFuture, Value};
 use super::sentinel::Failover;
 use crate::error::{Error, Result};
 use crate::kind::{AcquireReply, unexpected};
-use crate::scripts::ScriptCall;
+use crate::scripts::{Body, ScriptCall};
 
 /// The connection under a [`Node`]: one server through a reconnecting `ConnectionManager`,
 /// or a whole Redis Cluster through redis-rs' cluster connection, which routes each command
@@ -343,9 +343,10 @@ impl Node {
         }
         let body = call.lua.body(self.sharded);
         let source = body.source();
+        let hash = self.hash_of(operation, body).await?;
         let mut pipe = redis::pipe();
         pipe.ignore_errors();
-        pipe.add_command(call.evalsha(body)).add_command(wait);
+        pipe.add_command(call.evalsha(hash)).add_command(wait);
         let pipe = &pipe;
         let cluster = self.is_cluster();
         let answer = self
@@ -398,6 +399,17 @@ impl Node {
         return matches!(self.conn, Conn::Cluster(_));
         #[cfg(not(feature = "cluster"))]
         false
+    }
+
+    /// The hash of `body` for `EVALSHA`: as the server's `SCRIPT LOAD` answered it, asked the
+    /// first time this process sends the script (no hash is computed here).
+    async fn hash_of(&self, operation: &'static str, body: &'static Body) -> Result<&'static str> {
+        if let Some(hash) = body.hash() {
+            return Ok(hash);
+        }
+        let reply: String = self.query(operation, &body.load_cmd()).await?;
+        body.learn(&reply)
+            .ok_or_else(|| unexpected("script load", format!("{reply:?} is not a script's hash")))
     }
 
     /// Bounds `fut` by the per-call timeout and maps its error: the one place where a
@@ -645,7 +657,7 @@ impl Node {
         }
         let body = call.lua.body(self.sharded);
         let source = body.source();
-        let cmd = &call.evalsha(body);
+        let cmd = &call.evalsha(self.hash_of(operation, body).await?);
         let answer = self
             .bounded(
                 operation,
@@ -743,7 +755,8 @@ impl Node {
         let mut pipe = redis::pipe();
         pipe.ignore_errors();
         for call in calls {
-            pipe.add_command(call.evalsha(call.lua.body(self.sharded)));
+            let hash = self.hash_of(operation, call.lua.body(self.sharded)).await?;
+            pipe.add_command(call.evalsha(hash));
         }
         // One WAIT for the whole batch (invariant 5): renewals count only once replicated.
         let wait = self.wait_cmd();
@@ -760,11 +773,11 @@ impl Node {
                     if first.iter().any(|r| matches!(r, Err(e) if is_noscript(e))) {
                         // The script cache was emptied (restart, failover, SCRIPT FLUSH): a
                         // pipeline cannot fall back by itself, so load its scripts and resend.
-                        let mut loaded: Vec<&str> = Vec::new();
+                        let mut loaded: Vec<&Body> = Vec::new();
                         for call in calls {
                             let body = call.lua.body(self.sharded);
-                            if !loaded.contains(&body.hash()) {
-                                loaded.push(body.hash());
+                            if !loaded.iter().any(|b| std::ptr::eq(*b, body)) {
+                                loaded.push(body);
                                 body.load_cmd().query_async::<()>(&mut conn).await?;
                             }
                         }

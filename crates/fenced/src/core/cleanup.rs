@@ -73,10 +73,11 @@ pub(crate) async fn run(backend: Backend, local: Arc<LocalWaiters>, job: Job) {
     } = job;
     let give_up_at = Instant::now() + patience;
     let message = local.announcement(&*kind);
-    let freed = match how {
-        // Nobody hears this outcome but the local waiters, and for a wake (a hint) a retry that
-        // finds the lease gone counts as freed: its first attempt may have been the one.
-        CleanUp::Release => release_until(
+    // Nobody hears a background release's outcome but the local waiters, and for a wake (a
+    // hint) a retry that finds the lease gone counts as freed: its first attempt may have
+    // been the one.
+    let release = || async {
+        release_until(
             &backend,
             &kind.release(&owner, &message),
             (kind.channels().first().map_or("", String::as_str), &message),
@@ -86,23 +87,15 @@ pub(crate) async fn run(backend: Backend, local: Arc<LocalWaiters>, job: Job) {
             &*kind,
         )
         .await
-        .map(ReleaseReply::freed),
+        .map(ReleaseReply::freed)
+    };
+    let freed = match how {
+        CleanUp::Release => release().await,
         CleanUp::ExpireAt { until, epoch } => {
             match expire_at(&backend, &*kind, &owner, until, epoch, give_up_at).await {
                 Ok(true) => Ok(false),
-                // The hold is over: a release as a dropped guard's (a retry of the same
-                // release after a lost reply is read as freed, as there).
-                Ok(false) => release_until(
-                    &backend,
-                    &kind.release(&owner, &message),
-                    (kind.channels().first().map_or("", String::as_str), &message),
-                    give_up_at,
-                    None,
-                    false,
-                    &*kind,
-                )
-                .await
-                .map(ReleaseReply::freed),
+                // The hold is over: released as a dropped guard's lease is.
+                Ok(false) => release().await,
                 Err(e) => Err(e),
             }
         }
