@@ -124,10 +124,16 @@ impl Lab {
         for _ in 0..plan.workload.servers() {
             // As its README section advises, the events are in the server's configuration,
             // so that a restarted server sends them too.
-            servers.push(if plan.workload == Workload::LockEvents {
-                RedisServer::start_with(&["--notify-keyspace-events", "Kgx"])?
-            } else {
-                RedisServer::start()?
+            servers.push(match plan.workload {
+                Workload::LockEvents => {
+                    RedisServer::start_with(&["--notify-keyspace-events", "Kgx"])?
+                }
+                // The user of the workers that grant by script, in the configuration, so that
+                // a restarted server has it too.
+                Workload::LockMixed => RedisServer::start_with(&[
+                    "--user", "scripted", "on", ">pw", "~*", "&*", "+@all", "-multi", "-exec",
+                ])?,
+                _ => RedisServer::start()?,
             });
         }
         let store = RedisServer::start()?;

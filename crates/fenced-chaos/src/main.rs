@@ -114,6 +114,7 @@ async fn run(args: Args) -> ExitCode {
         vec![
             Workload::Lock,
             Workload::LockEvents,
+            Workload::LockMixed,
             Workload::Redlock,
             Workload::Reentrant,
             Workload::Semaphore,

@@ -30,6 +30,10 @@ pub enum Workload {
     /// The lock workload with waiters woken by keyspace events, and releases that do not
     /// publish (`ClientBuilder::keyspace_events`; the server is started with the events on).
     LockEvents,
+    /// The lock workload with half the workers granted by script (a Redis user without
+    /// `MULTI`) and half by transaction (`INCR` on the fence): tokens must still increase
+    /// across every holder of a key.
+    LockMixed,
     /// The same over Redlock on three masters.
     Redlock,
     /// The efficiency lease (`Lock::unfenced`) over a plain counter (GET and SET, no
@@ -55,6 +59,7 @@ impl Workload {
         match self {
             Workload::Lock => "lock",
             Workload::LockEvents => "lock-events",
+            Workload::LockMixed => "lock-mixed",
             Workload::Redlock => "redlock",
             Workload::Unfenced => "unfenced",
             Workload::Semaphore => "semaphore",
@@ -76,6 +81,7 @@ impl Workload {
             self,
             Workload::Lock
                 | Workload::LockEvents
+                | Workload::LockMixed
                 | Workload::Redlock
                 | Workload::Reentrant
                 | Workload::Rw
@@ -212,7 +218,13 @@ async fn connect(config: &Config, commands: &Commands) -> Option<(Client, Store)
         let lock = if config.lock_urls.len() > 1 {
             Client::redlock_builder(&config.lock_urls)
         } else {
-            Client::builder(config.lock_urls.first().map_or("", String::as_str))
+            let url = config.lock_urls.first().map_or("", String::as_str);
+            // Odd workers of the mixed workload grant by script: their user may not `MULTI`.
+            if config.workload == Workload::LockMixed && config.id % 2 == 1 {
+                Client::builder(&url.replacen("redis://", "redis://scripted:pw@", 1))
+            } else {
+                Client::builder(url)
+            }
         };
         let lock = lock
             .timeout(timeout)

@@ -36,6 +36,7 @@ fn the_quick_tier_passes_every_checker() {
     assert!(out.status.success(), "{stderr}");
     for workload in [
         "lock",
+        "lock-mixed",
         "redlock",
         "reentrant",
         "semaphore",
