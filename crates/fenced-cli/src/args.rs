@@ -19,11 +19,11 @@ pub struct Cli {
 pub struct Global {
     /// Redis URL: redis://host:port/db, rediss:// for TLS, redis://user:pass@host for ACL.
     /// Given 3 or more times: Redlock over those independent masters (locks and semaphores:
-    /// `run`, `hold`).
+    /// `run`).
     #[arg(long, global = true, env = "FENCED_REDIS_URL", value_name = "URL")]
     pub redis: Vec<String>,
     /// A Redis Cluster: the URL of one of its nodes (repeat for more seeds). Every command
-    /// works on a cluster except the listings (`list`, `top`), which need one server.
+    /// works on a cluster; the listings (`list`, `top`) scan every master.
     #[arg(long, global = true, value_name = "URL", conflicts_with = "redis")]
     pub cluster: Vec<String>,
     /// A Redis Sentinel to find the master through (repeat for more), with --service. The

@@ -105,7 +105,8 @@ impl Client {
     /// `release`). A semaphore of N permits over n masters needs more than `n·N/(N+1)` of
     /// them per holder (all 3 of 3 for N ≥ 2), or more than N holders could each be admitted
     /// by a majority. The other primitives, fenced resources, inspection and optimistic
-    /// helpers need one server and answer [`Error::InvalidArgument`] on it.
+    /// helpers need one server and answer [`Error::Unsupported`] on it, before anything is
+    /// sent.
     /// Waiters subscribe on the first node that answers (every node hears each release), and
     /// poll while none does. [`Client::flush`] also waits for the calls still running on
     /// slow nodes after a majority decided.
@@ -149,7 +150,7 @@ impl Client {
     /// - the listing ([`Client::list`]) scans every master.
     ///
     /// Not on a cluster: a multi-lock over several names (they live in different slots), which
-    /// answers [`Error::InvalidArgument`]. Locks are not handed straight to a local waiter on a
+    /// answers [`Error::Unsupported`]. Locks are not handed straight to a local waiter on a
     /// cluster (a node counts only its own subscribers), so a handover costs a round trip
     /// more than on one server.
     ///

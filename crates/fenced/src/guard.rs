@@ -20,8 +20,9 @@ use crate::token::FencingToken;
 /// guards implement it.
 ///
 /// The fencing token is in a trait of its own, [`FencedGuard`], which every guard of this
-/// crate implements too: a lease without a token (for work that needs exclusion but fences
-/// nothing) can then offer the rest of this surface, and code that needs the token says so.
+/// crate implements too but [`UnfencedGuard`](crate::UnfencedGuard): a lease without a token
+/// (for work that needs exclusion but fences nothing) offers the rest of this surface, and
+/// code that needs the token says so.
 ///
 /// ```
 /// # fenced_testkit::doctest(|url| async move {
@@ -58,8 +59,9 @@ pub trait LeaseGuard: sealed::Sealed + Send + Sync + 'static {
     fn release(self) -> impl Future<Output = Result<()>> + Send;
 }
 
-/// A guard whose grant carries a fencing token: every guard of this crate. Send the token
-/// with every write to the protected resource.
+/// A guard whose grant carries a fencing token: every guard of this crate but
+/// [`UnfencedGuard`](crate::UnfencedGuard). Send the token with every write to the protected
+/// resource.
 pub trait FencedGuard: LeaseGuard {
     /// This grant's fencing token.
     fn fencing_token(&self) -> FencingToken;
