@@ -122,7 +122,7 @@ impl Scenario {
         use Library::*;
         match self {
             Scenario::Uncontended1 | Scenario::Uncontended32 | Scenario::Contended8 => {
-                &[Fenced, FencedUnfenced, Raw, Rslock, Redlock]
+                &[Fenced, FencedCounted, FencedUnfenced, Raw, Rslock, Redlock]
             }
             Scenario::Waiters1000 => &[Fenced, FencedUnfenced, Raw, Rslock],
             Scenario::Renew10000
@@ -211,6 +211,8 @@ impl FromStr for Scenario {
 pub enum Library {
     /// This project's lock.
     Fenced,
+    /// This project's lock on a client with `counted_grants`: granted by transaction.
+    FencedCounted,
     /// This project's unfenced lock (`Lock::unfenced`): no fencing token.
     FencedUnfenced,
     /// The hand-written redis-rs lock floor.
@@ -233,8 +235,9 @@ pub enum Library {
 
 impl Library {
     /// Every library.
-    pub const ALL: [Library; 10] = [
+    pub const ALL: [Library; 11] = [
         Library::Fenced,
+        Library::FencedCounted,
         Library::FencedUnfenced,
         Library::Raw,
         Library::Rslock,
@@ -250,6 +253,7 @@ impl Library {
     pub fn name(self) -> &'static str {
         match self {
             Library::Fenced => "fenced",
+            Library::FencedCounted => "fenced-counted",
             Library::FencedUnfenced => "fenced-unfenced",
             Library::Raw => "raw",
             Library::Rslock => "rslock",
@@ -303,6 +307,8 @@ pub struct Config {
 pub(crate) struct Env {
     pub(crate) url: String,
     pub(crate) fenced: fenced::Client,
+    /// A client that grants the lock by transaction (`counted_grants`).
+    pub(crate) counted: fenced::Client,
     pub(crate) raw: MultiplexedConnection,
 }
 
@@ -314,6 +320,11 @@ pub async fn run(config: &Config, url: &str) -> Result<Report, BoxError> {
         url: url.to_owned(),
         fenced: fenced::Client::builder(url)
             .keyspace_events(config.keyspace_events)
+            .connect()
+            .await?,
+        counted: fenced::Client::builder(url)
+            .keyspace_events(config.keyspace_events)
+            .counted_grants(true)
             .connect()
             .await?,
         raw: redis_client.get_multiplexed_async_connection().await?,

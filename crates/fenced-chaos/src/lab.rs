@@ -128,11 +128,6 @@ impl Lab {
                 Workload::LockEvents => {
                     RedisServer::start_with(&["--notify-keyspace-events", "Kgx"])?
                 }
-                // The user of the workers that grant by script, in the configuration, so that
-                // a restarted server has it too.
-                Workload::LockMixed => RedisServer::start_with(&[
-                    "--user", "scripted", "on", ">pw", "~*", "&*", "+@all", "-multi", "-exec",
-                ])?,
                 _ => RedisServer::start()?,
             });
         }

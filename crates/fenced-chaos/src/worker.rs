@@ -30,8 +30,8 @@ pub enum Workload {
     /// The lock workload with waiters woken by keyspace events, and releases that do not
     /// publish (`ClientBuilder::keyspace_events`; the server is started with the events on).
     LockEvents,
-    /// The lock workload with half the workers granted by script (a Redis user without
-    /// `MULTI`) and half by transaction (`INCR` on the fence): tokens must still increase
+    /// The lock workload with half the workers granted by script and half by transaction
+    /// (`ClientBuilder::counted_grants`: `INCR` on the fence): tokens must still increase
     /// across every holder of a key.
     LockMixed,
     /// The same over Redlock on three masters.
@@ -218,15 +218,11 @@ async fn connect(config: &Config, commands: &Commands) -> Option<(Client, Store)
         let lock = if config.lock_urls.len() > 1 {
             Client::redlock_builder(&config.lock_urls)
         } else {
-            let url = config.lock_urls.first().map_or("", String::as_str);
-            // Odd workers of the mixed workload grant by script: their user may not `MULTI`.
-            if config.workload == Workload::LockMixed && config.id % 2 == 1 {
-                Client::builder(&url.replacen("redis://", "redis://scripted:pw@", 1))
-            } else {
-                Client::builder(url)
-            }
+            Client::builder(config.lock_urls.first().map_or("", String::as_str))
         };
         let lock = lock
+            // Even workers of the mixed workload grant by transaction, odd ones by script.
+            .counted_grants(config.workload == Workload::LockMixed && config.id.is_multiple_of(2))
             .timeout(timeout)
             .default_ttl(ttl)
             .keyspace_events(config.workload == Workload::LockEvents)

@@ -33,6 +33,8 @@ pub(crate) struct ClientOptions {
     pub(crate) replica_acks: Option<(usize, Duration)>,
     /// Wake lock waiters by the server's keyspace events, and release without `PUBLISH`.
     pub(crate) keyspace_events: bool,
+    /// Grant the plain lock by transaction, counting tokens with `INCR`.
+    pub(crate) counted_grants: bool,
 }
 
 impl Default for ClientOptions {
@@ -47,6 +49,7 @@ impl Default for ClientOptions {
             transaction_connections: 16,
             replica_acks: None,
             keyspace_events: false,
+            counted_grants: false,
         }
     }
 }

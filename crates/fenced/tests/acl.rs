@@ -28,7 +28,7 @@ pub(crate) const LOCK_COMMANDS: [&str; 11] = [
 /// For wake-up on release (`subscribe`, `unsubscribe`: without them waiters poll), for the
 /// one-round-trip handover to a waiter of the same client (`pubsub|numsub`, `llen`: without
 /// them a release goes the ordinary way), and for the grant without a script (`multi`, `exec`,
-/// `incr`, `incrby`: without them grants run the acquire script). Nothing fails without them; it is
+/// `discard`, `incr`: without them grants run the acquire script). Nothing fails without them; it is
 /// slower.
 const SPEED_COMMANDS: [&str; 8] = [
     "subscribe",
@@ -37,8 +37,8 @@ const SPEED_COMMANDS: [&str; 8] = [
     "llen",
     "multi",
     "exec",
+    "discard",
     "incr",
-    "incrby",
 ];
 
 /// Everything a lock does, end to end: the first error, if any.

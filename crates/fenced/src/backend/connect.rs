@@ -93,7 +93,9 @@ impl Connect {
         match &self.topology {
             Topology::Single(url) => {
                 let (node, client) = self.node(url)?;
-                let node = node.with_acks(self.options.replica_acks);
+                let node = node
+                    .with_acks(self.options.replica_acks)
+                    .with_counted_grants(self.options.counted_grants);
                 check_server(&node).await?;
                 Ok(Backend::Single {
                     node,
@@ -256,7 +258,8 @@ impl Connect {
         });
         let failover = Failover::start(service.to_owned(), clients, connect, timeout);
         let node = Node::new(Conn::Sentinel(failover.clone()), timeout)
-            .with_acks(self.options.replica_acks);
+            .with_acks(self.options.replica_acks)
+            .with_counted_grants(self.options.counted_grants);
         check_server(&node).await?;
         Ok(Backend::Single {
             node,

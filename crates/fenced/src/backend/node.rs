@@ -50,7 +50,7 @@ use redis::{Cmd, FromRedisValue, Pipeline, RedisError, RedisFuture, Value};
 use super::sentinel::Failover;
 use crate::error::{Error, Result};
 use crate::kind::{AcquireReply, unexpected};
-use crate::scripts::{Body, ScriptCall};
+use crate::scripts::ScriptCall;
 
 /// The connection under a [`Node`]: one server through a reconnecting `ConnectionManager`,
 /// or a whole Redis Cluster through redis-rs' cluster connection, which routes each command
@@ -132,6 +132,8 @@ pub(crate) struct Node {
     natives: Arc<NativeSupport>,
     /// Whether the server grants the plain lock by transaction (`grant.rs`).
     grants: Arc<NativeSupport>,
+    /// Whether the client asked for grants by transaction (`ClientBuilder::counted_grants`).
+    counted: bool,
 }
 
 /// Whether a node runs the native twins that need a recent server (`DELIFEQ`), as learned
@@ -185,6 +187,7 @@ impl Node {
             sharded: false,
             natives: Arc::default(),
             grants: Arc::default(),
+            counted: false,
         }
     }
 
@@ -304,6 +307,12 @@ impl Node {
         self.sharded
     }
 
+    /// With the plain lock's grant by transaction where the server allows it (`grant.rs`).
+    pub(crate) fn with_counted_grants(mut self, on: bool) -> Self {
+        self.counted = on;
+        self
+    }
+
     /// With `WAIT replicas wait` after acknowledged writes (invariant 5).
     pub(crate) fn with_acks(mut self, acks: Option<(usize, Duration)>) -> Self {
         self.acks = acks;
@@ -343,10 +352,9 @@ impl Node {
         }
         let body = call.lua.body(self.sharded);
         let source = body.source();
-        let hash = self.hash_of(operation, body).await?;
         let mut pipe = redis::pipe();
         pipe.ignore_errors();
-        pipe.add_command(call.evalsha(hash)).add_command(wait);
+        pipe.add_command(call.evalsha(body)).add_command(wait);
         let pipe = &pipe;
         let cluster = self.is_cluster();
         let answer = self
@@ -399,17 +407,6 @@ impl Node {
         return matches!(self.conn, Conn::Cluster(_));
         #[cfg(not(feature = "cluster"))]
         false
-    }
-
-    /// The hash of `body` for `EVALSHA`: as the server's `SCRIPT LOAD` answered it, asked the
-    /// first time this process sends the script (no hash is computed here).
-    async fn hash_of(&self, operation: &'static str, body: &'static Body) -> Result<&'static str> {
-        if let Some(hash) = body.hash() {
-            return Ok(hash);
-        }
-        let reply: String = self.query(operation, &body.load_cmd()).await?;
-        body.learn(&reply)
-            .ok_or_else(|| unexpected("script load", format!("{reply:?} is not a script's hash")))
     }
 
     /// Bounds `fut` by the per-call timeout and maps its error: the one place where a
@@ -657,7 +654,7 @@ impl Node {
         }
         let body = call.lua.body(self.sharded);
         let source = body.source();
-        let cmd = &call.evalsha(self.hash_of(operation, body).await?);
+        let cmd = &call.evalsha(body);
         let answer = self
             .bounded(
                 operation,
@@ -755,8 +752,7 @@ impl Node {
         let mut pipe = redis::pipe();
         pipe.ignore_errors();
         for call in calls {
-            let hash = self.hash_of(operation, call.lua.body(self.sharded)).await?;
-            pipe.add_command(call.evalsha(hash));
+            pipe.add_command(call.evalsha(call.lua.body(self.sharded)));
         }
         // One WAIT for the whole batch (invariant 5): renewals count only once replicated.
         let wait = self.wait_cmd();
@@ -773,11 +769,11 @@ impl Node {
                     if first.iter().any(|r| matches!(r, Err(e) if is_noscript(e))) {
                         // The script cache was emptied (restart, failover, SCRIPT FLUSH): a
                         // pipeline cannot fall back by itself, so load its scripts and resend.
-                        let mut loaded: Vec<&Body> = Vec::new();
+                        let mut loaded: Vec<&str> = Vec::new();
                         for call in calls {
                             let body = call.lua.body(self.sharded);
-                            if !loaded.iter().any(|b| std::ptr::eq(*b, body)) {
-                                loaded.push(body);
+                            if !loaded.contains(&body.hash()) {
+                                loaded.push(body.hash());
                                 body.load_cmd().query_async::<()>(&mut conn).await?;
                             }
                         }

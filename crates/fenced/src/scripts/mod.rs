@@ -5,10 +5,6 @@
 //! restart, a failover, a reconnect to a fresh server, `SCRIPT FLUSH`) and, because a pipeline
 //! cannot fall back on its own, loads every script of the batch before sending it again.
 //!
-//! No hash is computed here: a script's hash is what the server's `SCRIPT LOAD` answered, the
-//! first time this process sent it (`Body::learn`). It is the same on every server, so it is
-//! learned once per process and script.
-//!
 //! Invariants:
 //! 1. User data (names, tokens, values) travels only in KEYS and ARGV; script bodies are
 //!    static text compiled into the binary.
@@ -18,9 +14,9 @@
 //!    so a node may send either (the twin where the server has its command) and the reply is
 //!    read the same way.
 
-use std::sync::OnceLock;
+use std::sync::LazyLock;
 
-use redis::{Cmd, ToRedisArgs};
+use redis::{Cmd, Script, ToRedisArgs};
 
 /// A script of the registry, with the operation name its errors carry.
 pub(crate) struct Lua {
@@ -57,30 +53,13 @@ impl Native {
 /// One script text as sent to Redis.
 pub(crate) struct Body {
     source: &'static str,
-    /// The hash `SCRIPT LOAD` answered for it, once a server was asked.
-    hash: OnceLock<String>,
+    script: LazyLock<Script>,
 }
 
 impl Body {
-    const fn new(source: &'static str) -> Self {
-        Body {
-            source,
-            hash: OnceLock::new(),
-        }
-    }
-
-    /// The script's hash, as `EVALSHA` wants it, once a server's `SCRIPT LOAD` answered it.
-    pub(crate) fn hash(&self) -> Option<&str> {
-        self.hash.get().map(String::as_str)
-    }
-
-    /// Keeps the hash `SCRIPT LOAD` answered: 40 hex digits, or it is not kept.
-    pub(crate) fn learn(&self, hash: &str) -> Option<&str> {
-        if hash.len() == 40 && hash.bytes().all(|b| b.is_ascii_hexdigit()) {
-            Some(self.hash.get_or_init(|| hash.to_ascii_lowercase()))
-        } else {
-            None
-        }
+    /// The script's SHA-1, as `EVALSHA` wants it.
+    pub(crate) fn hash(&self) -> &str {
+        self.script.get_hash()
     }
 
     /// The script's source, as sent.
@@ -114,8 +93,18 @@ macro_rules! lua {
         $(#[$doc])*
         pub(crate) static $name: Lua = Lua {
             operation: $operation,
-            classic: Body::new(concat!(include_str!("publish.lua"), $(include_str!($file)),+)),
-            sharded: Some(Body::new(concat!(include_str!("spublish.lua"), $(include_str!($file)),+))),
+            classic: Body {
+                source: concat!(include_str!("publish.lua"), $(include_str!($file)),+),
+                script: LazyLock::new(|| {
+                    Script::new(concat!(include_str!("publish.lua"), $(include_str!($file)),+))
+                }),
+            },
+            sharded: Some(Body {
+                source: concat!(include_str!("spublish.lua"), $(include_str!($file)),+),
+                script: LazyLock::new(|| {
+                    Script::new(concat!(include_str!("spublish.lua"), $(include_str!($file)),+))
+                }),
+            }),
             native: lua!(@native $($native)?),
         };
     };
@@ -123,7 +112,10 @@ macro_rules! lua {
         $(#[$doc])*
         pub(crate) static $name: Lua = Lua {
             operation: $operation,
-            classic: Body::new(concat!($(include_str!($file)),+)),
+            classic: Body {
+                source: concat!($(include_str!($file)),+),
+                script: LazyLock::new(|| Script::new(concat!($(include_str!($file)),+))),
+            },
             sharded: None,
             native: lua!(@native $($native)?),
         };
@@ -134,6 +126,8 @@ lua!(/// Take a lock and a fencing token (sent as a transaction where the node c
     ACQUIRE, "acquire", "fence.lua", "acquire.lua");
 lua!(/// Take a lock and a fencing token, always by script: the fence stays the last grant's token.
     ACQUIRE_BY_SCRIPT, "acquire", "fence.lua", "acquire.lua");
+lua!(/// Hand out a fencing token for a lease granted by transaction whose count did not hold.
+    FENCE_MINT, "acquire", "fence.lua", "fence_mint.lua");
 lua!(/// Give a held lock straight to a waiter of the same client.
     HAND_OVER, "hand over", "fence.lua", "hand_over.lua");
 lua!(/// Compare-and-delete a lock, then publish: `DELIFEQ` where the server has it.
@@ -306,9 +300,8 @@ impl ScriptCall {
         self
     }
 
-    /// The `EVALSHA` command of the script whose hash is `hash` (see [`Lua::body`] and
-    /// [`Body::hash`]).
-    pub(crate) fn evalsha(&self, hash: &str) -> Cmd {
+    /// The `EVALSHA` command of `body` (see [`Lua::body`]).
+    pub(crate) fn evalsha(&self, body: &Body) -> Cmd {
         let parts = self.parts.args_iter();
         // Sized exactly: the name, the hash, the key count (at most 20 digits), then the parts.
         let bytes = parts.clone().fold(7 + 40 + 20, |n, part| match part {
@@ -316,7 +309,7 @@ impl ScriptCall {
             _ => n,
         });
         let mut cmd = Cmd::with_capacity(3 + parts.len(), bytes);
-        cmd.arg("EVALSHA").arg(hash).arg(self.keys);
+        cmd.arg("EVALSHA").arg(body.hash()).arg(self.keys);
         for part in parts {
             if let redis::Arg::Simple(bytes) = part {
                 cmd.arg(bytes);
@@ -390,11 +383,17 @@ impl ScriptCall {
         Some([redis::cmd("MULTI"), set, incr, pttl, redis::cmd("EXEC")])
     }
 
-    /// For an acquire call of [`grant_transaction`](Self::grant_transaction): its fence key
-    /// and the fence's retention in ms, for the mint (`backend/node/grant.rs`).
-    pub(crate) fn fence_of_grant(&self) -> Option<(&[u8], &[u8])> {
-        let [_lock, fence, _tombstone, _owner, _ttl, retention] = self.simple_parts()?;
-        Some((fence, retention))
+    /// For an acquire call of [`grant_transaction`](Self::grant_transaction): the
+    /// `fence_mint.lua` call that hands out its token from the server clock.
+    pub(crate) fn fence_mint(&self) -> Option<ScriptCall> {
+        let [lock, fence, _tombstone, owner, _ttl, retention] = self.simple_parts()?;
+        Some(
+            ScriptCall::new(&FENCE_MINT)
+                .key(lock)
+                .key(fence)
+                .arg(owner)
+                .arg(retention),
+        )
     }
 
     /// The keys, then the arguments, as bytes: exactly `N` of them, or `None`.
@@ -429,10 +428,9 @@ mod tests {
             .key("k{x}")
             .arg("v'); evil")
             .arg(5u64);
-        let hash = "0123456789abcdef0123456789abcdef01234567";
-        let packed = call.evalsha(hash).get_packed_command();
+        let packed = call.evalsha(ACQUIRE.body(false)).get_packed_command();
         let text = String::from_utf8_lossy(&packed);
-        assert!(text.contains(hash));
+        assert!(text.contains(ACQUIRE.body(false).hash()));
         assert_eq!(call.key_count(), 1);
         assert!(text.contains("v'); evil"), "arguments travel as data");
     }
@@ -446,9 +444,9 @@ mod tests {
             .arg(2u64);
         assert_eq!(call.key_count(), 2);
         assert_eq!(call.first_key(), Some(&b"a{x}"[..]));
-        let hash = "0123456789abcdef0123456789abcdef01234567";
-        let packed = call.evalsha(hash).get_packed_command();
+        let packed = call.evalsha(RELEASE.body(false)).get_packed_command();
         let text = String::from_utf8_lossy(&packed);
+        let hash = RELEASE.body(false).hash();
         let expected = format!(
             "*7\r\n$7\r\nEVALSHA\r\n$40\r\n{hash}\r\n$1\r\n2\r\n$4\r\na{{x}}\r\n$4\r\nb{{x}}\r\n$3\r\none\r\n$1\r\n2\r\n"
         );
@@ -458,17 +456,6 @@ mod tests {
         assert_eq!(call.key_at(0), None);
         assert_eq!(call.key_at(3), None, "an argument is not a key");
         assert_eq!(call.keys(), ["a{x}", "b{x}"]);
-    }
-
-    #[test]
-    fn a_hash_is_kept_only_as_scripts_load_answers_it() {
-        let body = Body::new("return 1");
-        assert_eq!(body.hash(), None, "no hash is computed here");
-        assert_eq!(body.learn("not a hash"), None);
-        assert_eq!(body.hash(), None);
-        let hash = "E0E1F9FABFC9D4800C877A703B823AC0578FF8DB";
-        assert_eq!(body.learn(hash), Some(&*hash.to_ascii_lowercase()));
-        assert_eq!(body.hash(), Some(&*hash.to_ascii_lowercase()));
     }
 
     #[cfg(debug_assertions)]
@@ -501,7 +488,7 @@ mod tests {
             let (classic, sharded) = (lua.body(false), lua.body(true));
             assert!(classic.source().starts_with(include_str!("publish.lua")));
             assert!(sharded.source().starts_with(include_str!("spublish.lua")));
-            assert_ne!(classic.source(), sharded.source());
+            assert_ne!(classic.hash(), sharded.hash());
         }
         for lua in [
             &ACQUIRE,
