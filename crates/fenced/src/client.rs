@@ -10,6 +10,7 @@ use crate::backend::connect::{Connect, Secret};
 use crate::cache::Cache;
 use crate::core::Core;
 use crate::core::renew::RenewalStats;
+use crate::election::Election;
 use crate::error::{Error, Result};
 use crate::fair::FairLock;
 use crate::latch::Latch;
@@ -257,6 +258,12 @@ impl Client {
     /// A fair lock named `name`: granted in FIFO order across processes.
     pub fn fair_lock(&self, name: impl Into<String>) -> FairLock {
         FairLock::new(&self.core, name.into())
+    }
+
+    /// An election named `name`: candidates campaign, one leads at a time with a term (a
+    /// fencing token), and observers follow the leader.
+    pub fn election(&self, name: impl Into<String>) -> Election {
+        Election::new(&self.core, name.into())
     }
 
     /// A read-write lock named `name`: many readers or one writer.

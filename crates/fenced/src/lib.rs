@@ -114,7 +114,7 @@
 //! Every primitive reports through the [`metrics`](https://docs.rs/metrics) facade; nothing is
 //! recorded until the application installs a recorder (a Prometheus exporter, say). Labels are
 //! bounded: `primitive` is one of `lock`, `reentrant_lock`, `semaphore`, `rw_read`, `rw_write`,
-//! `fair_lock`, `multi_lock`, `unfenced_lock`; a lock's name is never a label.
+//! `fair_lock`, `multi_lock`, `unfenced_lock`, `election`; a lock's name is never a label.
 //!
 //! | series | kind | labels |
 //! |---|---|---|
@@ -154,6 +154,7 @@ mod util;
 // The client, and the primitives on the core.
 mod cache;
 mod client;
+pub mod election;
 mod error;
 mod fair;
 mod guard;
@@ -179,6 +180,7 @@ pub use cache::Cache;
 pub use client::{Client, ClientBuilder};
 
 pub use core::renew::RenewalStats;
+pub use election::{Election, ElectionStatus, Leader, LeaderChanges, Leadership};
 pub use error::{Error, Result};
 pub use fair::FairLock;
 /// Runs an async function under a distributed lock, as an annotation declares a lock on a

@@ -128,6 +128,7 @@ const SCRIPTS: &[(&str, &[&str])] = &[
         &[
             include_str!("../src/scripts/fence.lua"),
             include_str!("../src/scripts/fair_acquire.lua"),
+            include_str!("../src/scripts/fair_take.lua"),
             include_str!("../src/scripts/extend.lua"),
             include_str!("../src/scripts/fair_free.lua"),
             include_str!("../src/scripts/fair_release.lua"),

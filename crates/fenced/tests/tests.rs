@@ -16,6 +16,7 @@ mod backends;
 mod bad_input;
 mod cache;
 mod cluster;
+mod election;
 mod exclusion;
 mod expiry;
 mod fair;

@@ -230,6 +230,14 @@ impl Backend {
         }
     }
 
+    /// Whether leases run on several independent masters (Redlock).
+    pub(crate) fn is_redlock(&self) -> bool {
+        #[cfg(feature = "redlock")]
+        return matches!(self, Backend::Redlock(_));
+        #[cfg(not(feature = "redlock"))]
+        false
+    }
+
     /// Whether this is a Redis Cluster (its keys live on several nodes).
     pub(crate) fn is_cluster(&self) -> bool {
         #[cfg(feature = "cluster")]

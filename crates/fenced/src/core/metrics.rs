@@ -93,6 +93,7 @@ macro_rules! by_primitive {
             Primitive::FairLock => $emit!($before "fair_lock"),
             Primitive::MultiLock => $emit!($before "multi_lock"),
             Primitive::UnfencedLock => $emit!($before "unfenced_lock"),
+            Primitive::Election => $emit!($before "election"),
         }
     };
 }
@@ -206,7 +207,7 @@ mod tests {
     use super::*;
     use metrics_util::debugging::DebuggingRecorder;
 
-    fn every_primitive() -> [Primitive; 8] {
+    fn every_primitive() -> [Primitive; 9] {
         // A new primitive stops this from compiling until it is listed below too.
         let _listed = |p: Primitive| match p {
             Primitive::Lock
@@ -216,7 +217,8 @@ mod tests {
             | Primitive::RwWrite
             | Primitive::FairLock
             | Primitive::MultiLock
-            | Primitive::UnfencedLock => (),
+            | Primitive::UnfencedLock
+            | Primitive::Election => (),
         };
         [
             Primitive::Lock,
@@ -227,6 +229,7 @@ mod tests {
             Primitive::FairLock,
             Primitive::MultiLock,
             Primitive::UnfencedLock,
+            Primitive::Election,
         ]
     }
 

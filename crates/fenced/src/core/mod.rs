@@ -53,6 +53,20 @@ pub(crate) struct Core {
     /// otherwise format its message every time.
     release_one: String,
     release_all: String,
+    /// Cancelled when the core is dropped (every handle of the client gone): background
+    /// work that holds no strong reference (an election's observers) ends then.
+    closing: tokio_util::sync::CancellationToken,
+    /// Work shared by every handle of this client on one key (an election's one watcher for
+    /// all its observers), alive while some handle uses it.
+    shared: std::sync::Mutex<
+        std::collections::HashMap<String, std::sync::Weak<dyn std::any::Any + Send + Sync>>,
+    >,
+}
+
+impl Drop for Core {
+    fn drop(&mut self) {
+        self.closing.cancel();
+    }
 }
 
 /// How far behind a grant a fence's expiry may have been set: its 1000 s window of tokens, and
@@ -79,6 +93,8 @@ impl Core {
             takeovers: takeover::TakeOvers::default(),
             release_one,
             release_all,
+            closing: tokio_util::sync::CancellationToken::new(),
+            shared: std::sync::Mutex::default(),
         })
     }
 
@@ -111,6 +127,40 @@ impl Core {
     /// held lease (a forced release).
     pub(crate) fn wake_local(&self, channel: &str, wake: Wake) {
         self.waiters.released(channel, wake);
+    }
+
+    /// Joins the watchers of `channel` and subscribes to it (waiting for the server's
+    /// confirmation, within the timeout; false if none came). The ticket is woken by every
+    /// release announced there, by this client's own (`wake_local`, and its leases' releases)
+    /// and after the pub/sub connection came back (messages may have been missed).
+    pub(crate) async fn watch(&self, channel: &str) -> (notify::Ticket, bool) {
+        let ticket = self.waiters.join_watching(channel, 1, &[]);
+        let subscribed = self.waiters.subscribe(channel, self.options.timeout).await;
+        (ticket, subscribed)
+    }
+
+    /// Cancelled once this core is dropped.
+    pub(crate) fn closing(&self) -> tokio_util::sync::CancellationToken {
+        self.closing.clone()
+    }
+
+    /// The work shared under `key` by this client's handles, made by `make` when none is alive.
+    pub(crate) fn shared<T: Send + Sync + 'static>(
+        &self,
+        key: &str,
+        make: impl FnOnce() -> Arc<T>,
+    ) -> Arc<T> {
+        let mut map = crate::util::lock_unpoisoned(&self.shared);
+        if let Some(alive) = map.get(key).and_then(std::sync::Weak::upgrade)
+            && let Ok(work) = alive.downcast::<T>()
+        {
+            return work;
+        }
+        map.retain(|_, w| w.strong_count() > 0);
+        let work = make();
+        let any: Arc<dyn std::any::Any + Send + Sync> = work.clone();
+        map.insert(key.to_owned(), Arc::downgrade(&any));
+        work
     }
 
     /// Hands `kind`'s clean-up to the background: for a waiter that gives up a place it holds

@@ -14,6 +14,7 @@
 //! | abandon | 1 the attempt had taken the lease, now released; 0 a tombstone voids it |
 //! | hand over | `{1, token}` the successor holds it, `{0, 0}` not held, `{0, 1}` another client waits (exclusive locks only) |
 
+pub(crate) mod election;
 pub(crate) mod exclusive;
 pub(crate) mod fair;
 pub(crate) mod multi;
@@ -46,11 +47,12 @@ pub(crate) enum Primitive {
     FairLock,
     MultiLock,
     UnfencedLock,
+    Election,
 }
 
 impl Primitive {
     /// The label: `lock`, `reentrant_lock`, `semaphore`, `rw_read`, `rw_write`, `fair_lock`,
-    /// `multi_lock`, `unfenced_lock`.
+    /// `multi_lock`, `unfenced_lock`, `election`.
     pub(crate) fn as_str(self) -> &'static str {
         match self {
             Primitive::Lock => "lock",
@@ -61,6 +63,7 @@ impl Primitive {
             Primitive::FairLock => "fair_lock",
             Primitive::MultiLock => "multi_lock",
             Primitive::UnfencedLock => "unfenced_lock",
+            Primitive::Election => "election",
         }
     }
 }

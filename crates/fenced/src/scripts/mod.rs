@@ -182,7 +182,7 @@ lua!(/// Take the write lease of a read-write lock, or register as a waiting wri
 lua!(/// Count a read-write lock's live readers and waiting writers.
     RW_STATUS, "rw status", "rw_status.lua");
 lua!(/// Take a fair lock at the head of its FIFO queue, or queue.
-    FAIR_ACQUIRE, "acquire", "fence.lua", "fair_queue.lua", "fair_acquire.lua");
+    FAIR_ACQUIRE, "acquire", "fence.lua", "fair_queue.lua", "fair_take.lua", "fair_acquire.lua");
 lua!(/// Give a fair lock back and wake the head of its queue.
     FAIR_RELEASE, "release", announces, "fair_free.lua", "fair_release.lua");
 lua!(/// Give a fair lock straight to the head of its queue, a waiter of the same client; or
@@ -190,6 +190,16 @@ lua!(/// Give a fair lock straight to the head of its queue, a waiter of the sam
     FAIR_HAND_OVER, "hand over", announces, "fence.lua", "fair_queue.lua", "fair_hand_over.lua");
 lua!(/// Leave a fair lock's queue; void an attempt of unknown outcome.
     FAIR_ABANDON, "abandon", announces, "fair_free.lua", "fair_abandon.lua");
+lua!(/// Campaign in an election: a fair grant that records the leader and tells observers.
+    ELECTION_CAMPAIGN, "campaign", announces, "fence.lua", "fair_queue.lua", "fair_take.lua", "election_campaign.lua");
+lua!(/// Step down as leader, wake the next candidate, tell observers.
+    ELECTION_RESIGN, "resign", announces, "fair_free.lua", "election_resign.lua");
+lua!(/// Leave an election's queue; void a campaign of unknown outcome.
+    ELECTION_ABANDON, "abandon", announces, "fair_free.lua", "election_abandon.lua");
+lua!(/// Change the value a leader advertises.
+    ELECTION_PROCLAIM, "proclaim", announces, "election_proclaim.lua");
+lua!(/// Read an election's leader and its candidates.
+    ELECTION_LEADER, "leader", "election_leader.lua");
 lua!(/// Arm a countdown latch.
     LATCH_ARM, "latch arm", "latch_arm.lua");
 lua!(/// Count a latch down; opening it wakes every waiter.
@@ -482,6 +492,10 @@ mod tests {
             &FAIR_RELEASE,
             &FAIR_ABANDON,
             &FAIR_HAND_OVER,
+            &ELECTION_CAMPAIGN,
+            &ELECTION_RESIGN,
+            &ELECTION_ABANDON,
+            &ELECTION_PROCLAIM,
             &LATCH_COUNT_DOWN,
             &CACHE_STORE,
         ] {

@@ -1,0 +1,189 @@
+//! [`LeaderChanges`]: the leader of an election, followed as a stream.
+//!
+//! One watcher task per client and election (shared through `Core::shared`) reads the leader
+//! and publishes it on a `tokio::sync::watch` channel that every observer of the election in
+//! this client reads. The watcher holds no strong reference to the client: it ends when the
+//! last observer is dropped or when the client is gone.
+
+use std::pin::Pin;
+use std::sync::{Arc, Weak};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use futures_util::Stream;
+use futures_util::stream::BoxStream;
+use tokio::sync::watch;
+use tokio::time::Instant;
+use tokio_util::sync::{CancellationToken, DropGuard};
+
+use crate::core::Core;
+use crate::election::{Election, Leader, parse_status};
+use crate::scripts::ScriptCall;
+use crate::util::{Backoff, sleep_until_opt};
+
+/// The leader of an election as it changes: `Some(leader)` for each new term or value, `None`
+/// when nobody leads any more. Made by [`Election::observe`]; read it with
+/// `futures_util::StreamExt::next` (or any `Stream` combinator).
+///
+/// Items never go backwards (invariant 3 of the election); a slow reader sees the latest
+/// leader, skipping what it missed. The stream ends when every handle of its client is
+/// dropped.
+pub struct LeaderChanges {
+    inner: BoxStream<'static, Option<Leader>>,
+}
+
+impl std::fmt::Debug for LeaderChanges {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LeaderChanges").finish_non_exhaustive()
+    }
+}
+
+impl Stream for LeaderChanges {
+    type Item = Option<Leader>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        self.inner.as_mut().poll_next(cx)
+    }
+}
+
+/// What the watcher has seen.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Seen {
+    /// Nothing read yet.
+    Unknown,
+    /// The last state reported.
+    Now(Option<Leader>),
+}
+
+/// The watcher of one election in one client: the observers' receivers, and the task's stop.
+struct Watcher {
+    seen: watch::Receiver<Seen>,
+    _stop: DropGuard,
+}
+
+impl LeaderChanges {
+    pub(super) fn new(election: &Election) -> Self {
+        let core = election.core();
+        let watcher = core.shared(&election.keys().channel, || {
+            let (tx, rx) = watch::channel(Seen::Unknown);
+            let stop = CancellationToken::new();
+            tokio::spawn(watch_leader(
+                Arc::downgrade(core),
+                Target {
+                    name: election.name().to_owned(),
+                    channel: election.keys().channel.clone(),
+                    read: election.status_call(),
+                },
+                tx,
+                stop.clone(),
+                core.closing(),
+            ));
+            Arc::new(Watcher {
+                seen: rx,
+                _stop: stop.drop_guard(),
+            })
+        });
+        let mut seen = watcher.seen.clone();
+        seen.mark_changed();
+        let inner =
+            futures_util::stream::unfold((seen, watcher), |(mut seen, watcher)| async move {
+                loop {
+                    seen.changed().await.ok()?;
+                    let now = seen.borrow_and_update().clone();
+                    if let Seen::Now(leader) = now {
+                        return Some((leader, (seen, watcher)));
+                    }
+                }
+            });
+        LeaderChanges {
+            inner: Box::pin(inner),
+        }
+    }
+}
+
+/// Whether `next` may follow `last` (invariant 3): a later term, a later proclaim in the same
+/// term, or nobody after somebody.
+fn follows(last: Option<&(u64, u64, bool)>, next: &Option<Leader>) -> bool {
+    let Some(&(term, proclaims, leads)) = last else {
+        return true;
+    };
+    match next {
+        None => leads,
+        Some(l) => {
+            // After "nobody leads", only a newer term: the same one cannot come back.
+            let order = (l.term.get(), l.proclaims);
+            order > (term, proclaims) && (leads || order.0 != term)
+        }
+    }
+}
+
+/// What the watcher reads, with no reference to the client.
+struct Target {
+    name: String,
+    channel: String,
+    read: ScriptCall,
+}
+
+/// The watcher task: reads the leader on each wake-up and publishes what follows the last.
+async fn watch_leader(
+    core: Weak<Core>,
+    target: Target,
+    tx: watch::Sender<Seen>,
+    stop: CancellationToken,
+    closing: CancellationToken,
+) {
+    let Some(strong) = core.upgrade() else {
+        return;
+    };
+    let (ticket, _) = tokio::select! {
+        t = strong.watch(&target.channel) => t,
+        () = stop.cancelled() => return,
+        () = closing.cancelled() => return,
+    };
+    let options = strong.options();
+    let mut backoff = Backoff::new(options.poll_min, options.poll_max);
+    let timeout = strong.timeout();
+    drop(strong);
+    // (term, proclaims, leads) of the last report.
+    let mut last: Option<(u64, u64, bool)> = None;
+    loop {
+        let wake = ticket.wake().notified();
+        tokio::pin!(wake);
+        // Registered before the read, so a change announced during it is not missed.
+        wake.as_mut().enable();
+        let Some(strong) = core.upgrade() else {
+            return;
+        };
+        let read = match strong.node() {
+            Ok(node) => node.run(&target.read).await.and_then(parse_status),
+            Err(e) => Err(e),
+        };
+        drop(strong);
+        let next_read = match read {
+            Ok(status) => {
+                backoff.reset();
+                let leader = status.leader;
+                if follows(last.as_ref(), &leader) {
+                    last = Some(match &leader {
+                        Some(l) => (l.term.get(), l.proclaims, true),
+                        None => last.map_or((0, 0, false), |(t, p, _)| (t, p, false)),
+                    });
+                    tx.send_replace(Seen::Now(leader.clone()));
+                }
+                // An expiry announces nothing: read again just after the lease is due to end.
+                leader.map(|l| Instant::now() + l.lease_left + Duration::from_millis(2))
+            }
+            Err(e) => {
+                tracing::debug!(election = %target.name, error = %e, "fenced: reading the leader failed; trying again");
+                Some(Instant::now() + backoff.next_wait().max(timeout / 4))
+            }
+        };
+        tokio::select! {
+            () = stop.cancelled() => return,
+            () = closing.cancelled() => return,
+            () = tx.closed() => return,
+            () = &mut wake => {}
+            () = sleep_until_opt(next_read) => {}
+        }
+    }
+}

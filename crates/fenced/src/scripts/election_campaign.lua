@@ -1,0 +1,29 @@
+-- Campaign in an election: take its leader key as a fair lock's head does (fair_take.lua,
+-- FIFO among candidates of every process), and on a grant record the new leader and announce
+-- the new term to observers.
+--
+-- KEYS[1]  leader key (string: the leader's owner token, PX = its lease)
+-- KEYS[2]  queue of candidates (list of waiter ids, oldest first)
+-- KEYS[3]  registrations (hash: waiter id -> end of its registration, server ms)
+-- KEYS[4]  fence key (string: the last term handed out; see fence.lua)
+-- KEYS[5]  this attempt's tombstone
+-- KEYS[6]  the leader record (hash: owner, value, term, since (server ms), v (proclaims))
+-- ARGV[1..6] as fair_acquire.lua's (ARGV[6], the hand-over half, is '' for a candidate)
+-- ARGV[7]  the value the candidate advertises once elected
+-- ARGV[8]  the observers' channel
+-- ARGV[9]  the announcement: '<client id> 1'
+--
+-- Returns as fair_acquire.lua: {1, term} elected, {0, ms} wait, {0, -3} abandoned already,
+--         {0, -5, 1} the leader key holds another type.
+local reply = fair_take(KEYS, ARGV)
+if reply[1] == 1 then
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  redis.call('DEL', KEYS[6])
+  redis.call('HSET', KEYS[6], 'owner', ARGV[1], 'value', ARGV[7], 'term', reply[2],
+    'since', now, 'v', 0)
+  -- The record outlives any lease; it counts only while its owner holds the leader key.
+  redis.call('PEXPIRE', KEYS[6], ARGV[3])
+  redis.call(PUBLISH, ARGV[8], ARGV[9])
+end
+return reply
