@@ -98,6 +98,29 @@ pub enum Command {
     /// Ctrl-C already reaches CMD).
     #[command(after_help = RUN_HELP)]
     Run(RunArgs),
+    /// Campaign in the election NAME, then run CMD while leader.
+    ///
+    /// Candidates are elected in the order they campaigned, across machines. CMD gets
+    /// FENCED_TERM (the term: a fencing token, greater than every earlier leader's; pass it
+    /// along with every write), FENCED_TOKEN (the same), FENCED_NAME and FENCED_VALUE in its
+    /// environment. If the leadership is lost, CMD and everything it started are sent SIGTERM,
+    /// then SIGKILL after --kill-after, and fenced exits 76 (with --again it campaigns again).
+    /// When CMD ends, fenced steps down at once and the next candidate leads.
+    #[command(after_help = ELECT_HELP)]
+    Elect(ElectArgs),
+    /// Print the leader of the election NAME: its value, term, since when, lease left, and
+    /// how many candidates wait; exit 75 when nobody leads. With --watch, print one line per
+    /// change (a new term, a new value, nobody) until interrupted.
+    #[command(
+        after_help = "Examples:\n  fenced leader billing-scheduler\n  fenced --json leader billing-scheduler | jq -r .value\n  fenced leader billing-scheduler --watch"
+    )]
+    Leader {
+        /// The election's name.
+        name: String,
+        /// Follow the leader: one line per change, until interrupted.
+        #[arg(long)]
+        watch: bool,
+    },
     /// Show whether NAME is held, by whom (first 8 characters of its owner token), for how
     /// much longer, how many re-entrant holds, the last fencing token, how many clients wait
     /// for it; and, when they exist, the readers and waiting writers of the read-write lock
@@ -222,6 +245,12 @@ pub const RUN_HELP: &str = "Examples:
   fenced run order:7 --ticket \"$TICKET\" -- ./finish.sh  # continue a lease a program handed over
   fenced run order:7 --hand-off -- ./enqueue.sh         # CMD queues $FENCED_TICKET; a worker finishes";
 
+/// `fenced elect --help`: examples.
+pub const ELECT_HELP: &str = "Examples:
+  fenced elect billing-scheduler -- ./scheduler                   # one leader runs it
+  fenced elect billing-scheduler --value \"$HOSTNAME\" --again -- ./scheduler  # a standby
+  fenced leader billing-scheduler                                  # who leads";
+
 /// The whole command line, with the exit codes (`exit::TABLE`) after the help of `fenced`
 /// and of `fenced run`: what parsing, `--help`, the man page and completions all use.
 pub fn command() -> clap::Command {
@@ -321,6 +350,33 @@ pub struct RunArgs {
     #[arg(long, conflicts_with_all = ["permits", "read", "write", "ticket", "min_hold"])]
     pub hand_off: bool,
     /// After the lease is lost: time between SIGTERM and SIGKILL to CMD (at most 1 day).
+    #[arg(long, default_value = "10s", value_parser = kill_after, value_name = "DUR")]
+    pub kill_after: Duration,
+    /// The program to run, and its arguments, after `--` (passed on byte for byte).
+    #[arg(last = true, required = true, value_name = "CMD", value_parser = clap::builder::OsStringValueParser::new())]
+    pub command: Vec<std::ffi::OsString>,
+}
+
+#[derive(Args, Debug)]
+pub struct ElectArgs {
+    /// The election's name.
+    pub name: String,
+    /// What this candidate advertises once elected (its address, say): `fenced leader`
+    /// prints it, and CMD gets it as FENCED_VALUE.
+    #[arg(long, default_value = "", value_name = "VALUE")]
+    pub value: String,
+    /// Lease length; renewed every third of it while CMD runs. A leader that dies is replaced
+    /// within it.
+    #[arg(long, default_value = "30s", value_parser = duration, value_name = "DUR")]
+    pub ttl: Duration,
+    /// Campaign at most this long (default: until elected); exit 75 if not elected by then.
+    #[arg(long, value_parser = duration, value_name = "DUR")]
+    pub wait: Option<Duration>,
+    /// Stay a candidate: after a lost leadership, or once CMD ends, campaign again and run
+    /// CMD again when elected; until interrupted.
+    #[arg(long)]
+    pub again: bool,
+    /// After the leadership is lost: time between SIGTERM and SIGKILL to CMD (at most 1 day).
     #[arg(long, default_value = "10s", value_parser = kill_after, value_name = "DUR")]
     pub kill_after: Duration,
     /// The program to run, and its arguments, after `--` (passed on byte for byte).

@@ -62,6 +62,8 @@ fn main() -> ExitCode {
     let outcome = runtime.block_on(async {
         match &cli.command {
             Command::Run(run) => cmd::run::run(&cli.global, run).await,
+            Command::Elect(elect) => cmd::elect::elect(&cli.global, elect).await,
+            Command::Leader { name, watch } => cmd::elect::leader(&cli.global, name, *watch).await,
             Command::Status { name } => cmd::inspect::status(&cli.global, name).await,
             Command::List { pattern } => cmd::inspect::list(&cli.global, pattern).await,
             Command::Top { pattern, interval } => {
@@ -124,8 +126,15 @@ fn usage_error(e: &clap::Error, argv: &[OsString]) -> u8 {
             } else {
                 said.join(" ").trim_start_matches("error: ").to_owned()
             };
-            let hint = if argv.iter().any(|a| a == "run") && !argv.iter().any(|a| a == "--") {
-                " (put `--` before the command: fenced run NAME -- CMD [ARGS...])"
+            let runs = ["run", "elect"]
+                .into_iter()
+                .find(|c| argv.iter().any(|a| a == *c));
+            let hint = if let Some(sub) = runs.filter(|_| !argv.iter().any(|a| a == "--")) {
+                if sub == "run" {
+                    " (put `--` before the command: fenced run NAME -- CMD [ARGS...])"
+                } else {
+                    " (put `--` before the command: fenced elect NAME -- CMD [ARGS...])"
+                }
             } else {
                 " (see fenced --help)"
             };

@@ -2179,3 +2179,206 @@ async fn a_key_of_another_type_is_named_at_once_with_exit_65() {
     assert!(kinds.contains(&("unreadable", "typed")), "{kinds:?}");
     held.release().await.unwrap();
 }
+
+/// Waits (up to 10 s) until the election `name` has a leader, and returns its value.
+async fn until_elected(c: &fenced::Client, name: &str) -> fenced::Leader {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(l) = c.election(name).leader().await.unwrap() {
+            return l;
+        }
+        assert!(Instant::now() < deadline, "{name} never had a leader");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn elect_runs_the_command_as_leader_with_its_term_and_leader_prints_it() {
+    let s = server();
+    let done = finish(
+        fenced(&s.url(), &["leader", "sched"]),
+        Duration::from_secs(10),
+    )
+    .await;
+    assert_eq!(done.code, Some(75), "nobody leads: {}", done.stderr);
+    let fenced_bin = env!("CARGO_BIN_EXE_fenced");
+    let script = format!(
+        "echo \"$FENCED_TERM $FENCED_TOKEN $FENCED_VALUE $FENCED_NAME\"; {fenced_bin} --redis {} --json leader sched; exit 3",
+        s.url()
+    );
+    let done = finish(
+        fenced(
+            &s.url(),
+            &[
+                "elect", "sched", "--value", "host-a", "--", "sh", "-c", &script,
+            ],
+        ),
+        Duration::from_secs(10),
+    )
+    .await;
+    assert_eq!(done.code, Some(3), "the command's code: {}", done.stderr);
+    let mut lines = done.stdout.lines();
+    let env: Vec<&str> = lines.next().unwrap().split(' ').collect();
+    assert_eq!(env[0], env[1], "FENCED_TERM is the fencing token");
+    assert_eq!(&env[2..], ["host-a", "sched"]);
+    let leader: serde_json::Value = serde_json::from_str(lines.next().unwrap()).unwrap();
+    assert_eq!(leader["leader"]["value"], "host-a");
+    assert_eq!(leader["leader"]["term"].to_string(), env[0]);
+    // Stepped down when the command ended.
+    let c = client(&s).await;
+    assert_eq!(c.election("sched").leader().await.unwrap(), None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_leadership_stops_the_command_and_exits_76_and_again_campaigns_anew() {
+    let s = server();
+    let c = client(&s).await;
+    let mut conn = redis::Client::open(s.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let depose = async |conn: &mut redis::aio::MultiplexedConnection, name: &str| {
+        let _: () = redis::cmd("DEL")
+            .arg(format!("fenced:election:{{{name}}}"))
+            .query_async(conn)
+            .await
+            .unwrap();
+    };
+    let mut once = fenced(
+        &s.url(),
+        &["elect", "once", "--ttl", "600ms", "--", "sleep", "30"],
+    )
+    .spawn()
+    .unwrap();
+    until_elected(&c, "once").await;
+    depose(&mut conn, "once").await;
+    assert_eq!(
+        wait_exit(&mut once, Duration::from_secs(10)).await.code(),
+        Some(76)
+    );
+
+    // --again: deposed, it campaigns anew and leads with a newer term; a signal ends it.
+    let mut standby = fenced(
+        &s.url(),
+        &[
+            "elect", "again", "--again", "--ttl", "600ms", "--value", "s", "--", "sleep", "30",
+        ],
+    )
+    .spawn()
+    .unwrap();
+    let first = until_elected(&c, "again").await;
+    depose(&mut conn, "again").await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let second = loop {
+        if let Some(l) = c.election("again").leader().await.unwrap()
+            && l.term > first.term
+        {
+            break l;
+        }
+        assert!(Instant::now() < deadline, "the standby did not lead again");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    assert_eq!(second.value, "s");
+    signal(&standby, Signal::SIGTERM);
+    let status = wait_exit(&mut standby, Duration::from_secs(10)).await;
+    assert_eq!(status.code(), Some(128 + 15), "SIGTERM ends a standby");
+    assert_eq!(
+        c.election("again").leader().await.unwrap(),
+        None,
+        "it stepped down"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leader_watch_prints_a_line_per_change() {
+    let s = server();
+    let c = client(&s).await;
+    let mut watch = fenced(&s.url(), &["--json", "leader", "w", "--watch"])
+        .spawn()
+        .unwrap();
+    let stdout = watch.stdout.take().unwrap();
+    let mut lines = tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(stdout));
+    let mut next = async || -> serde_json::Value {
+        let line = tokio::time::timeout(Duration::from_secs(10), lines.next_line())
+            .await
+            .expect("no line within 10 s")
+            .unwrap()
+            .expect("the watch ended");
+        serde_json::from_str(&line).unwrap()
+    };
+    assert_eq!(next().await["leader"], serde_json::Value::Null);
+    let leadership = c.election("w").campaign("one").await.unwrap();
+    assert_eq!(next().await["leader"]["value"], "one");
+    leadership.proclaim("two").await.unwrap();
+    let line = next().await;
+    assert_eq!(
+        (
+            line["leader"]["value"].as_str(),
+            line["leader"]["proclaims"].as_u64()
+        ),
+        (Some("two"), Some(1))
+    );
+    leadership.resign().await.unwrap();
+    assert_eq!(next().await["leader"], serde_json::Value::Null);
+    signal(&watch, Signal::SIGINT);
+    assert_eq!(
+        wait_exit(&mut watch, Duration::from_secs(10)).await.code(),
+        Some(130)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_and_status_show_an_election_its_leader_and_candidates() {
+    let s = server();
+    let c = client(&s).await;
+    let leading = c.election("jobs").campaign("host-a").await.unwrap();
+    let other = client(&s).await;
+    let election = other.election("jobs");
+    let waiting = tokio::spawn(async move { election.campaign("host-b").await });
+    let status = c.election("jobs");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while status.status().await.unwrap().candidates < 1 {
+        assert!(Instant::now() < deadline, "the candidate never queued");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let done = finish(
+        fenced(&s.url(), &["--json", "list"]),
+        Duration::from_secs(10),
+    )
+    .await;
+    assert_eq!(done.code, Some(0), "{}", done.stderr);
+    let all: serde_json::Value = serde_json::from_str(&done.stdout).unwrap();
+    let listed = all
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["kind"] == "election")
+        .expect("the election is listed");
+    assert_eq!(listed["name"], "jobs");
+    assert_eq!(listed["leader"], "host-a");
+    assert_eq!(listed["term"], leading.term().get());
+    assert_eq!(listed["candidates"], 1);
+    let done = finish(
+        fenced(&s.url(), &["status", "jobs"]),
+        Duration::from_secs(10),
+    )
+    .await;
+    assert!(
+        done.stdout.contains(&format!(
+            "election: led by \"host-a\" in term {}",
+            leading.term()
+        )),
+        "{}",
+        done.stdout
+    );
+    leading.resign().await.unwrap();
+    tokio::time::timeout(Duration::from_secs(10), waiting)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap()
+        .resign()
+        .await
+        .unwrap();
+}

@@ -22,6 +22,9 @@ use crate::token::FencingToken;
 pub use crate::rwlock::RwReaders;
 pub use crate::semaphore::SemaphoreStatus;
 
+/// The prefix, after the namespace, of an election's keys (`election/mod.rs`).
+pub(crate) const ELECTION_PREFIX: &str = "election:";
+
 /// How many locks [`Client::list`] inspects per round trip.
 const INSPECT_BATCH: usize = 256;
 
@@ -277,6 +280,8 @@ pub struct Listing {
     pub fair_queues: Vec<FairQueueStatus>,
     /// Countdown latches, open or counting.
     pub latches: Vec<LatchStatus>,
+    /// Elections with a leader or candidates.
+    pub elections: Vec<ElectionListing>,
     /// Every name that handed out a fencing token within the fence retention, held now or
     /// not, with its last token: reading it twice shows which names were granted in between.
     pub grants: Vec<GrantStatus>,
@@ -294,7 +299,8 @@ pub struct Unreadable {
     pub name: String,
     /// The Redis key of the unexpected type.
     pub key: String,
-    /// What the key was read as: `lock`, `semaphore`, `rw_lock`, `fair_queue` or `latch`.
+    /// What the key was read as: `lock`, `semaphore`, `rw_lock`, `fair_queue`, `latch` or
+    /// `election`.
     pub kind: &'static str,
 }
 
@@ -344,6 +350,7 @@ impl Client {
             rw_locks: self.rw_locks(found.rw_locks, u).await?,
             fair_queues: self.fair_queues(found.fair_queues, u).await?,
             latches: self.latches(found.latches, u).await?,
+            elections: self.elections(found.elections, u).await?,
             grants: self.grants(&found.fences, &found.permit_fences).await?,
             unreadable,
         })
@@ -420,6 +427,16 @@ pub struct LatchStatus {
     pub count: u64,
 }
 
+/// An election with a leader or candidates, as [`Client::list`] finds it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ElectionListing {
+    /// The election's name.
+    pub name: String,
+    /// Its leader and candidates.
+    pub status: crate::election::ElectionStatus,
+}
+
 /// A fair lock's queue of waiters, as [`Client::list`] finds it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -466,6 +483,25 @@ impl Client {
             let count = self.latch(&name).count().await;
             if let Some(Some(count)) = readable(count, &name, "latch", unreadable)? {
                 out.push(LatchStatus { name, count });
+            }
+        }
+        Ok(out)
+    }
+
+    /// The elections among `names` with a leader or candidates.
+    async fn elections(
+        &self,
+        names: Vec<String>,
+        unreadable: &mut Vec<Unreadable>,
+    ) -> Result<Vec<ElectionListing>> {
+        let mut out = Vec::with_capacity(names.len());
+        for name in names {
+            let status = self.election(&name).status().await;
+            let Some(status) = readable(status, &name, "election", unreadable)? else {
+                continue;
+            };
+            if status.leader.is_some() || status.candidates > 0 {
+                out.push(ElectionListing { name, status });
             }
         }
         Ok(out)
@@ -591,21 +627,32 @@ struct Found {
     fences: Vec<String>,
     /// `<ns>{name}:permits:fence`: a semaphore's last token.
     permit_fences: Vec<String>,
+    /// `<ns>election:{name}`, `:queue` or `:leader`: an election's.
+    elections: Vec<String>,
 }
 
 impl Found {
     /// Files `key` under its kind, by the suffix after the `{name}` tag; other keys (tombstones,
     /// epochs, hold counts, cache entries) are not listed.
     fn keep(&mut self, ns: &str, key: &str) {
-        let Some((name, suffix)) = key
-            .strip_prefix(ns)
-            .and_then(|k| k.strip_prefix('{'))
-            .and_then(|k| k.split_once('}'))
-        else {
+        let Some(rest) = key.strip_prefix(ns) else {
+            return;
+        };
+        let (election, rest) = match rest.strip_prefix(ELECTION_PREFIX) {
+            Some(rest) => (true, rest),
+            None => (false, rest),
+        };
+        let Some((name, suffix)) = rest.strip_prefix('{').and_then(|k| k.split_once('}')) else {
             return;
         };
         // Names never contain braces: anything else is not one of ours.
         if name.contains('{') || suffix.contains(['{', '}']) {
+            return;
+        }
+        if election {
+            if matches!(suffix, "" | ":queue" | ":leader") {
+                self.elections.push(name.to_owned());
+            }
             return;
         }
         let list = match suffix {
@@ -630,6 +677,7 @@ impl Found {
             &mut self.latches,
             &mut self.fences,
             &mut self.permit_fences,
+            &mut self.elections,
         ] {
             list.sort();
             list.dedup();
@@ -640,7 +688,9 @@ impl Found {
 
 /// One `SCAN` pass over every key of the namespace whose name matches the glob `pattern`.
 async fn scan(node: &Node, ns: &str, pattern: &str) -> Result<Found> {
-    let match_pattern = format!("{}{{{pattern}}}*", escape_glob(ns));
+    // `<ns>{pattern}*` and `<ns>election:{pattern}*` in one pass: whatever else `*` lets
+    // through is not filed (`Found::keep`).
+    let match_pattern = format!("{}*{{{pattern}}}*", escape_glob(ns));
     let scan = |cursor: u64| {
         let mut scan = redis::cmd("SCAN");
         scan.arg(cursor)

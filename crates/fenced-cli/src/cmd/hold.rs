@@ -63,6 +63,8 @@ pub enum Hold {
     Plain(LockGuard),
     /// An unfenced lock (`--unfenced`): no fencing token, not re-entrant.
     Unfenced(UnfencedGuard),
+    /// A won election (`fenced elect`): its term is the fencing token.
+    Leader(fenced::Leadership),
     /// Handed to CMD's ticket at once (`--hand-off`): held by whoever resumes the ticket, or
     /// by nobody until it runs out; this run neither renews nor releases it.
     HandedOff {
@@ -82,6 +84,7 @@ impl Hold {
             Hold::Read(r) => r.fencing_token(),
             Hold::Write(w) => w.fencing_token(),
             Hold::Fair(g) | Hold::Plain(g) => g.fencing_token(),
+            Hold::Leader(l) => l.term(),
             Hold::Unfenced(_) => return None,
             Hold::HandedOff { token, .. } => return *token,
         })
@@ -95,6 +98,7 @@ impl Hold {
             Hold::Write(w) => w.lost(),
             Hold::Fair(g) | Hold::Plain(g) => g.lost(),
             Hold::Unfenced(g) => g.lost(),
+            Hold::Leader(l) => l.lost(),
             Hold::HandedOff { never, .. } => never.clone().cancelled_owned(),
         }
     }
@@ -126,6 +130,7 @@ impl Hold {
             Hold::Write(w) => w.is_lost(),
             Hold::Fair(g) | Hold::Plain(g) => g.is_lost(),
             Hold::Unfenced(g) => g.is_lost(),
+            Hold::Leader(l) => l.is_lost(),
             Hold::HandedOff { .. } => false,
         }
     }
@@ -138,6 +143,7 @@ impl Hold {
             Hold::Write(w) => w.release().await,
             Hold::Fair(g) | Hold::Plain(g) => g.release().await,
             Hold::Unfenced(g) => g.release().await,
+            Hold::Leader(l) => l.resign().await,
             // Not this run's to release.
             Hold::HandedOff { .. } => Ok(()),
         }

@@ -22,6 +22,7 @@ pub async fn status(global: &Global, name: &str) -> Result<u8, Failure> {
     let rw = client.rw_lock(name).readers().await.map_err(fail)?;
     let latch = client.latch(name).count().await.map_err(fail)?;
     let queued = client.fair_lock(name).queued().await.map_err(fail)?;
+    let election = client.election(name).status().await.map_err(fail)?;
     if global.json {
         let mut value = to_json(&status);
         value["semaphore"] = semaphore_json(&permits);
@@ -29,6 +30,11 @@ pub async fn status(global: &Global, name: &str) -> Result<u8, Failure> {
         value["waiting_writers"] = json!(rw.waiting_writers);
         value["latch_count"] = json!(latch);
         value["fair_queue"] = json!(queued);
+        value["election"] = json!({
+            "leader": election.leader.as_ref().map(|l| l.value.clone()),
+            "term": election.leader.as_ref().map(|l| l.term.get()),
+            "candidates": election.candidates,
+        });
         value["node"] = json!(nodes.first().map(|n| n.node.clone()));
         say!("{value}");
     } else {
@@ -62,6 +68,17 @@ pub async fn status(global: &Global, name: &str) -> Result<u8, Failure> {
         }
         if queued > 0 {
             say!("queue:    {queued} fair waiter(s), served in order");
+        }
+        if let Some(l) = &election.leader {
+            say!(
+                "election: led by {:?} in term {}, {} of its lease left; {} candidate(s)",
+                l.value,
+                l.term,
+                show(l.lease_left),
+                election.candidates
+            );
+        } else if election.candidates > 0 {
+            say!("election: no leader; {} candidate(s)", election.candidates);
         }
         if let Some(left) = latch {
             say!(
@@ -168,12 +185,13 @@ pub async fn list(global: &Global, pattern: &str) -> Result<u8, Failure> {
     let client = connect(global).await?;
     let fail = |e| Failure::from_lib(e, &address(global.redis_url()));
     let listing = client.list(pattern).await.map_err(fail)?;
-    let (locks, semaphores, rw, queues, latches, unreadable) = (
+    let (locks, semaphores, rw, queues, latches, elections, unreadable) = (
         listing.locks,
         listing.semaphores,
         listing.rw_locks,
         listing.fair_queues,
         listing.latches,
+        listing.elections,
         listing.unreadable,
     );
     // Keys of another type are named after the rest is listed, and make the exit code 65.
@@ -209,6 +227,14 @@ pub async fn list(global: &Global, pattern: &str) -> Result<u8, Failure> {
                     .iter()
                     .map(|l| json!({"kind": "latch", "name": l.name, "count": l.count})),
             )
+            .chain(elections.iter().map(|e| {
+                let leader = e.status.leader.as_ref();
+                json!({"kind": "election", "name": e.name,
+                       "leader": leader.map(|l| l.value.clone()),
+                       "term": leader.map(|l| l.term.get()),
+                       "lease_left_ms": leader.map(|l| u64::try_from(l.lease_left.as_millis()).unwrap_or(u64::MAX)),
+                       "candidates": e.status.candidates})
+            }))
             .chain(unreadable.iter().map(
                 |u| json!({"kind": "unreadable", "name": u.name, "key": u.key, "read_as": u.kind}),
             ));
@@ -288,6 +314,25 @@ pub async fn list(global: &Global, pattern: &str) -> Result<u8, Failure> {
             vec![l.name.clone(), state]
         });
         tables.push(table(&["LATCH", "COUNT LEFT"], rows));
+    }
+    if !elections.is_empty() {
+        let rows = elections.iter().map(|e| {
+            let (leader, term, left) = match &e.status.leader {
+                Some(l) => (l.value.clone(), l.term.to_string(), show(l.lease_left)),
+                None => ("-".into(), "-".into(), "-".into()),
+            };
+            vec![
+                e.name.clone(),
+                leader,
+                term,
+                left,
+                e.status.candidates.to_string(),
+            ]
+        });
+        tables.push(table(
+            &["ELECTION", "LEADER", "TERM", "TTL LEFT", "CANDIDATES"],
+            rows,
+        ));
     }
     if tables.is_empty() {
         say!(

@@ -115,6 +115,50 @@ async fn run_command(global: &Global, args: &RunArgs) -> Result<u8, Failure> {
     } else {
         (guard, None)
     };
+    let under = Under {
+        name: &args.name,
+        program,
+        program_args,
+        kill_after: args.kill_after,
+        max_hold: args.max_hold,
+        hand_off: args.hand_off,
+        ticket: ticket.as_deref(),
+        env: Vec::new(),
+    };
+    run_held(global, &client, guard, &under, &mut signals, asked).await
+}
+
+/// What runs under a held lease, and how.
+pub struct Under<'a> {
+    /// The lock's (or election's) name: FENCED_NAME.
+    pub name: &'a str,
+    pub program: &'a std::ffi::OsString,
+    pub program_args: &'a [std::ffi::OsString],
+    /// SIGTERM to SIGKILL, after the lease is lost.
+    pub kill_after: std::time::Duration,
+    /// `--max-hold`.
+    pub max_hold: Option<std::time::Duration>,
+    /// `--hand-off`: the lease is a ticket's, not this run's to release.
+    pub hand_off: bool,
+    /// FENCED_TICKET for CMD.
+    pub ticket: Option<&'a str>,
+    /// More variables for CMD's environment.
+    pub env: Vec<(&'static str, String)>,
+}
+
+/// Runs CMD under `guard` (acquired `asked` ago): starts the supervisor, stops CMD if the
+/// lease is lost (76), releases when it ends and exits with its code.
+pub async fn run_held(
+    global: &Global,
+    client: &Client,
+    guard: Hold,
+    under: &Under<'_>,
+    signals: &mut Signals,
+    asked: Instant,
+) -> Result<u8, Failure> {
+    let args = under;
+    let (program, program_args) = (under.program, under.program_args);
+    let ticket = under.ticket;
     let token = guard.fencing_token();
     if global.json {
         warn!(
@@ -147,7 +191,7 @@ async fn run_command(global: &Global, args: &RunArgs) -> Result<u8, Failure> {
     // Should the supervisor itself be killed, what it started is re-parented to us, not to
     // init, and is stopped below.
     if let Err(e) = nix::sys::prctl::set_child_subreaper(true) {
-        release(&client, guard, global).await;
+        release(client, guard, global).await;
         return Err(Failure::new(
             exit::SOFTWARE,
             format!("cannot become a subreaper: {e}"),
@@ -162,7 +206,7 @@ async fn run_command(global: &Global, args: &RunArgs) -> Result<u8, Failure> {
         .arg("--")
         .arg(program)
         .args(program_args)
-        .env("FENCED_NAME", &args.name)
+        .env("FENCED_NAME", args.name)
         .env(hold::HOLDS_VAR, guard.holds_for_children(global))
         .kill_on_drop(false);
     match token {
@@ -170,15 +214,18 @@ async fn run_command(global: &Global, args: &RunArgs) -> Result<u8, Failure> {
         // Not an inherited token of an enclosing run: an unfenced lock has none.
         None => command.env_remove("FENCED_TOKEN"),
     };
-    match &ticket {
+    match ticket {
         Some(ticket) => command.env("FENCED_TICKET", ticket),
         None => command.env_remove("FENCED_TICKET"),
     };
+    for (var, value) in &under.env {
+        command.env(var, value);
+    }
     let child = command.spawn();
     let mut child = match child {
         Ok(c) => c,
         Err(e) => {
-            release(&client, guard, global).await;
+            release(client, guard, global).await;
             return Err(Failure::new(
                 exit::SOFTWARE,
                 format!("cannot start the supervisor: {e}"),
@@ -243,7 +290,7 @@ async fn run_command(global: &Global, args: &RunArgs) -> Result<u8, Failure> {
         supervise::kill_subtree_now();
         if !lost && !guard.is_lost() {
             // A handed-off lease releases nothing here (`Hold::release`).
-            release(&client, guard, global).await;
+            release(client, guard, global).await;
             return Err(Failure::new(
                 exit::SOFTWARE,
                 "the supervisor was killed; stopped the command and everything it started",
@@ -266,7 +313,7 @@ async fn run_command(global: &Global, args: &RunArgs) -> Result<u8, Failure> {
         });
     }
     if timed_out {
-        release(&client, guard, global).await;
+        release(client, guard, global).await;
         client.flush().await;
         return Ok(exit::MAX_HOLD);
     }
@@ -330,12 +377,14 @@ fn in_terminal_foreground() -> bool {
 }
 
 /// SIGINT, SIGTERM, SIGHUP and SIGQUIT, as one stream.
-struct Signals {
+pub struct Signals {
     streams: Vec<(Signal, tokio::signal::unix::Signal)>,
+    /// The last signal received, if any.
+    pub received: Option<Signal>,
 }
 
 impl Signals {
-    fn new() -> Result<Self, Failure> {
+    pub fn new() -> Result<Self, Failure> {
         let mut streams = Vec::new();
         for (sig, kind) in [
             (Signal::SIGINT, SignalKind::interrupt()),
@@ -347,12 +396,15 @@ impl Signals {
                 .map_err(|e| Failure::new(exit::SOFTWARE, format!("cannot watch signals: {e}")))?;
             streams.push((sig, stream));
         }
-        Ok(Signals { streams })
+        Ok(Signals {
+            streams,
+            received: None,
+        })
     }
 
     /// The next signal received.
-    async fn next(&mut self) -> Signal {
-        std::future::poll_fn(|cx| {
+    pub async fn next(&mut self) -> Signal {
+        let sig = std::future::poll_fn(|cx| {
             for (sig, stream) in &mut self.streams {
                 if stream.poll_recv(cx).is_ready() {
                     return std::task::Poll::Ready(*sig);
@@ -360,7 +412,9 @@ impl Signals {
             }
             std::task::Poll::Pending
         })
-        .await
+        .await;
+        self.received = Some(sig);
+        sig
     }
 }
 

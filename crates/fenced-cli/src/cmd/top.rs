@@ -117,12 +117,13 @@ impl Tracker {
         let c = &self.client;
         let p = self.pattern.as_str();
         let listing = c.list(p).await?;
-        let (locks, semaphores, rw, queues, latches, grants) = (
+        let (locks, semaphores, rw, queues, latches, elections, grants) = (
             listing.locks,
             listing.semaphores,
             listing.rw_locks,
             listing.fair_queues,
             listing.latches,
+            listing.elections,
             listing.grants,
         );
 
@@ -224,6 +225,20 @@ impl Tracker {
                 "-".into(),
                 "-".into(),
                 format!("{} queued", q.queued),
+            ));
+        }
+        for e in &elections {
+            waiting_total += e.status.candidates;
+            let (leader, left) = match &e.status.leader {
+                Some(l) => (format!("{:?} term {}", l.value, l.term), show(l.lease_left)),
+                None => ("-".into(), "-".into()),
+            };
+            entries.push(entry(
+                "election",
+                &e.name,
+                leader,
+                left,
+                format!("{} candidates", e.status.candidates),
             ));
         }
         for l in &latches {
@@ -663,8 +678,8 @@ mod tests {
         );
     }
 
-    /// One frame against a live server: a held lock with a waiter, a busy lock, a semaphore
-    /// and a latch, drawn into a buffer.
+    /// One frame against a live server: a held lock with a waiter, a busy lock, a semaphore,
+    /// a latch and an election, drawn into a buffer.
     #[tokio::test]
     async fn one_frame_shows_holders_waiters_and_grant_rates() {
         let server = fenced_testkit::RedisServer::start().expect("this test needs redis-server");
@@ -681,6 +696,11 @@ mod tests {
         });
         let permits = client.semaphore("crawlers", 4).acquire().await.unwrap();
         assert!(client.latch("shards-ready").arm(3).await.unwrap());
+        let leading = client
+            .election("scheduler")
+            .campaign("host-a")
+            .await
+            .unwrap();
         let mut tracker = Tracker::new(client.clone(), "*");
         // The waiter is registered once its subscription shows in the status.
         while tracker
@@ -726,6 +746,13 @@ mod tests {
             "{text}"
         );
         assert!(line("shards-ready").contains("3 left"), "{text}");
+        let scheduler = line("scheduler");
+        assert!(scheduler.starts_with("│election"), "{scheduler}");
+        assert!(
+            scheduler.contains(&format!("\"host-a\" term {}", leading.term())),
+            "{scheduler}"
+        );
+        leading.resign().await.unwrap();
         waiter.abort();
         permits.release().await.unwrap();
         held.release().await.unwrap();

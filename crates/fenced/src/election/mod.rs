@@ -140,7 +140,14 @@ pub struct ElectionStatus {
 impl Election {
     pub(crate) fn new(core: &Arc<Core>, name: String) -> Self {
         let core = core.clone();
-        let keys = LockKeys::new(&format!("{}election:", core.options().namespace), &name);
+        let keys = LockKeys::new(
+            &format!(
+                "{}{}",
+                core.options().namespace,
+                crate::inspect::ELECTION_PREFIX
+            ),
+            &name,
+        );
         Election {
             queue: keys.fair_queue().into(),
             registrations: format!("{}:queue:ends", keys.lock).into(),

@@ -1,0 +1,188 @@
+//! `fenced elect NAME -- CMD`: campaign, then run CMD while leader (the supervision of
+//! `fenced run`); and `fenced leader NAME [--watch]`: who leads.
+
+use fenced::{Leader, WaitPolicy};
+use futures_util::StreamExt;
+use serde_json::json;
+use tokio::time::Instant;
+
+use crate::args::{ElectArgs, Global};
+use crate::cmd::hold::Hold;
+use crate::cmd::run::{Signals, Under, run_held};
+use crate::cmd::{address, check_name, check_url, connect};
+use crate::exit::{self, Failure, show};
+
+/// `fenced elect`: exits with CMD's code, 76 if the leadership was lost (without --again),
+/// 75 if not elected within --wait, 128+N on signal N.
+pub async fn elect(global: &Global, args: &ElectArgs) -> Result<u8, Failure> {
+    check_name(&args.name)?;
+    check_url(global.redis_url())?;
+    fenced::check_ttl(args.ttl).map_err(|e| Failure::from_lib(e, ""))?;
+    if args.value.len() > fenced::election::MAX_VALUE_LEN {
+        return Err(Failure::usage(format!(
+            "--value is {} bytes long; the limit is {}",
+            args.value.len(),
+            fenced::election::MAX_VALUE_LEN
+        )));
+    }
+    let Some((program, program_args)) = args.command.split_first() else {
+        return Err(Failure::usage("no command given after `--`"));
+    };
+    let mut signals = Signals::new()?;
+    let client = connect(global).await?;
+    let fail = |e| Failure::from_lib(e, &address(global.redis_url()));
+    let election = client
+        .election(&args.name)
+        .with_ttl(args.ttl)
+        .with_wait(args.wait.map_or(WaitPolicy::forever(), WaitPolicy::up_to));
+    loop {
+        let asked = Instant::now();
+        let campaign = tokio::select! {
+            result = election.campaign(args.value.as_str()) => result,
+            sig = signals.next() => {
+                // Interrupted while campaigning: the place in the queue is given up.
+                client.flush().await;
+                return Ok(128 + sig as u8);
+            }
+        };
+        let leadership = match campaign {
+            Ok(l) => l,
+            Err(e) => {
+                client.flush().await;
+                return Err(fail(e));
+            }
+        };
+        let term = leadership.term();
+        if global.json {
+            warn!(
+                "{}",
+                json!({"event": "elected", "name": args.name, "term": term.get(), "value": args.value, "waited_ms": u64::try_from(asked.elapsed().as_millis()).unwrap_or(u64::MAX)})
+            );
+        }
+        if global.verbose {
+            warn!(
+                "fenced: elected in {:?} with term {term} after {}",
+                args.name,
+                show(asked.elapsed())
+            );
+        }
+        let under = Under {
+            name: &args.name,
+            program,
+            program_args,
+            kill_after: args.kill_after,
+            max_hold: None,
+            hand_off: false,
+            ticket: None,
+            env: vec![
+                ("FENCED_TERM", term.to_string()),
+                ("FENCED_VALUE", args.value.clone()),
+            ],
+        };
+        let outcome = run_held(
+            global,
+            &client,
+            Hold::Leader(leadership),
+            &under,
+            &mut signals,
+            asked,
+        )
+        .await;
+        let lost = matches!(outcome, Ok(exit::LEASE_LOST))
+            || matches!(&outcome, Err(f) if f.code == exit::LEASE_LOST);
+        if !args.again || signals.received.is_some() || (outcome.is_err() && !lost) {
+            return outcome;
+        }
+        if global.verbose {
+            let why = if lost {
+                "the leadership was lost"
+            } else {
+                "the command ended"
+            };
+            warn!("fenced: {why}; campaigning again in {:?}", args.name);
+        }
+    }
+}
+
+/// `fenced leader NAME`: 0 with a leader, 75 without; with `--watch`, one line per change
+/// until a signal (128+N).
+pub async fn leader(global: &Global, name: &str, watch: bool) -> Result<u8, Failure> {
+    check_name(name)?;
+    check_url(global.redis_url())?;
+    let client = connect(global).await?;
+    let fail = |e| Failure::from_lib(e, &address(global.redis_url()));
+    let election = client.election(name);
+    if !watch {
+        let status = election.status().await.map_err(fail)?;
+        if global.json {
+            say!(
+                "{}",
+                json!({"election": name, "leader": status.leader.as_ref().map(leader_json), "candidates": status.candidates})
+            );
+        } else {
+            say!("election:   {name}");
+            match &status.leader {
+                Some(l) => say!("leader:     {}", describe(l)),
+                None => say!("leader:     none"),
+            }
+            say!("candidates: {}", status.candidates);
+        }
+        return Ok(if status.leader.is_some() {
+            exit::OK
+        } else {
+            exit::NOT_ACQUIRED
+        });
+    }
+    let mut signals = Signals::new()?;
+    let mut changes = election.observe().map_err(fail)?;
+    loop {
+        let change = tokio::select! {
+            change = changes.next() => change,
+            sig = signals.next() => return Ok(128 + sig as u8),
+        };
+        let Some(leader) = change else {
+            return Ok(exit::OK);
+        };
+        if global.json {
+            say!(
+                "{}",
+                json!({"election": name, "leader": leader.as_ref().map(leader_json)})
+            );
+        } else {
+            let at = humantime::format_rfc3339_millis(std::time::SystemTime::now());
+            match &leader {
+                Some(l) => say!("{at} {}", describe(l)),
+                None => say!("{at} none"),
+            }
+        }
+    }
+}
+
+/// `VALUE (term T, since WHEN, DUR of its lease left)`.
+fn describe(l: &Leader) -> String {
+    let value = if l.value.is_empty() {
+        "(no value)".to_owned()
+    } else {
+        format!("{:?}", l.value)
+    };
+    format!(
+        "{value} (term {}, since {}, {} of its lease left)",
+        l.term,
+        humantime::format_rfc3339_seconds(l.since),
+        show(l.lease_left)
+    )
+}
+
+fn leader_json(l: &Leader) -> serde_json::Value {
+    let since_ms = l
+        .since
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    json!({
+        "value": l.value,
+        "term": l.term.get(),
+        "since_ms": since_ms,
+        "lease_left_ms": u64::try_from(l.lease_left.as_millis()).unwrap_or(u64::MAX),
+        "proclaims": l.proclaims,
+    })
+}
