@@ -189,22 +189,37 @@ async fn a_deposed_leader_is_told_and_its_writes_with_the_old_term_are_refused()
     new.resign().await.unwrap();
 }
 
-/// A worker process: leads "dies" (ttl 500 ms), prints "leading" with its term, then waits
-/// to be killed.
+/// A worker process: leads `FENCED_ELECTION` (ttl 500 ms), prints "leading" with its term;
+/// then, once told its leadership is lost, writes to the resource "orders" with its term and
+/// prints whether the write was "refused" or "applied".
 #[tokio::test]
 async fn worker() {
     let Ok(url) = std::env::var("FENCED_ELECTION_URL") else {
         return; // an ordinary test run: nothing to do
     };
+    let name = std::env::var("FENCED_ELECTION").unwrap();
     let c = Client::connect(&url).await.unwrap();
     let leadership = c
-        .election("dies")
+        .election(name)
         .with_ttl(Duration::from_millis(500))
         .campaign("worker")
         .await
         .unwrap();
     println!("leading {}", leadership.term());
-    std::future::pending::<()>().await;
+    leadership.lost().await;
+    let write = c
+        .resource("orders")
+        .set(leadership.term(), "by", "worker")
+        .await
+        .unwrap();
+    println!(
+        "{}",
+        if write == FencedWrite::Applied {
+            "applied"
+        } else {
+            "refused"
+        }
+    );
 }
 
 #[tokio::test]
@@ -215,7 +230,10 @@ async fn a_leader_that_dies_is_replaced_and_observers_see_it_go() {
     assert_eq!(next(&mut changes).await, None);
     let mut worker = Worker::spawn(
         "election::worker",
-        &[("FENCED_ELECTION_URL", &server.url())],
+        &[
+            ("FENCED_ELECTION_URL", &server.url()),
+            ("FENCED_ELECTION", "dies"),
+        ],
     );
     assert!(worker.said("leading").await, "the worker never led");
     let dead = next(&mut changes).await.expect("the worker leads");
@@ -324,4 +342,44 @@ async fn bad_input_is_refused_before_anything_is_sent() {
         c.election("big").campaign(huge).await,
         Err(Error::InvalidArgument(_))
     ));
+}
+
+#[tokio::test]
+async fn a_paused_leader_is_replaced_and_its_late_write_is_refused_when_it_wakes() {
+    let server = server();
+    let c = client(&server).await;
+    let mut worker = Worker::spawn(
+        "election::worker",
+        &[
+            ("FENCED_ELECTION_URL", &server.url()),
+            ("FENCED_ELECTION", "paused"),
+        ],
+    );
+    assert!(worker.said("leading").await, "the worker never led");
+    let paused = c
+        .election("paused")
+        .leader()
+        .await
+        .unwrap()
+        .expect("the worker leads");
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(worker.pid()).unwrap());
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP).unwrap();
+    // Its lease runs out while it sleeps; the heir is elected and writes with its term.
+    let heir = c.election("paused").campaign("heir").await.unwrap();
+    assert!(heir.term() > paused.term);
+    let orders = c.resource("orders");
+    assert_eq!(
+        orders.set(heir.term(), "by", "heir").await.unwrap(),
+        FencedWrite::Applied
+    );
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGCONT).unwrap();
+    assert!(
+        worker.said("refused").await,
+        "the woken leader's write was not refused"
+    );
+    assert_eq!(
+        orders.get("by").await.unwrap().as_deref(),
+        Some(&b"heir"[..])
+    );
+    heir.resign().await.unwrap();
 }

@@ -236,3 +236,55 @@ async fn without_wait_a_failover_can_lose_a_grant_and_with_wait_no_holder_relies
         "failover losing the last writes: without WAIT, two holders (A believed, B granted; B's token larger); with WAIT 1, the unreplicated grant was refused in {took:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_election_follows_the_master_and_its_observers_never_go_backwards() {
+    use futures_util::StreamExt;
+    let mut set = sentinels(2);
+    let a = through(&set, Some(1)).await;
+    let b = through(&set, Some(1)).await;
+    let mut changes = b.election("primary").observe().unwrap();
+    let next = async |changes: &mut fenced::LeaderChanges| {
+        tokio::time::timeout(Duration::from_secs(20), changes.next())
+            .await
+            .expect("no change seen within 20 s")
+            .expect("the stream ended")
+    };
+    assert_eq!(next(&mut changes).await, None);
+    let ttl = Duration::from_secs(10);
+    let leading = a
+        .election("primary")
+        .with_ttl(ttl)
+        .campaign("a")
+        .await
+        .unwrap();
+    let first = next(&mut changes).await.expect("a leads");
+    assert_eq!(first.term, leading.term());
+
+    // The master dies; a replica that has the grant (acknowledged by one) is promoted.
+    tokio::task::block_in_place(|| set.wait_synced()).unwrap();
+    let old = set.master().unwrap();
+    set.node(old).kill().unwrap();
+    tokio::task::block_in_place(|| set.wait_for_new_master(old)).unwrap();
+    riding_out(|| leading.extend(ttl)).await;
+    assert!(
+        !leading.is_lost(),
+        "the leadership did not follow the master"
+    );
+    riding_out(|| leading.proclaim("a'")).await;
+    let seen = next(&mut changes).await.expect("still a");
+    assert_eq!((seen.term, seen.value.as_str()), (first.term, "a'"));
+
+    leading.resign().await.unwrap();
+    assert_eq!(next(&mut changes).await, None);
+    let heir = riding_out(|| {
+        let e = b.election("primary");
+        async move { e.try_campaign("b").await }
+    })
+    .await
+    .expect("free after the step down");
+    let seen = next(&mut changes).await.expect("b leads");
+    assert!(seen.term > first.term, "terms increase across the failover");
+    assert_eq!(seen.term, heir.term());
+    heir.resign().await.unwrap();
+}

@@ -173,8 +173,11 @@ pub struct Worker {
 
 impl Worker {
     pub fn spawn(test: &str, env: &[(&str, &str)]) -> Worker {
+        use std::os::unix::process::CommandExt;
         let mut command = std::process::Command::new(std::env::current_exe().unwrap());
+        // A group of its own: a test may stop (SIGSTOP) or kill it, never the runner's group.
         command
+            .process_group(0)
             .args([test, "--exact", "--nocapture", "--test-threads", "1"])
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::inherit());
@@ -212,6 +215,11 @@ impl Worker {
             }
             _ => false,
         }
+    }
+
+    /// The worker's process id (its process group's too).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     /// SIGKILL: no release, no renewal, no goodbye.
