@@ -32,7 +32,11 @@
 //!   `redlock-5-slow` with one of the 5 masters 50 ms away instead of 1 ms;
 //! - `cluster-uncontended-32`: `uncontended-32`'s cycles by `fenced` on a Redis Cluster of 3
 //!   masters (`Client::cluster_builder`), to set against the same run's one-server row. rslock
-//!   and redlock-rs have no cluster mode.
+//!   and redlock-rs have no cluster mode;
+//! - `election-failover`: leaders cut off as by a SIGKILL (300 ms leases) and stepping down
+//!   while candidates wait, an observer following: cut to next leader, step down to next
+//!   leader, grant to observer (p50/p99 columns), then the Redis commands per second of 1000
+//!   observers of a quiet election (fenced only: no peer has elections).
 //!
 //! Libraries ([`Library`]): `fenced`; `raw`, the same cycle written by hand with redis-rs
 //! (`SET NX PX`, then `EVALSHA` compare-and-delete; waiting by 1 ms polling); `rslock`;
@@ -41,6 +45,7 @@
 
 mod charts;
 mod cluster;
+mod election;
 mod family;
 mod locks;
 mod optimistic;

@@ -90,6 +90,35 @@ pub struct Row {
     /// Stampede: database queries per round of 1000 requests for one cold key.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub db_hits_per_round: Option<f64>,
+    /// Election: from a leader's cut-off until the waiting candidate is elected, median ms.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub failover_p50_ms: Option<f64>,
+    /// Election: the same, longest, ms.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub failover_max_ms: Option<f64>,
+    /// Election: from a step down until the waiting candidate is elected, median ms.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resign_p50_ms: Option<f64>,
+    /// Election: from a grant until an observer reported its term, median ms.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub observed_p50_ms: Option<f64>,
+    /// Election: observers of the quiet window.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub observers: Option<u64>,
+    /// Election: Redis commands per second while the observers watch a renewing leader (its
+    /// renewals included).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub quiet_redis_cmds_per_sec: Option<f64>,
+}
+
+impl Row {
+    /// Whether the row belongs in the main throughput table (the other kinds have their own).
+    fn main_table(&self) -> bool {
+        self.leases.is_none()
+            && self.drain_ms.is_none()
+            && self.db_hits_per_round.is_none()
+            && self.failover_p50_ms.is_none()
+    }
 }
 
 /// A pair that was not run, and why.
@@ -165,11 +194,7 @@ impl Report {
             "retry/ok",
             "viol"
         );
-        for r in self
-            .scenarios
-            .iter()
-            .filter(|r| r.leases.is_none() && r.drain_ms.is_none() && r.db_hits_per_round.is_none())
-        {
+        for r in self.scenarios.iter().filter(|r| r.main_table()) {
             let ratio = self
                 .ops(&r.scenario, "raw")
                 .filter(|raw| *raw > 0.0)
@@ -288,6 +313,39 @@ impl Report {
                 ));
             }
         }
+        let elections: Vec<&Row> = self
+            .scenarios
+            .iter()
+            .filter(|r| r.failover_p50_ms.is_some())
+            .collect();
+        if !elections.is_empty() {
+            out.push_str(&format!(
+                "\n{:<17} {:<7} {:>11} {:>11} {:>10} {:>11} {:>9} {:>12} {:>4}\n",
+                "scenario",
+                "library",
+                "cut→new ms",
+                "max ms",
+                "resign ms",
+                "observed ms",
+                "observers",
+                "quiet cmds/s",
+                "viol"
+            ));
+            for r in elections {
+                out.push_str(&format!(
+                    "{:<17} {:<7} {:>11} {:>11} {:>10} {:>11} {:>9} {:>12} {:>4}\n",
+                    r.scenario,
+                    r.library,
+                    opt(r.failover_p50_ms, 0),
+                    opt(r.failover_max_ms, 0),
+                    opt(r.resign_p50_ms, 1),
+                    opt(r.observed_p50_ms, 1),
+                    r.observers.unwrap_or(0),
+                    opt(r.quiet_redis_cmds_per_sec, 1),
+                    r.violations
+                ));
+            }
+        }
         if !self.not_applicable.is_empty() {
             out.push_str("\nnot run:\n");
             for n in &self.not_applicable {
@@ -318,11 +376,7 @@ impl Report {
         out.push_str(
             "| scenario | library | ops/s (min–max) | × raw | p50 µs | p99 µs | Redis cmds/op | Redis CPU µs/op | Lua µs/op | client CPU µs/op | handoff p50 / p99 µs | max wait ms | fairness | retries/ok | violations |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
         );
-        for r in self
-            .scenarios
-            .iter()
-            .filter(|r| r.leases.is_none() && r.drain_ms.is_none() && r.db_hits_per_round.is_none())
-        {
+        for r in self.scenarios.iter().filter(|r| r.main_table()) {
             let ratio = self
                 .ops(&r.scenario, "raw")
                 .filter(|raw| *raw > 0.0)
@@ -410,6 +464,28 @@ impl Report {
                     opt(r.max_wait_ms, 1),
                     r.redis_cmds_per_op,
                     r.redis_cpu_us_per_op
+                ));
+            }
+        }
+        let elections: Vec<&Row> = self
+            .scenarios
+            .iter()
+            .filter(|r| r.failover_p50_ms.is_some())
+            .collect();
+        if !elections.is_empty() {
+            out.push_str("\n| scenario | library | cut off → next leader, p50 / max ms | step down → next leader, p50 ms | grant → observer, p50 ms | observers | Redis cmds/s while quiet | violations |\n|---|---|---|---|---|---|---|---|\n");
+            for r in elections {
+                out.push_str(&format!(
+                    "| {} | {} | {} / {} | {} | {} | {} | {} | {} |\n",
+                    r.scenario,
+                    r.library,
+                    opt(r.failover_p50_ms, 0),
+                    opt(r.failover_max_ms, 0),
+                    opt(r.resign_p50_ms, 1),
+                    opt(r.observed_p50_ms, 1),
+                    r.observers.unwrap_or(0),
+                    opt(r.quiet_redis_cmds_per_sec, 1),
+                    r.violations
                 ));
             }
         }

@@ -60,11 +60,14 @@ pub enum Scenario {
     Redlock5Slow,
     /// 32 tasks' lock cycles on a Redis Cluster of 3 masters, each task on its own name.
     ClusterUncontended32,
+    /// Leaders cut off (as by a SIGKILL) and stepping down, candidates waiting, an observer
+    /// following; then 1000 observers of a quiet election.
+    ElectionFailover,
 }
 
 impl Scenario {
     /// Every scenario, in run order.
-    pub const ALL: [Scenario; 22] = [
+    pub const ALL: [Scenario; 23] = [
         Scenario::Uncontended1,
         Scenario::Uncontended32,
         Scenario::Contended8,
@@ -87,6 +90,7 @@ impl Scenario {
         Scenario::Redlock5,
         Scenario::Redlock5Slow,
         Scenario::ClusterUncontended32,
+        Scenario::ElectionFailover,
     ];
 
     /// The name used in tables and JSON.
@@ -114,6 +118,7 @@ impl Scenario {
             Scenario::Redlock5 => "redlock-5",
             Scenario::Redlock5Slow => "redlock-5-slow",
             Scenario::ClusterUncontended32 => "cluster-uncontended-32",
+            Scenario::ElectionFailover => "election-failover",
         }
     }
 
@@ -142,7 +147,7 @@ impl Scenario {
             Scenario::Redlock3 | Scenario::Redlock5 | Scenario::Redlock5Slow => {
                 &[Fenced, Raw, Rslock, Redlock]
             }
-            Scenario::ClusterUncontended32 => &[Fenced],
+            Scenario::ClusterUncontended32 | Scenario::ElectionFailover => &[Fenced],
         }
     }
 
@@ -180,6 +185,11 @@ impl Scenario {
                     Redlock,
                     "no re-entry: a second lock() by the holder waits for itself",
                 ),
+            ],
+            Scenario::ElectionFailover => &[
+                (Raw, "no election"),
+                (Rslock, "no election: a lock, without terms or observers"),
+                (Redlock, "no election: a lock, without terms or observers"),
             ],
             Scenario::ClusterUncontended32 => &[
                 (Raw, "written for one server"),
@@ -377,6 +387,9 @@ async fn run_pair(
             return crate::waiters::waiters(library, 1000, config.hold, env, stats).await;
         }
         Scenario::Renew10000 => return crate::renewal::renew(10_000, env, stats).await,
+        Scenario::ElectionFailover => {
+            return crate::election::failover(config.duration, env, stats).await;
+        }
         _ => {}
     }
     let window = Window::new(config.warmup, config.duration);
@@ -409,7 +422,9 @@ async fn run_pair(
             crate::redlock3::redlock(scenario, 5, slow, library, window).await?
         }
         Scenario::ClusterUncontended32 => crate::cluster::uncontended(library, window).await?,
-        Scenario::Waiters1000 | Scenario::Renew10000 => return Err("handled above".into()),
+        Scenario::Waiters1000 | Scenario::Renew10000 | Scenario::ElectionFailover => {
+            return Err("handled above".into());
+        }
     };
     let seen = observer.await??;
     let ops = row.ops_per_sec * window.duration.as_secs_f64();

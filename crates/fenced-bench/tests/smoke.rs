@@ -57,6 +57,12 @@ async fn every_scenario_and_library_produces_a_sane_row() {
         waiters.drain_ms.is_some() && waiters.waiting_redis_cmds_per_sec.is_some(),
         "{waiters:?}"
     );
+    let election = report.row("election-failover", "fenced").unwrap();
+    assert!(
+        election.failover_p50_ms.is_some() && election.quiet_redis_cmds_per_sec.is_some(),
+        "{election:?}"
+    );
+    assert!(report.table().contains("cut→new ms"));
     assert!(!report.not_applicable.is_empty());
     let dir = tempfile::tempdir().unwrap();
     let charts = fenced_bench::write_charts(&report, dir.path()).unwrap();
