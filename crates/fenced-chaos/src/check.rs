@@ -59,6 +59,11 @@ pub struct Verdict {
     pub hangs: u64,
     /// Worker panics.
     pub panics: u64,
+    /// Election observers' reports: changes seen.
+    pub observed: u64,
+    /// Reports that went backwards: an older term (or value) after a newer one, or a term
+    /// again after "nobody leads" had followed it.
+    pub observed_backwards: u64,
     /// For `fenced run`: lines a CMD wrote after a CMD of a newer grant had begun (a CMD that
     /// outlived its lease).
     pub outlived: u64,
@@ -92,6 +97,17 @@ impl Verdict {
         );
         fail(self.hangs > 0, format!("{} hangs", self.hangs));
         fail(
+            self.observed_backwards > 0,
+            format!(
+                "{} observer reports went backwards",
+                self.observed_backwards
+            ),
+        );
+        fail(
+            workload == Workload::Election && self.observed == 0,
+            "no observer reported a change".to_owned(),
+        );
+        fail(
             self.outlived > 0,
             format!(
                 "{} lines written by a command after its lease",
@@ -112,8 +128,19 @@ pub fn check(workload: Workload, record: &Record, bound_ns: u64) -> Verdict {
     let mut v = Verdict::default();
     let mut secs = Vec::new();
     let mut acquire = hdrhistogram::Histogram::<u64>::new(3).ok();
+    // Per observer: the last (term, proclaims) reported, and whether somebody led then.
+    let mut observers: HashMap<(u32, u32, u64), (u64, u64, bool)> = HashMap::new();
     for event in &record.events {
         match *event {
+            Event::Observed { w, key, o, t, p } => {
+                v.observed += 1;
+                let last = observers.insert((w, key, o), (t, p, t != 0));
+                if let Some(last) = last
+                    && backwards(last, (t, p))
+                {
+                    v.observed_backwards += 1;
+                }
+            }
             Event::AcquireFailed { w, inv, end, .. } => {
                 v.attempted += 1;
                 v.failed += 1;
@@ -195,6 +222,19 @@ pub fn check(workload: Workload, record: &Record, bound_ns: u64) -> Verdict {
         }
     }
     v
+}
+
+/// Whether an observer's report `(t, p)` (term 0: nobody leads) went backwards from `last`:
+/// an older leader, or the same term again after "nobody leads".
+fn backwards((term, proclaims, led): (u64, u64, bool), (t, p): (u64, u64)) -> bool {
+    if t == 0 {
+        return false; // nobody leads: always allowed after somebody
+    }
+    if led {
+        (t, p) < (term, proclaims)
+    } else {
+        t <= term
+    }
 }
 
 /// How long worker `w` was frozen on purpose between `from` and `to`.
@@ -378,6 +418,19 @@ mod tests {
         assert_eq!(run_file("5 1\n5 2\n9 1\n9 2\n"), (0, 0));
         assert_eq!(run_file("5 1\n9 1\n5 2\n9 2\n"), (1, 0));
         assert_eq!(run_file("9 1\n5 1\n"), (0, 1));
+    }
+
+    #[test]
+    fn an_observer_going_back_to_an_older_leader_is_a_violation() {
+        assert!(!backwards((5, 0, true), (5, 1)), "a proclaim");
+        assert!(!backwards((5, 1, true), (0, 0)), "nobody leads");
+        assert!(!backwards((5, 1, false), (6, 0)), "a newer term");
+        assert!(backwards((5, 1, true), (4, 9)), "an older term");
+        assert!(backwards((5, 1, true), (5, 0)), "an older value");
+        assert!(
+            backwards((5, 1, false), (5, 1)),
+            "the same term after nobody"
+        );
     }
 
     #[test]

@@ -82,6 +82,19 @@ pub enum Event {
     },
     /// A finished critical section (or optimistic transaction).
     Section(Section),
+    /// An election observer reported a change.
+    Observed {
+        /// Worker id.
+        w: u32,
+        /// Which key's election.
+        key: u32,
+        /// The observer (one per key and worker process).
+        o: u64,
+        /// The leader's term; 0: nobody leads.
+        t: u64,
+        /// The leader's proclaims in its term.
+        p: u64,
+    },
 }
 
 /// A finished critical section, as recorded.

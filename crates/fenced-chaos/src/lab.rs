@@ -210,7 +210,10 @@ impl Lab {
                     continue;
                 };
                 let mut s = lock(&shared);
-                s.last_heard.insert(w, now_ns());
+                // An observer's report says nothing of the worker's loop being alive.
+                if !matches!(event, Event::Observed { .. }) {
+                    s.last_heard.insert(w, now_ns());
+                }
                 match &event {
                     Event::Acquired { key, .. } => {
                         s.holding.insert(w, (*key, event.clone()));
@@ -222,7 +225,7 @@ impl Lab {
                     Event::Lingering { pid, .. } => {
                         s.lingering.insert(w, *pid);
                     }
-                    Event::Ready { .. } => {}
+                    Event::Ready { .. } | Event::Observed { .. } => {}
                 }
                 s.record.events.push(event);
             }

@@ -120,6 +120,7 @@ async fn run(args: Args) -> ExitCode {
             Workload::Semaphore,
             Workload::Rw,
             Workload::Run,
+            Workload::Election,
             Workload::Optimistic,
             Workload::Unfenced,
         ]

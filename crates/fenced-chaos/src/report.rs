@@ -187,6 +187,12 @@ pub fn print(rows: &[Row], detail: bool) {
         );
     }
     println!("\n{total} critical sections in all.\n");
+    for r in rows.iter().filter(|r| r.verdict.observed > 0) {
+        println!(
+            "{}: the observers reported {} changes, {} of them backwards.\n",
+            r.workload, r.verdict.observed, r.verdict.observed_backwards
+        );
+    }
     println!("| workload | fault | injected | timed | recovery p50 ms | recovery max ms |");
     println!("|---|---|---|---|---|---|");
     for r in rows {

@@ -48,6 +48,10 @@ pub enum Workload {
     /// The read-write lock: one section in four writes (fenced increment under the write
     /// lock), the others read the counter (fenced read under a read lock).
     Rw,
+    /// Leader election: each section campaigns (FIFO), proclaims once, writes the fenced
+    /// counter with its term and steps down; every worker also observes every key's election
+    /// (the checker reads each observer's sequence of terms).
+    Election,
     /// `fenced run KEY -- CMD`, the command: CMD appends numbered lines to the key's file for
     /// longer than the ttl; the file shows whether a CMD ever wrote after a newer one began.
     Run,
@@ -67,6 +71,7 @@ impl Workload {
             Workload::Optimistic => "optimistic",
             Workload::Rw => "rw",
             Workload::Run => "run",
+            Workload::Election => "election",
         }
     }
 
@@ -85,6 +90,7 @@ impl Workload {
                 | Workload::Redlock
                 | Workload::Reentrant
                 | Workload::Rw
+                | Workload::Election
         )
     }
 
@@ -186,6 +192,11 @@ async fn work(config: Config) -> i32 {
         return 0;
     };
     emit(&Event::Ready { w: config.id });
+    if config.workload == Workload::Election {
+        for key in 0..config.keys {
+            tokio::spawn(observe(client.clone(), config.id, key));
+        }
+    }
     let mut rng = Rng::new(None);
     while !commands.stop.load(Ordering::Relaxed) {
         let key = u32::try_from(rng.below(u64::from(config.keys))).unwrap_or(0);
@@ -409,6 +420,18 @@ async fn section(
             }
             event
         }
+        Workload::Election => {
+            let election = client.election(name).with_ttl(ttl).with_wait(wait);
+            match election.campaign(format!("w{}", config.id)).await {
+                Ok(leadership) => {
+                    // A new value, seen by every observer; refused if already deposed.
+                    let _ = leadership.proclaim(format!("w{}'", config.id)).await;
+                    let term = leadership.term().get();
+                    write_under(config, store, key, commands, inv, leadership, term).await
+                }
+                Err(e) => failed(e),
+            }
+        }
         Workload::Unfenced => {
             let lock = client.lock(name).unfenced().with_ttl(ttl).with_wait(wait);
             match lock.acquire().await {
@@ -427,6 +450,21 @@ async fn section(
                 Err(e) => failed(e),
             }
         }
+    }
+}
+
+/// An observer of key `key`'s election, for the life of the worker: each change it reports is
+/// printed (the checker reads each observer's sequence). `o` tells this observer from one of
+/// an earlier incarnation of the same worker.
+async fn observe(client: Client, w: u32, key: u32) {
+    use futures_util::StreamExt;
+    let Ok(mut changes) = client.election(format!("chaos:{key}")).observe() else {
+        return;
+    };
+    let o = Rng::new(None).next();
+    while let Some(change) = changes.next().await {
+        let (t, p) = change.map_or((0, 0), |l| (l.term.get(), l.proclaims));
+        emit(&Event::Observed { w, key, o, t, p });
     }
 }
 

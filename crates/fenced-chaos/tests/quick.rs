@@ -42,6 +42,7 @@ fn the_quick_tier_passes_every_checker() {
         "semaphore",
         "rw",
         "run",
+        "election",
         "optimistic",
         "unfenced",
     ] {
