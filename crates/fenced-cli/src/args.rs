@@ -124,7 +124,8 @@ pub enum Command {
     /// Show whether NAME is held, by whom (first 8 characters of its owner token), for how
     /// much longer, how many re-entrant holds, the last fencing token, how many clients wait
     /// for it; and, when they exist, the readers and waiting writers of the read-write lock
-    /// NAME, the count of the latch NAME and the permits held of the semaphore NAME.
+    /// NAME, the count of the latch NAME, the permits held of the semaphore NAME and the
+    /// leader and candidates of the election NAME.
     #[command(
         after_help = "Examples:\n  fenced status deploy:web\n  fenced --json status deploy:web | jq .last_fencing_token"
     )]
@@ -133,7 +134,7 @@ pub enum Command {
         name: String,
     },
     /// List what is held, queued or counting in the namespace: locks, semaphores, read-write
-    /// locks, fair queues and latches (found with SCAN, never KEYS).
+    /// locks, fair queues, latches and elections (found with SCAN, never KEYS).
     ///
     /// A key that holds another type of data than fenced keeps there (another program wrote
     /// it) is named on stderr, one line each (with --json, also as an object of kind
@@ -146,8 +147,9 @@ pub enum Command {
         #[arg(default_value = "*")]
         pattern: String,
     },
-    /// A live view of the namespace: every lock, semaphore, read-write lock, fair queue and
-    /// latch, with its holder, ttl left, waiters, grants per second and their trend.
+    /// A live view of the namespace: every lock, semaphore, read-write lock, fair queue, latch
+    /// and election, with its holder (or leader), ttl left, waiters, grants per second and
+    /// their trend.
     ///
     /// Grants per second are exact when the server sends keyspace events (`CONFIG SET
     /// notify-keyspace-events K$`); otherwise they are counted from fencing-token changes
