@@ -11,14 +11,14 @@
 //! - `reentrant-depth-3`: take a reentrant lock, enter it twice more, give all three back
 //!   (fenced only: no Rust peer re-enters);
 //! - `striped-1`, `striped-16`, `striped-256`: 32 tasks locking random items of 10 000
-//!   through 1, 16 or 256 lock stripes (seed 001's segments: contention against key count);
+//!   through 1, 16 or 256 lock stripes (lock segments: contention against key count);
 //! - `fair-8` (fairness, max against mean wait; p50 is the MEAN wait here), `rw-reads` (reads/s
 //!   of 32 readers; p50/p99/max are the one writer's waits), `latch-1000` (wake-up of 1000
 //!   waiters after the count down; ops/s = rounds/s), `multi-3` (3-name locks under contention);
 //! - `waiters-1000`: one holder keeps a name for a few seconds while 1000 tasks wait; what
 //!   waiting costs Redis and the client, then how long until all had the lock once;
 //! - `renew-10000`: 10 000 leases renewed automatically for a few renewal periods;
-//! - `seckill`: the seed's sale, round after round (20 workers, 300 attempts, stock 20), by
+//! - `seckill`: the seckill sale, round after round (20 workers, 300 attempts, stock 20), by
 //!   `fenced-tx` (transaction), `fenced-script` (`decrement_if_at_least`) and `fenced-lock`
 //!   (a lock around read-check-write with fenced writes);
 //! - `counter-contended`: 32 tasks changing one counter, `fenced-tx` against `fenced-script`;

@@ -1,4 +1,4 @@
-//! The optimistic-concurrency scenarios: the seed's seckill sale, and a contended counter.
+//! The optimistic-concurrency scenarios: the seckill sale (300 buyers, a stock of 20), and a contended counter.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -22,7 +22,7 @@ struct Tally {
     retries: AtomicU64,
 }
 
-/// Rounds of the seed's sale (20 workers × 15 attempts on a stock of 20) until the window
+/// Rounds of the sale (20 workers × 15 attempts on a stock of 20) until the window
 /// ends; ops/s counts purchase attempts, sold out or not.
 pub(crate) async fn seckill(library: Library, window: Window, env: &Env) -> Result<Row, BoxError> {
     let (client, raw) = (&env.fenced, &env.raw);

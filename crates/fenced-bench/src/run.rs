@@ -45,7 +45,7 @@ pub enum Scenario {
     Waiters1000,
     /// One process holds 10 000 leases with automatic renewal for a few renewal periods.
     Renew10000,
-    /// The seed's sale, round after round: 20 workers make 300 purchase attempts on a stock
+    /// The seckill sale, round after round: 20 workers make 300 purchase attempts on a stock
     /// of 20.
     Seckill,
     /// 32 tasks changing one counter as fast as they can.

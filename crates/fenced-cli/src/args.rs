@@ -193,7 +193,7 @@ pub enum Command {
         #[arg(long, value_parser = duration, value_name = "DUR")]
         ttl: Duration,
     },
-    /// The seed scenarios end to end: a contended product lock, a seckill sale, a stale holder.
+    /// The classic lock scenarios end to end: a contended product lock, a seckill sale, a stale holder.
     ///
     /// Uses --redis if given; otherwise the server at the default address if one answers, or
     /// else a throwaway redis-server started on a free loopback port and stopped at the end.

@@ -1,5 +1,5 @@
 //! `fenced`: run a program under a distributed lock on Redis, inspect and break locks, and
-//! show the seed scenarios. `main` only parses, dispatches, and turns the outcome into an exit
+//! show the classic lock scenarios. `main` only parses, dispatches, and turns the outcome into an exit
 //! code, in this one place.
 
 /// `println!` that never panics: a closed stdout (`fenced list | head -1`) is not an error.

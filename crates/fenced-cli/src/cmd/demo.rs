@@ -1,7 +1,7 @@
-//! `fenced demo`: the seed scenarios end to end, readable by a newcomer.
+//! `fenced demo`: the classic lock scenarios end to end, readable by a newcomer.
 //!
 //! 1. `product:10100101:shopping`: five workers contend for one product's lock; each waiter
-//!    is woken by the previous release (the seed's version polled every 2 seconds).
+//!    is woken by the previous release (the usual hand-written loop polls every 2 seconds).
 //! 2. The seckill sale: 300 purchase attempts from 20 workers on a stock of 20, by each
 //!    strategy: a lock around read-check-write (each write fenced), a WATCH/MULTI/EXEC
 //!    transaction, one atomic script. Sold, oversold (must be 0), stock left, retries, time.
@@ -301,7 +301,7 @@ async fn shopping(client: &Client, out: &Out) -> Result<Value, fenced::Error> {
     }
     let total = started.elapsed();
     out.say(format!(
-        "   all five done in {:.0} ms: each waiter was woken by the previous release; the seed's version polled every 2000 ms.\n",
+        "   all five done in {:.0} ms: each waiter was woken by the previous release; a hand-written loop that polls would have waited up to 2000 ms each.\n",
         ms(total)
     ));
     Ok(json!({
