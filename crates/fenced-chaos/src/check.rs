@@ -59,6 +59,8 @@ pub struct Verdict {
     pub hangs: u64,
     /// Worker panics.
     pub panics: u64,
+    /// Faults injected in the run: without any, the client view must show no certain overlap.
+    pub faults_injected: u64,
     /// Election observers' reports: changes seen.
     pub observed: u64,
     /// Reports that went backwards: an older term (or value) after a newer one, or a term
@@ -97,6 +99,14 @@ impl Verdict {
         );
         fail(self.hangs > 0, format!("{} hangs", self.hangs));
         fail(
+            self.faults_injected == 0 && self.overlaps_certain > 0,
+            format!(
+                "{} certain overlaps without any fault (at most {} holder(s) at once)",
+                self.overlaps_certain,
+                workload.holders()
+            ),
+        );
+        fail(
             self.observed_backwards > 0,
             format!(
                 "{} observer reports went backwards",
@@ -125,7 +135,10 @@ impl Verdict {
 
 /// Runs every checker over one run's record.
 pub fn check(workload: Workload, record: &Record, bound_ns: u64) -> Verdict {
-    let mut v = Verdict::default();
+    let mut v = Verdict {
+        faults_injected: record.faults.len() as u64,
+        ..Verdict::default()
+    };
     let mut secs = Vec::new();
     let mut acquire = hdrhistogram::Histogram::<u64>::new(3).ok();
     // Per observer: the last (term, proclaims) reported, and whether somebody led then.

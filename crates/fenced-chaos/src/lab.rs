@@ -47,6 +47,8 @@ pub struct Plan {
     pub work_us: u64,
     /// The `fenced` command, for the `run` workload.
     pub fenced_bin: Option<std::path::PathBuf>,
+    /// The broken behaviour worker 0 plays (`mutants.rs`).
+    pub mutant: Option<crate::mutants::Mutant>,
 }
 
 /// Everything a run recorded.
@@ -176,6 +178,7 @@ impl Lab {
                 .as_ref()
                 .map(|p| p.display().to_string()),
             run_dir: Some(self.run_dir.path().display().to_string()),
+            mutant: self.plan.mutant.filter(|_| w == 0),
         }
     }
 

@@ -13,7 +13,10 @@
 mod check;
 mod history;
 mod lab;
+mod models;
+mod mutants;
 mod nemesis;
+mod ops;
 mod report;
 mod worker;
 
@@ -59,6 +62,21 @@ struct Args {
     /// line) to this file.
     #[arg(long)]
     history: Option<std::path::PathBuf>,
+    /// Write every run's operations (invoke, then ok, fail or info; `docs/reliability.md`)
+    /// to this file, one JSON object per line: what the third-party checker reads.
+    #[arg(long)]
+    ops: Option<std::path::PathBuf>,
+    /// Run without faults: the strict models apply (at most N holders at once; no certain
+    /// overlap), which a run under faults cannot promise.
+    #[arg(long, conflicts_with_all = ["nemeses", "mutant"])]
+    no_faults: bool,
+    /// Play this broken behaviour in worker 0 of a run without faults, in the workload it
+    /// breaks; the run must fail, naming the checkers that caught it (`--list-mutants`).
+    #[arg(long, value_enum, conflicts_with_all = ["workloads", "quick", "long"])]
+    mutant: Option<mutants::Mutant>,
+    /// List the mutants, and exit.
+    #[arg(long)]
+    list_mutants: bool,
     /// Also print failed calls by error kind.
     #[arg(long)]
     markdown: bool,
@@ -110,7 +128,20 @@ fn tier_seconds(workload: Workload, long: bool) -> u64 {
 }
 
 async fn run(args: Args) -> ExitCode {
-    let workloads = if args.workloads.is_empty() {
+    if args.list_mutants {
+        for m in mutants::Mutant::ALL {
+            println!(
+                "{:<28} {} ({} workload)",
+                m.name(),
+                m.what(),
+                m.workload().name()
+            );
+        }
+        return ExitCode::SUCCESS;
+    }
+    let workloads = if let Some(m) = args.mutant {
+        vec![m.workload()]
+    } else if args.workloads.is_empty() {
         vec![
             Workload::Lock,
             Workload::LockEvents,
@@ -140,7 +171,9 @@ async fn run(args: Args) -> ExitCode {
     let mut rows = Vec::new();
     let mut failed = false;
     for workload in workloads {
-        let nemeses: Vec<Nemesis> = if !args.nemeses.is_empty() {
+        let nemeses: Vec<Nemesis> = if args.no_faults || args.mutant.is_some() {
+            Vec::new()
+        } else if !args.nemeses.is_empty() {
             args.nemeses.clone()
         } else if workload == Workload::Unfenced {
             // The unfenced run only shows what pauses do without fencing.
@@ -152,6 +185,7 @@ async fn run(args: Args) -> ExitCode {
             .into_iter()
             .filter(|n| n.applies_to(workload))
             .collect();
+        let faultless = nemeses.is_empty();
         let seconds = args
             .duration
             .unwrap_or_else(|| tier_seconds(workload, args.long));
@@ -165,15 +199,20 @@ async fn run(args: Args) -> ExitCode {
             // struck holder's key would mostly have nobody waiting for it: its recovery could
             // not be timed (`report.rs`).
             keys: match (workload, args.long) {
+                // Without faults, one contended key: a broken behaviour strikes a holder.
+                _ if faultless => 1,
                 (Workload::Run, _) => 3,
                 (_, true) => 8,
                 (_, false) => 4,
             },
-            ttl: Duration::from_millis(400),
-            timeout: Duration::from_millis(150),
-            wait: Duration::from_secs(2),
-            work_us: 200,
+            // Without faults no lease may end by accident, even on a loaded machine: the
+            // strict models count every overlap.
+            ttl: Duration::from_millis(if faultless { 1000 } else { 400 }),
+            timeout: Duration::from_millis(if faultless { 500 } else { 150 }),
+            wait: Duration::from_secs(if faultless { 10 } else { 2 }),
+            work_us: if faultless { 2000 } else { 200 },
             fenced_bin: fenced_bin.clone(),
+            mutant: args.mutant,
         };
         eprintln!(
             "fenced-chaos: {} for {seconds}s, {} workers, faults: {}",
@@ -211,7 +250,23 @@ async fn run(args: Args) -> ExitCode {
             eprintln!("fenced-chaos: cannot write {}: {e}", path.display());
             return ExitCode::from(70);
         }
-        let failures = verdict.failures(workload);
+        let ops = ops::operations(workload, &record.events);
+        if let Some(path) = &args.ops
+            && let Err(e) = ops::append(path, workload, &ops)
+        {
+            eprintln!("fenced-chaos: cannot write {}: {e}", path.display());
+            return ExitCode::from(70);
+        }
+        let strictness = if faultless {
+            models::Strictness::Holders(workload.holders())
+        } else {
+            models::Strictness::Faults
+        };
+        let third_party = models::check(workload, &ops, strictness);
+        let mut failures = verdict.failures(workload);
+        if third_party.failed() {
+            failures.push(format!("{}: {}", models::CHECKER, third_party.summary()));
+        }
         if !failures.is_empty() {
             failed = true;
             eprintln!(
@@ -224,10 +279,25 @@ async fn run(args: Args) -> ExitCode {
             }
         }
         rows.push(report::Row::new(
-            workload, seconds, &record, verdict, failures,
+            workload,
+            seconds,
+            &record,
+            verdict,
+            third_party,
+            failures,
         ));
     }
     report::print(&rows, args.markdown);
+    if let (Some(m), Some(row)) = (args.mutant, rows.first()) {
+        if row.failures.is_empty() {
+            eprintln!("fenced-chaos: mutant {} was NOT caught", m.name());
+        } else {
+            println!("mutant {} ({}): caught by", m.name(), m.what());
+            for f in &row.failures {
+                println!("- {f}");
+            }
+        }
+    }
     if let Some(path) = &args.json
         && let Err(e) = report::write_json(path, &rows)
     {

@@ -33,8 +33,10 @@ pub struct Row {
     pub workload: &'static str,
     /// Seconds it ran.
     pub seconds: u64,
-    /// What the checkers found.
+    /// What our checkers found.
     pub verdict: Verdict,
+    /// What the third-party checker found (`models.rs`).
+    pub third_party: crate::models::Verdict,
     /// Faults by kind.
     pub faults: BTreeMap<&'static str, FaultFigures>,
     /// Failed acquires and releases by error kind.
@@ -50,6 +52,7 @@ impl Row {
         seconds: u64,
         record: &Record,
         verdict: Verdict,
+        third_party: crate::models::Verdict,
         failures: Vec<String>,
     ) -> Row {
         // Grants of sections with effect, sorted. A fault's recovery: for a fault that struck
@@ -141,6 +144,7 @@ impl Row {
             workload: workload.name(),
             seconds,
             verdict,
+            third_party,
             faults,
             errors,
             failures,
@@ -187,6 +191,28 @@ pub fn print(rows: &[Row], detail: bool) {
         );
     }
     println!("\n{total} critical sections in all.\n");
+    println!("| workload | our checkers | {} |", crate::models::CHECKER);
+    println!("|---|---|---|");
+    for r in rows {
+        let ours = if r.failures.is_empty() {
+            "pass".to_owned()
+        } else {
+            r.failures.join(", ")
+        };
+        let mut theirs = r.third_party.summary();
+        if r.third_party.expected_violations
+            && r.third_party.models.iter().any(|m| m.violation.is_some())
+        {
+            theirs.push_str(", as expected without fencing");
+        }
+        let ops: u64 = r.third_party.models.iter().map(|m| m.ops).sum();
+        let windows: u64 = r.third_party.models.iter().map(|m| m.windows).sum();
+        println!(
+            "| {} | {ours} | {theirs} ({ops} operations, {windows} windows) |",
+            r.workload
+        );
+    }
+    println!();
     for r in rows.iter().filter(|r| r.verdict.observed > 0) {
         println!(
             "{}: the observers reported {} changes, {} of them backwards.\n",

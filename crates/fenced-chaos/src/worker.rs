@@ -20,6 +20,7 @@ use serde::{Deserialize, Serialize};
 use tokio::io::AsyncBufReadExt;
 
 use crate::history::{Event, Rng, Section, Write, now_ns};
+use crate::mutants::Mutant;
 
 /// What the workers do.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
@@ -147,6 +148,9 @@ pub struct Config {
     /// The directory of the `run` workload's files, one per key.
     #[serde(default)]
     pub run_dir: Option<String>,
+    /// The broken behaviour this worker plays, if any (`mutants.rs`).
+    #[serde(default)]
+    pub mutant: Option<Mutant>,
 }
 
 /// Runs a worker until its stdin closes or says "stop". Returns the process exit code.
@@ -311,7 +315,15 @@ async fn section(
     // Each arm takes its lease, emits `Acquired`, does the work, and releases.
     match config.workload {
         Workload::Semaphore => {
-            let sem = client.semaphore(name, 2).with_ttl(ttl).with_wait(wait);
+            let permits = if config.mutant == Some(Mutant::SemaphoreOvergrant) {
+                3
+            } else {
+                2
+            };
+            let sem = client
+                .semaphore(name, permits)
+                .with_ttl(ttl)
+                .with_wait(wait);
             let permit = match sem.acquire().await {
                 Ok(p) => p,
                 Err(e) => return failed(e),
@@ -440,6 +452,10 @@ async fn section(
                 Err(e) => failed(e),
             }
         }
+        _ if config.mutant.is_some() => {
+            let lock = client.lock(name).with_ttl(ttl).with_wait(wait);
+            mutant_section(config, lock, store, key, commands, inv).await
+        }
         _ => {
             let lock = client.lock(name).with_ttl(ttl).with_wait(wait);
             match lock.acquire().await {
@@ -451,6 +467,129 @@ async fn section(
             }
         }
     }
+}
+
+/// A section of the lock workload by a mutant (`mutants.rs`): what a broken library would
+/// do, with raw commands where the library would refuse.
+async fn mutant_section(
+    config: &Config,
+    lock: fenced::Lock,
+    store: &Store,
+    key: u32,
+    commands: &Commands,
+    inv: u64,
+) -> Event {
+    static FIRST_TOKEN: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    let ttl = Duration::from_millis(config.ttl_ms);
+    let mutant = config.mutant.unwrap_or(Mutant::TokenNotIncreasing);
+    // The stalling mutants hold a lease that is not renewed, so that it ends while they stall.
+    let lock = match mutant {
+        Mutant::ReleaseWithoutOwnerCheck | Mutant::WriteSkipsFence => lock.with_auto_renew(false),
+        _ => lock,
+    };
+    let guard = match lock.acquire().await {
+        Ok(g) => g,
+        Err(e) => {
+            return Event::AcquireFailed {
+                w: config.id,
+                key,
+                inv,
+                end: now_ns(),
+                err: kind(&e).to_owned(),
+            };
+        }
+    };
+    let real = guard.fencing_token().get();
+    match mutant {
+        Mutant::TokenNotIncreasing => {
+            let token = *FIRST_TOKEN.get_or_init(|| real);
+            write_under(config, store, key, commands, inv, guard, token).await
+        }
+        Mutant::ReleaseWithoutOwnerCheck => {
+            let (ok, t) = acquired(config.id, key, inv, real);
+            let written = increment(config, store, key, t, commands).await;
+            let rel_inv = now_ns();
+            // Neither renewed nor released by the library from here on.
+            let _ticket = guard.into_ticket();
+            tokio::time::sleep(ttl + Duration::from_millis(100)).await;
+            let lock_key = format!("fenced:{{chaos:{key}}}");
+            let release = match raw(config.lock_urls.first()).await {
+                Some(mut conn) => {
+                    let mut pipe = redis::pipe();
+                    pipe.cmd("DEL").arg(&lock_key).ignore();
+                    pipe.cmd("PUBLISH")
+                        .arg(format!("{lock_key}:released"))
+                        .arg("mutant 1")
+                        .ignore();
+                    match pipe.query_async::<()>(&mut conn).await {
+                        Ok(()) => "released",
+                        Err(_) => "other",
+                    }
+                }
+                None => "other",
+            };
+            finished(
+                config.id,
+                key,
+                (t, inv, ok),
+                written,
+                rel_inv,
+                release.to_owned(),
+                0,
+            )
+        }
+        Mutant::WriteSkipsFence => {
+            let (ok, t) = acquired(config.id, key, inv, real);
+            let counter = format!("fenced:res:{{{}}}", config.workload.counter(key));
+            let written = match raw(Some(&config.store_url)).await {
+                Some(mut conn) => {
+                    let read: redis::RedisResult<Option<String>> = redis::cmd("HGET")
+                        .arg(&counter)
+                        .arg("n")
+                        .query_async(&mut conn)
+                        .await;
+                    match read {
+                        Ok(v) => {
+                            let next = parse(v.as_deref().map(str::as_bytes)) + 1;
+                            // Stalled past the lease, as a paused holder; then the write
+                            // that should have carried the token.
+                            tokio::time::sleep(ttl + Duration::from_millis(100)).await;
+                            let set: redis::RedisResult<()> = redis::cmd("HSET")
+                                .arg(&counter)
+                                .arg("n")
+                                .arg(next)
+                                .query_async(&mut conn)
+                                .await;
+                            match set {
+                                Ok(()) => (Write::Applied, Some(next)),
+                                Err(_) => (Write::Indeterminate, Some(next)),
+                            }
+                        }
+                        Err(_) => (Write::Skipped, None),
+                    }
+                }
+                None => (Write::Skipped, None),
+            };
+            let rel_inv = now_ns();
+            let release = outcome(guard.release().await);
+            finished(config.id, key, (t, inv, ok), written, rel_inv, release, 0)
+        }
+        Mutant::SemaphoreOvergrant => {
+            write_under(config, store, key, commands, inv, guard, real).await
+        }
+    }
+}
+
+/// A plain connection to `url` (a mutant's raw commands).
+async fn raw(url: Option<&String>) -> Option<MultiplexedConnection> {
+    let client = redis::Client::open(url?.as_str()).ok()?;
+    tokio::time::timeout(
+        Duration::from_secs(2),
+        client.get_multiplexed_async_connection(),
+    )
+    .await
+    .ok()?
+    .ok()
 }
 
 /// An observer of key `key`'s election, for the life of the worker: each change it reports is

@@ -51,6 +51,14 @@ fn the_quick_tier_passes_every_checker() {
             "{workload} missing:\n{stdout}"
         );
     }
+    // Both verdicts for every workload: ours, and the third-party checker's.
+    for workload in ["lock", "election", "optimistic", "semaphore"] {
+        let line = stdout
+            .lines()
+            .find(|l| l.starts_with(&format!("| {workload} | pass | linearizable (")))
+            .unwrap_or_else(|| panic!("no verdicts for {workload}:\n{stdout}"));
+        assert!(line.contains("windows)"), "{line}");
+    }
     // Without fencing, the pauses must show: the checker finds the lost updates.
     let unfenced = stdout
         .lines()
@@ -101,4 +109,64 @@ fn bad_arguments_exit_64_with_one_line() {
         .expect("fenced-chaos runs");
     assert_eq!(out.status.code(), Some(64));
     assert_eq!(String::from_utf8_lossy(&out.stderr).lines().count(), 1);
+}
+
+/// Every mutant (one broken behaviour in one worker of a run without faults) is caught by our
+/// checkers and by the third-party one, and the same runs without a mutant pass both.
+#[test]
+fn every_mutant_is_caught_by_both_checkers_and_the_faultless_runs_pass() {
+    let listed = Command::new(CHAOS)
+        .arg("--list-mutants")
+        .output()
+        .expect("fenced-chaos runs");
+    let listed = String::from_utf8_lossy(&listed.stdout).into_owned();
+    let mutants: Vec<&str> = listed
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    assert_eq!(mutants.len(), 4, "{listed}");
+    for mutant in mutants {
+        let out = Command::new(CHAOS)
+            .args(["--mutant", mutant, "--duration", "2"])
+            .output()
+            .expect("fenced-chaos runs");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(
+            out.status.code(),
+            Some(1),
+            "{mutant} was not caught:\n{stdout}"
+        );
+        let caught: Vec<&str> = stdout
+            .lines()
+            .skip_while(|l| !l.starts_with(&format!("mutant {mutant} ")))
+            .skip(1)
+            .filter(|l| l.starts_with("- "))
+            .collect();
+        assert!(
+            caught
+                .iter()
+                .any(|l| l.contains("LinearizabilityTester: NOT linearizable")),
+            "{mutant}: the third-party checker let it through:\n{stdout}"
+        );
+        assert!(
+            caught.iter().any(|l| !l.contains("LinearizabilityTester")),
+            "{mutant}: our checkers let it through:\n{stdout}"
+        );
+    }
+    for workload in ["lock", "semaphore"] {
+        let out = Command::new(CHAOS)
+            .args(["--workload", workload, "--no-faults", "--duration", "2"])
+            .output()
+            .expect("fenced-chaos runs");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{workload} without faults:\n{stdout}"
+        );
+        assert!(
+            stdout.contains(&format!("| {workload} | pass | linearizable (")),
+            "{stdout}"
+        );
+    }
 }

@@ -1,0 +1,71 @@
+//! Mutants: one deliberately broken behaviour, built into this program only (never into the
+//! library), played by worker 0 of a run without faults. A run with a mutant must fail, and
+//! says which checkers caught it; a checker that lets a mutant through does not bite.
+//!
+//! Each mutant does, with raw Redis commands, what a broken library would do:
+//! - `release-without-owner-check`: its release arrives after its lease ended (it waits a ttl
+//!   first, as a delayed packet would) and deletes the lock key without comparing the owner,
+//!   then announces the release: whoever held the lock then loses it to the next waiter
+//!   while still working.
+//! - `token-not-increasing`: every grant after its first reports and uses its first token.
+//! - `write-skips-fence`: reads the counter, stalls past its lease (as a paused holder), and
+//!   writes it back without the fencing token.
+//! - `semaphore-overgrant`: asks the semaphore of 2 for one permit more (a handle of 3).
+
+use serde::{Deserialize, Serialize};
+
+use crate::worker::Workload;
+
+/// A broken behaviour.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum Mutant {
+    /// Compare-less delete at release, after the lease ended.
+    ReleaseWithoutOwnerCheck,
+    /// Grants that keep the first token.
+    TokenNotIncreasing,
+    /// A counter write without the fencing token, after a stall past the lease.
+    WriteSkipsFence,
+    /// One permit more than the semaphore has.
+    SemaphoreOvergrant,
+}
+
+impl Mutant {
+    /// Every mutant.
+    pub const ALL: [Mutant; 4] = [
+        Mutant::ReleaseWithoutOwnerCheck,
+        Mutant::TokenNotIncreasing,
+        Mutant::WriteSkipsFence,
+        Mutant::SemaphoreOvergrant,
+    ];
+
+    /// Its name on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mutant::ReleaseWithoutOwnerCheck => "release-without-owner-check",
+            Mutant::TokenNotIncreasing => "token-not-increasing",
+            Mutant::WriteSkipsFence => "write-skips-fence",
+            Mutant::SemaphoreOvergrant => "semaphore-overgrant",
+        }
+    }
+
+    /// What it breaks, in a line.
+    pub fn what(self) -> &'static str {
+        match self {
+            Mutant::ReleaseWithoutOwnerCheck => {
+                "a late release deletes the lock without comparing its owner"
+            }
+            Mutant::TokenNotIncreasing => "every grant after the first keeps the first token",
+            Mutant::WriteSkipsFence => "a stalled holder writes without its fencing token",
+            Mutant::SemaphoreOvergrant => "the semaphore of 2 grants a third permit",
+        }
+    }
+
+    /// The workload it runs in.
+    pub fn workload(self) -> Workload {
+        match self {
+            Mutant::SemaphoreOvergrant => Workload::Semaphore,
+            _ => Workload::Lock,
+        }
+    }
+}
