@@ -46,7 +46,8 @@
 //!   protection), with cached "no value" results, ttl jitter, early refresh, stale reads and
 //!   fenced stores.
 //! - [`FencedResource`]: data in Redis that refuses writes with an older fencing token.
-//! - Several independent masters: [`Client::redlock_builder`] runs locks on Redlock, with
+//! - [`Election`]: leader election with terms (fencing tokens), FIFO candidates and observers.
+//! - Several independent masters: `Client::redlock_builder` (the `redlock` feature) runs locks on Redlock, with
 //!   fencing tokens that keep increasing across holders (written back to a majority before
 //!   use), decisions at the majority, and the delayed-restart rule.
 //! - [`Lock::with_lock`]: run a piece of work under the lock; it is cancelled if the lease is
