@@ -59,11 +59,11 @@ pub const TABLE: &[(&str, &str)] = &[
     ("73", "an output file could not be written"),
     (
         "75",
-        "not acquired within --wait (or held, with --no-wait); a latch not open in time",
+        "not acquired (or not elected) within --wait (or held, with --no-wait); a latch not open in time; no leader (`fenced leader`)",
     ),
     (
         "76",
-        "the lease was lost while the command ran (SIGTERM, then SIGKILL after --kill-after)",
+        "the lease (or leadership) was lost while the command ran (SIGTERM, then SIGKILL after --kill-after)",
     ),
     (
         "77",
