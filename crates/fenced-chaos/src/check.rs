@@ -147,12 +147,18 @@ pub fn check(workload: Workload, record: &Record, bound_ns: u64) -> Verdict {
         match *event {
             Event::Observed { w, key, o, t, p } => {
                 v.observed += 1;
-                let last = observers.insert((w, key, o), (t, p, t != 0));
+                let last = observers.get(&(w, key, o)).copied();
                 if let Some(last) = last
                     && backwards(last, (t, p))
                 {
                     v.observed_backwards += 1;
                 }
+                // "Nobody leads" keeps the last term reported: only a newer one may follow.
+                let now = match (t, last) {
+                    (0, Some((term, proclaims, _))) => (term, proclaims, false),
+                    _ => (t, p, t != 0),
+                };
+                observers.insert((w, key, o), now);
             }
             Event::AcquireFailed { w, inv, end, .. } => {
                 v.attempted += 1;
@@ -173,7 +179,7 @@ pub fn check(workload: Workload, record: &Record, bound_ns: u64) -> Verdict {
                         v.failed += 1;
                         v.refused += 1;
                     }
-                    Write::Skipped => {
+                    Write::Skipped | Write::ReadLost => {
                         v.failed += 1;
                         v.skipped += 1;
                     }

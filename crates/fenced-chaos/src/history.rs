@@ -28,6 +28,9 @@ pub enum Write {
     Indeterminate,
     /// The holder saw its lost-lease signal first and did not write.
     Skipped,
+    /// The fenced read's reply was lost: nothing was written, but the read may have raised
+    /// the resource's fence to this holder's token.
+    ReadLost,
     /// The workload writes nothing (the semaphore).
     None,
 }

@@ -210,7 +210,7 @@ async fn run(args: Args) -> ExitCode {
             ttl: Duration::from_millis(if faultless { 1000 } else { 400 }),
             timeout: Duration::from_millis(if faultless { 500 } else { 150 }),
             wait: Duration::from_secs(if faultless { 10 } else { 2 }),
-            work_us: if faultless { 2000 } else { 200 },
+            work_us: if faultless { 5000 } else { 200 },
             fenced_bin: fenced_bin.clone(),
             mutant: args.mutant,
         };

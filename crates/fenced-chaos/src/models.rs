@@ -69,6 +69,8 @@ pub enum MOp {
     /// A read-modify-write with a token (0: none) writing a value (`None`: not known, an
     /// increment whose reply was lost).
     Write(u64, Option<i64>),
+    /// A fenced read whose reply was lost: it may have raised the fence to its token.
+    Read(u64),
 }
 
 /// Fenced grants: each grant's token exceeds the last.
@@ -149,6 +151,10 @@ impl SequentialSpec for Counter {
     type Ret = Ret;
 
     fn invoke(&mut self, op: &MOp) -> Ret {
+        if let MOp::Read(t) = op {
+            self.highest = self.highest.max(*t);
+            return Ret::Unknown;
+        }
         // Unknown outcome: applied if the fence and the counter let it.
         if let MOp::Write(t, v) = op
             && *t >= self.highest
@@ -162,6 +168,7 @@ impl SequentialSpec for Counter {
 
     fn is_valid_step(&mut self, op: &MOp, ret: &Ret) -> bool {
         let MOp::Write(t, v) = op else {
+            self.invoke(op);
             return true;
         };
         match ret {
@@ -254,7 +261,10 @@ pub fn check(workload: Workload, ops: &[Op], strictness: Strictness) -> Verdict 
         && workload.leased()
         && workload != Workload::Rw
     {
-        let leases: Vec<&Op> = ops.iter().filter(|o| o.f != F::Write).collect();
+        let leases: Vec<&Op> = ops
+            .iter()
+            .filter(|o| matches!(o.f, F::Acquire | F::Release))
+            .collect();
         v.models.push(run_windows(
             "holders",
             &leases,
@@ -267,7 +277,10 @@ pub fn check(workload: Workload, ops: &[Op], strictness: Strictness) -> Verdict 
         ));
     }
     if workload.counts() {
-        let writes: Vec<&Op> = ops.iter().filter(|o| o.f == F::Write).collect();
+        let writes: Vec<&Op> = ops
+            .iter()
+            .filter(|o| matches!(o.f, F::Write | F::Read))
+            .collect();
         let name = if tokens { "fenced counter" } else { "counter" };
         v.models.push(run(name, &writes, false, Counter::default));
     }
@@ -308,11 +321,7 @@ where
     keys.sort_unstable();
     keys.dedup();
     for key in keys {
-        let of_key: Vec<Op> = ops
-            .iter()
-            .filter(|o| o.key == key)
-            .map(|o| (*o).clone())
-            .collect();
+        let of_key = renumbered(ops.iter().filter(|o| o.key == key).copied());
         // Where each invocation completes (its process's next line).
         let mut completes = vec![usize::MAX; of_key.len()];
         let mut open: std::collections::HashMap<u64, usize> = Default::default();
@@ -371,6 +380,24 @@ where
         }
     }
     verdict
+}
+
+/// The operations of one model, each worker's renumbered as a new process after each of ITS
+/// operations of unknown outcome (an `info` of another model's operations does not end a
+/// process here: a lost write's reply does not make its section's release another holder's).
+fn renumbered<'a>(ops: impl Iterator<Item = &'a Op>) -> Vec<Op> {
+    let mut incarnation: std::collections::HashMap<u64, u64> = Default::default();
+    ops.map(|o| {
+        let worker = o.process % 1000;
+        let inc = incarnation.entry(worker).or_default();
+        let mut op = o.clone();
+        op.process = worker + 1000 * *inc;
+        if o.kind == Type::Info {
+            *inc += 1;
+        }
+        op
+    })
+    .collect()
 }
 
 /// The versions of a window to search: a write whose outcome is not known (`info`) either
@@ -512,6 +539,7 @@ where
                     F::Acquire => MOp::Acquire(op.process),
                     F::Release => MOp::Release(op.process),
                     F::Write => MOp::Write(op.token.unwrap_or(0), op.value),
+                    F::Read => MOp::Read(op.token.unwrap_or(0)),
                 };
                 let fed = match op.kind {
                     Type::Invoke => {

@@ -45,6 +45,9 @@ pub enum F {
     Write,
     /// Give the lease back.
     Release,
+    /// A fenced read whose reply was lost (always `info`): it wrote nothing, but may have
+    /// raised the resource's fence to its token.
+    Read,
 }
 
 /// One line of the history.
@@ -123,7 +126,11 @@ pub fn operations(workload: Workload, events: &[Event]) -> Vec<Op> {
                 acquire.token = token(s.t);
                 acquire.writer = s.writer;
                 steps.push(acquire);
-                if !matches!(s.write, Write::None | Write::Skipped) {
+                if s.write == Write::ReadLost {
+                    let mut read = Step::new(s.key, F::Read, (s.ok, s.rel_inv), Type::Info);
+                    read.token = token(s.t);
+                    steps.push(read);
+                } else if !matches!(s.write, Write::None | Write::Skipped) {
                     let (kind, value) = write_outcome(s.write, s.value);
                     let mut write = Step::new(s.key, F::Write, (s.ok, s.rel_inv), kind);
                     write.token = token(s.t);

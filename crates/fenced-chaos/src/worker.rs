@@ -759,8 +759,8 @@ async fn increment(
     let next = match resource.read(token, "n").await {
         Ok(FencedRead::Current(v)) => parse(v.as_deref()) + 1,
         Ok(FencedRead::Stale { .. }) => return (Write::Refused, None),
-        // Nothing was written: the read failed.
-        Err(_) => return (Write::Skipped, None),
+        // Nothing was written; the read may have raised the fence.
+        Err(_) => return (Write::ReadLost, None),
     };
     linger(commands, config.id, true).await;
     match resource.set(token, "n", next.to_string()).await {

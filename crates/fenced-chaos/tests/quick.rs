@@ -127,7 +127,7 @@ fn every_mutant_is_caught_by_both_checkers_and_the_faultless_runs_pass() {
     assert_eq!(mutants.len(), 4, "{listed}");
     for mutant in mutants {
         let out = Command::new(CHAOS)
-            .args(["--mutant", mutant, "--duration", "2"])
+            .args(["--mutant", mutant, "--duration", "3"])
             .output()
             .expect("fenced-chaos runs");
         let stdout = String::from_utf8_lossy(&out.stdout);
@@ -155,7 +155,7 @@ fn every_mutant_is_caught_by_both_checkers_and_the_faultless_runs_pass() {
     }
     for workload in ["lock", "semaphore"] {
         let out = Command::new(CHAOS)
-            .args(["--workload", workload, "--no-faults", "--duration", "2"])
+            .args(["--workload", workload, "--no-faults", "--duration", "3"])
             .output()
             .expect("fenced-chaos runs");
         let stdout = String::from_utf8_lossy(&out.stdout);

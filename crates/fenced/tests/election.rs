@@ -383,3 +383,25 @@ async fn a_paused_leader_is_replaced_and_its_late_write_is_refused_when_it_wakes
     );
     heir.resign().await.unwrap();
 }
+
+#[tokio::test]
+async fn a_leader_renewed_for_many_leases_keeps_its_record() {
+    let server = server();
+    let c = client(&server).await;
+    let leadership = c
+        .election("long")
+        .with_ttl(Duration::from_millis(300))
+        .campaign("steady")
+        .await
+        .unwrap();
+    // The record lives a lease and a second past each renewal: without the renewals' refresh
+    // it would be gone after 1.3 s.
+    let until = tokio::time::Instant::now() + Duration::from_millis(2000);
+    while tokio::time::Instant::now() < until {
+        let leader = c.election("long").leader().await.unwrap();
+        assert_eq!(leader.map(|l| l.term), Some(leadership.term()));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(!leadership.is_lost());
+    leadership.resign().await.unwrap();
+}

@@ -12,6 +12,9 @@ use crate::cmd::run::{Signals, Under, run_held};
 use crate::cmd::{address, check_name, check_url, connect};
 use crate::exit::{self, Failure, show};
 
+/// How long `--again` waits between a leadership and the next campaign.
+const AGAIN_PAUSE: std::time::Duration = std::time::Duration::from_millis(100);
+
 /// `fenced elect`: exits with CMD's code, 76 if the leadership was lost (without --again),
 /// 75 if not elected within --wait, 128+N on signal N.
 pub async fn elect(global: &Global, args: &ElectArgs) -> Result<u8, Failure> {
@@ -78,6 +81,7 @@ pub async fn elect(global: &Global, args: &ElectArgs) -> Result<u8, Failure> {
                 ("FENCED_TERM", term.to_string()),
                 ("FENCED_VALUE", args.value.clone()),
             ],
+            announced: true,
         };
         let outcome = run_held(
             global,
@@ -100,6 +104,15 @@ pub async fn elect(global: &Global, args: &ElectArgs) -> Result<u8, Failure> {
                 "the command ended"
             };
             warn!("fenced: {why}; campaigning again in {:?}", args.name);
+        }
+        // A command that ends at once must not make a standby hammer Redis: a short pause
+        // before each new campaign (the next candidate, if any, leads meanwhile).
+        tokio::select! {
+            () = tokio::time::sleep(AGAIN_PAUSE) => {}
+            sig = signals.next() => {
+                client.flush().await;
+                return Ok(128 + sig as u8);
+            }
         }
     }
 }

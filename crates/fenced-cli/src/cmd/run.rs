@@ -124,6 +124,7 @@ async fn run_command(global: &Global, args: &RunArgs) -> Result<u8, Failure> {
         hand_off: args.hand_off,
         ticket: ticket.as_deref(),
         env: Vec::new(),
+        announced: false,
     };
     run_held(global, &client, guard, &under, &mut signals, asked).await
 }
@@ -144,6 +145,8 @@ pub struct Under<'a> {
     pub ticket: Option<&'a str>,
     /// More variables for CMD's environment.
     pub env: Vec<(&'static str, String)>,
+    /// The grant was announced already (`--json`, `--verbose`) by the caller, in its words.
+    pub announced: bool,
 }
 
 /// Runs CMD under `guard` (acquired `asked` ago): starts the supervisor, stops CMD if the
@@ -160,7 +163,7 @@ pub async fn run_held(
     let (program, program_args) = (under.program, under.program_args);
     let ticket = under.ticket;
     let token = guard.fencing_token();
-    if global.json {
+    if global.json && !under.announced {
         warn!(
             "{}",
             json!({
@@ -171,7 +174,7 @@ pub async fn run_held(
             })
         );
     }
-    if global.verbose {
+    if global.verbose && !under.announced {
         let with = token.map_or_else(
             || "unfenced".to_owned(),
             |t| format!("with fencing token {t}"),

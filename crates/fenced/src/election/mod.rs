@@ -284,9 +284,15 @@ impl Election {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidArgument`] for a bad name; [`Error::Unsupported`] on Redlock.
+    /// [`Error::InvalidArgument`] for a bad name, or when called outside a Tokio runtime (the
+    /// watcher is a task of it); [`Error::Unsupported`] on Redlock.
     pub fn observe(&self) -> Result<LeaderChanges> {
         crate::keys::validate_name("election", &self.name)?;
+        if tokio::runtime::Handle::try_current().is_err() {
+            return Err(Error::invalid(
+                "observe() runs a watcher task: call it within a Tokio runtime",
+            ));
+        }
         self.core.node().map_err(|_| redlock_refusal("observing"))?;
         Ok(observe::LeaderChanges::new(self))
     }

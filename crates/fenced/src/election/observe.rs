@@ -143,6 +143,7 @@ async fn watch_leader(
     let options = strong.options();
     let mut backoff = Backoff::new(options.poll_min, options.poll_max);
     let timeout = strong.timeout();
+    let poll_max = options.poll_max;
     drop(strong);
     // (term, proclaims, leads) of the last report.
     let mut last: Option<(u64, u64, bool)> = None;
@@ -154,9 +155,17 @@ async fn watch_leader(
         let Some(strong) = core.upgrade() else {
             return;
         };
-        let read = match strong.node() {
-            Ok(node) => node.run(&target.read).await.and_then(parse_status),
-            Err(e) => Err(e),
+        // Cancellable: a watcher whose observers are gone lets go of the channel at once, so
+        // a new watcher of the same election gets every wake-up.
+        let read = tokio::select! {
+            read = async {
+                match strong.node() {
+                    Ok(node) => node.run(&target.read).await.and_then(parse_status),
+                    Err(e) => Err(e),
+                }
+            } => read,
+            () = stop.cancelled() => return,
+            () = closing.cancelled() => return,
         };
         drop(strong);
         let next_read = match read {
@@ -170,8 +179,16 @@ async fn watch_leader(
                     });
                     tx.send_replace(Seen::Now(leader.clone()));
                 }
-                // An expiry announces nothing: read again just after the lease is due to end.
-                leader.map(|l| Instant::now() + l.lease_left + Duration::from_millis(2))
+                // An expiry announces nothing: read again just after the lease is due to end
+                // (a key left without expiry by another program: at the slowest poll).
+                leader.map(|l| {
+                    let left = if l.lease_left.is_zero() {
+                        poll_max
+                    } else {
+                        l.lease_left + Duration::from_millis(2)
+                    };
+                    Instant::now() + left
+                })
             }
             Err(e) => {
                 tracing::debug!(election = %target.name, error = %e, "fenced: reading the leader failed; trying again");

@@ -9,7 +9,9 @@ use std::sync::Arc;
 
 use crate::kind::fair::FairLease;
 use crate::kind::{LeaseKind, Primitive, Wake};
-use crate::scripts::{ELECTION_ABANDON, ELECTION_CAMPAIGN, ELECTION_RESIGN, ScriptCall};
+use crate::scripts::{
+    ELECTION_ABANDON, ELECTION_CAMPAIGN, ELECTION_EXTEND, ELECTION_RESIGN, ScriptCall,
+};
 use crate::token::OwnerToken;
 
 /// One candidate's (then leader's) lease.
@@ -75,7 +77,14 @@ impl LeaseKind for ElectionLease {
     }
 
     fn extend(&self, owner: &OwnerToken, ttl_ms: u64, epoch: u64) -> ScriptCall {
-        self.fair.extend(owner, ttl_ms, epoch)
+        let keys = &self.fair.exclusive.keys;
+        ScriptCall::new(&ELECTION_EXTEND)
+            .key(&keys.lock)
+            .key(keys.epoch(owner))
+            .key(&*self.record)
+            .arg(owner.as_str())
+            .arg(ttl_ms)
+            .arg(epoch)
     }
 
     fn release(&self, owner: &OwnerToken, message: &str) -> ScriptCall {

@@ -22,8 +22,9 @@ if reply[1] == 1 then
   redis.call('DEL', KEYS[6])
   redis.call('HSET', KEYS[6], 'owner', ARGV[1], 'value', ARGV[7], 'term', reply[2],
     'since', now, 'v', 0)
-  -- The record outlives any lease; it counts only while its owner holds the leader key.
-  redis.call('PEXPIRE', KEYS[6], ARGV[3])
+  -- It lives as long as the lease and a second more (election_extend.lua renews both); it
+  -- counts only while its owner holds the leader key.
+  redis.call('PEXPIRE', KEYS[6], tonumber(ARGV[2]) + 1000)
   redis.call(PUBLISH, ARGV[8], ARGV[9])
 end
 return reply

@@ -192,6 +192,8 @@ lua!(/// Leave a fair lock's queue; void an attempt of unknown outcome.
     FAIR_ABANDON, "abandon", announces, "fair_free.lua", "fair_abandon.lua");
 lua!(/// Campaign in an election: a fair grant that records the leader and tells observers.
     ELECTION_CAMPAIGN, "campaign", announces, "fence.lua", "fair_queue.lua", "fair_take.lua", "election_campaign.lua");
+lua!(/// Renew a leader's lease and its record, in epoch order.
+    ELECTION_EXTEND, "extend", "election_extend.lua");
 lua!(/// Step down as leader, wake the next candidate, tell observers.
     ELECTION_RESIGN, "resign", announces, "fair_free.lua", "election_resign.lua");
 lua!(/// Leave an election's queue; void a campaign of unknown outcome.
