@@ -17,12 +17,16 @@
 //!   unfenced lease breaks under pauses: its verdict is shown, not failed.
 //!
 //! Windows: a key's history is cut into windows of at least `WINDOW` lines, only at an
-//! instant when no operation with a known outcome is in flight and every operation of unknown
-//! outcome (`info`) so far can no longer change the state (its token is below the highest
-//! acknowledged write's: should it land later, it is refused; earlier, a later acknowledged
-//! write supersedes it). So every operation before the cut precedes every one after it in
-//! real time, and the state at the cut is the same in every linearization: the next window
-//! starts from it, and a violation cannot hide at an edge.
+//! instant when nothing is in flight but waiting acquires that will be granted a token above
+//! every grant before the cut (they move to the next window), and when every operation of
+//! unknown outcome (`info`) so far can no longer change the state (its token is below the
+//! highest acknowledged write's: should it land later, it is refused; earlier, a later
+//! acknowledged write supersedes it). So every operation before the cut precedes every one
+//! after it in real time, and the state at the cut is the same in every linearization: the
+//! next window starts from it. For the grants and counter models a violation cannot hide at
+//! an edge; for the holders model, an extra holder that came after every grant of the window
+//! and went before the cut is counted against the holders at the cut, and can (our
+//! client-view checker still counts it). `docs/reliability.md` has the argument.
 
 use std::collections::BTreeSet;
 
