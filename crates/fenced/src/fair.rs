@@ -61,8 +61,15 @@ impl fmt::Debug for FairLock {
 
 impl FairLock {
     pub(crate) fn new(core: &Arc<Core>, name: String) -> Self {
+        let namespace = core.options().namespace.clone();
+        Self::in_namespace(core, &namespace, name)
+    }
+
+    /// A fair lock whose keys start with `namespace` instead of the client's (an election's
+    /// queue, `election/mod.rs`).
+    pub(crate) fn in_namespace(core: &Arc<Core>, namespace: &str, name: String) -> Self {
         let core = core.clone();
-        let keys = LockKeys::new(&core.options().namespace, &name);
+        let keys = LockKeys::new(namespace, &name);
         FairLock {
             queue: keys.fair_queue().into(),
             registrations: format!("{}:queue:ends", keys.lock).into(),
@@ -81,12 +88,33 @@ impl FairLock {
         &self.name
     }
 
+    /// Its name, shared.
+    pub(crate) fn name_arc(&self) -> &Arc<str> {
+        &self.name
+    }
+
+    /// Its keys.
+    pub(crate) fn keys(&self) -> &Arc<LockKeys> {
+        &self.keys
+    }
+
+    /// Its queue (list of waiter ids).
+    pub(crate) fn queue(&self) -> &str {
+        &self.queue
+    }
+
+    /// A waiter is woken on this prefix and its id.
+    pub(crate) fn channel_prefix(&self) -> &str {
+        &self.channel_prefix
+    }
+
     /// The kind of a lease resumed from a ticket: a holder, no longer a waiter.
     pub(crate) fn ticket_kind(&self) -> FairLease {
         self.kind(&Arc::from(""), false)
     }
 
-    fn kind(&self, waiter: &Arc<str>, queues: bool) -> FairLease {
+    /// The lease of waiter `waiter` (`queues`: it registers in the queue while it waits).
+    pub(crate) fn kind(&self, waiter: &Arc<str>, queues: bool) -> FairLease {
         let options = self.core.options();
         FairLease {
             exclusive: Exclusive {

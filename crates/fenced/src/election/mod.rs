@@ -34,12 +34,11 @@ use tracing::Instrument;
 use crate::core::acquire::AcquireRequest;
 use crate::core::{Core, LeaseOptions, Wake};
 use crate::error::{Error, Result};
+use crate::fair::FairLock;
 use crate::keys::LockKeys;
 use crate::kind::LeaseKind;
 use crate::kind::election::ElectionLease;
 use crate::kind::exclusive::Exclusive;
-use crate::kind::fair::FairLease;
-use crate::options::ttl_millis;
 use crate::scripts::{ELECTION_LEADER, ScriptCall};
 use crate::token::{FencingToken, OwnerToken};
 
@@ -88,11 +87,8 @@ pub const MAX_VALUE_LEN: usize = 64 * 1024;
 #[derive(Clone)]
 pub struct Election {
     core: Arc<Core>,
-    name: Arc<str>,
-    keys: Arc<LockKeys>,
-    queue: Arc<str>,
-    registrations: Arc<str>,
-    channel_prefix: Arc<str>,
+    /// The candidates' queue and the leader key: a fair lock under the election's prefix.
+    fair: FairLock,
     record: Arc<str>,
     observers: Arc<[String]>,
     opts: LeaseOptions,
@@ -101,7 +97,7 @@ pub struct Election {
 impl fmt::Debug for Election {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Election")
-            .field("name", &self.name)
+            .field("name", self.fair.name_arc())
             .field("ttl", &self.opts.ttl(&self.core))
             .field("wait", &self.opts.wait)
             .finish()
@@ -139,24 +135,18 @@ pub struct ElectionStatus {
 
 impl Election {
     pub(crate) fn new(core: &Arc<Core>, name: String) -> Self {
-        let core = core.clone();
-        let keys = LockKeys::new(
-            &format!(
-                "{}{}",
-                core.options().namespace,
-                crate::inspect::ELECTION_PREFIX
-            ),
-            &name,
+        let namespace = format!(
+            "{}{}",
+            core.options().namespace,
+            crate::inspect::ELECTION_PREFIX
         );
+        let fair = FairLock::in_namespace(core, &namespace, name);
+        let keys = fair.keys();
         Election {
-            queue: keys.fair_queue().into(),
-            registrations: format!("{}:queue:ends", keys.lock).into(),
-            channel_prefix: format!("{}:fair:", keys.lock).into(),
             record: format!("{}:leader", keys.lock).into(),
             observers: Arc::from([keys.channel.clone()]),
-            keys: Arc::new(keys),
-            core,
-            name: name.into(),
+            core: core.clone(),
+            fair,
             opts: LeaseOptions::default(),
         }
     }
@@ -165,7 +155,7 @@ impl Election {
 
     /// The election's name.
     pub fn name(&self) -> &str {
-        &self.name
+        self.fair.name()
     }
 
     /// Campaigns until elected, waiting by the [`WaitPolicy`](crate::WaitPolicy) (by
@@ -182,10 +172,14 @@ impl Election {
     /// in flight steps down if it was elected.
     pub async fn campaign(&self, value: impl Into<String>) -> Result<Leadership> {
         let value = self.checked_value(value.into())?;
-        let ttl = self.opts.checked_ttl(&self.core, "election", &self.name)?;
-        let span = tracing::debug_span!("fenced.election.campaign", election = %self.name);
+        let ttl = self
+            .opts
+            .checked_ttl(&self.core, "election", self.fair.name_arc())?;
+        let span = tracing::debug_span!("fenced.election.campaign", election = %self.name());
         if self.core.backend().is_redlock() {
-            let req = self.opts.request(&self.name, &self.keys.channel, ttl, 1);
+            let req = self
+                .opts
+                .request(self.fair.name_arc(), &self.fair.keys().channel, ttl, 1);
             let held = self
                 .core
                 .acquire_with(&req, || Ok((self.on_masters(), OwnerToken::fresh()?)))
@@ -194,8 +188,8 @@ impl Election {
             return Ok(Leadership::new(held, self.clone(), value));
         }
         let waiter: Arc<str> = OwnerToken::fresh()?.as_str()[..16].into();
-        let channel = format!("{}{waiter}", self.channel_prefix);
-        let req: AcquireRequest = self.opts.request(&self.name, &channel, ttl, 1);
+        let channel = format!("{}{waiter}", self.fair.channel_prefix());
+        let req: AcquireRequest = self.opts.request(self.fair.name_arc(), &channel, ttl, 1);
         // Until elected, this candidate has a place in Redis: leave it if the wait ends.
         let mut place = Place {
             core: &self.core,
@@ -209,7 +203,7 @@ impl Election {
             .instrument(span)
             .await?;
         place.kind = None;
-        self.core.wake_local(&self.keys.channel, Wake::One);
+        self.core.wake_local(&self.fair.keys().channel, Wake::One);
         Ok(Leadership::new(held, self.clone(), value))
     }
 
@@ -221,22 +215,26 @@ impl Election {
     /// As [`campaign`](Self::campaign).
     pub async fn try_campaign(&self, value: impl Into<String>) -> Result<Option<Leadership>> {
         let value = self.checked_value(value.into())?;
-        let ttl = self.opts.checked_ttl(&self.core, "election", &self.name)?;
+        let ttl = self
+            .opts
+            .checked_ttl(&self.core, "election", self.fair.name_arc())?;
         let owner = OwnerToken::fresh()?;
         let granted = if self.core.backend().is_redlock() {
-            let req = self.opts.request(&self.name, &self.keys.channel, ttl, 1);
+            let req = self
+                .opts
+                .request(self.fair.name_arc(), &self.fair.keys().channel, ttl, 1);
             self.core.try_once(&req, self.on_masters(), owner).await?
         } else {
             let waiter: Arc<str> = OwnerToken::fresh()?.as_str()[..16].into();
-            let channel = format!("{}{waiter}", self.channel_prefix);
-            let req = self.opts.request(&self.name, &channel, ttl, 1);
+            let channel = format!("{}{waiter}", self.fair.channel_prefix());
+            let req = self.opts.request(self.fair.name_arc(), &channel, ttl, 1);
             let kind = self.kind(&waiter, false, &value);
             self.core.try_once(&req, kind, owner).await?
         };
         let Some(held) = granted.ok() else {
             return Ok(None);
         };
-        self.core.wake_local(&self.keys.channel, Wake::One);
+        self.core.wake_local(&self.fair.keys().channel, Wake::One);
         Ok(Some(Leadership::new(held, self.clone(), value)))
     }
 
@@ -256,7 +254,7 @@ impl Election {
     ///
     /// As [`leader`](Self::leader).
     pub async fn status(&self) -> Result<ElectionStatus> {
-        crate::keys::validate_name("election", &self.name)?;
+        crate::keys::validate_name("election", self.fair.name_arc())?;
         let node = self
             .core
             .node()
@@ -267,9 +265,9 @@ impl Election {
     /// The read of [`status`](Self::status).
     fn status_call(&self) -> ScriptCall {
         ScriptCall::new(&ELECTION_LEADER)
-            .key(&self.keys.lock)
+            .key(&self.fair.keys().lock)
             .key(&*self.record)
-            .key(&*self.queue)
+            .key(self.fair.queue())
     }
 
     /// A stream of leader changes: `Some(leader)` for each new term or value, `None` when
@@ -287,7 +285,7 @@ impl Election {
     /// [`Error::InvalidArgument`] for a bad name, or when called outside a Tokio runtime (the
     /// watcher is a task of it); [`Error::Unsupported`] on Redlock.
     pub fn observe(&self) -> Result<LeaderChanges> {
-        crate::keys::validate_name("election", &self.name)?;
+        crate::keys::validate_name("election", self.fair.name_arc())?;
         if tokio::runtime::Handle::try_current().is_err() {
             return Err(Error::invalid(
                 "observe() runs a watcher task: call it within a Tokio runtime",
@@ -298,7 +296,7 @@ impl Election {
     }
 
     fn checked_value(&self, value: String) -> Result<Arc<str>> {
-        crate::keys::validate_name("election", &self.name)?;
+        crate::keys::validate_name("election", self.fair.name_arc())?;
         if value.len() > MAX_VALUE_LEN {
             return Err(Error::invalid(format!(
                 "the value is {} bytes long; the limit is {MAX_VALUE_LEN}",
@@ -310,27 +308,8 @@ impl Election {
 
     /// A candidate's lease kind (`queues`: it registers in the queue while it waits).
     fn kind(&self, waiter: &Arc<str>, queues: bool, value: &Arc<str>) -> ElectionLease {
-        let options = self.core.options();
         ElectionLease {
-            fair: FairLease {
-                exclusive: Exclusive {
-                    name: self.name.clone(),
-                    keys: self.keys.clone(),
-                    fence_retention_ms: self.core.fence_retention_ms(),
-                    counted: false,
-                },
-                queue: self.queue.clone(),
-                registrations: self.registrations.clone(),
-                channel_prefix: self.channel_prefix.clone(),
-                waiter: waiter.clone(),
-                offer_half: None,
-                // As a fair lock's waiter: a few retries missed, and its place is given up.
-                registration_ms: if queues {
-                    ttl_millis(options.poll_max * 3 + options.timeout * 2)
-                } else {
-                    0
-                },
-            },
+            fair: self.fair.kind(waiter, queues),
             record: self.record.clone(),
             value: value.clone(),
             observers: self.observers.clone(),
@@ -341,8 +320,8 @@ impl Election {
     /// On Redlock: the plain lock's lease on the leader key, on every master.
     fn on_masters(&self) -> Exclusive {
         Exclusive {
-            name: self.name.clone(),
-            keys: self.keys.clone(),
+            name: self.fair.name_arc().clone(),
+            keys: self.fair.keys().clone(),
             fence_retention_ms: self.core.fence_retention_ms(),
             counted: false,
         }
@@ -353,7 +332,7 @@ impl Election {
     }
 
     pub(crate) fn keys(&self) -> &LockKeys {
-        &self.keys
+        self.fair.keys()
     }
 
     pub(crate) fn record(&self) -> &str {
