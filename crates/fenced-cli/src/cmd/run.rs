@@ -287,13 +287,19 @@ pub async fn run_held(
         }
     };
 
-    if status.signal().is_some() {
+    if let Some(killed_by) = status.signal() {
         // The supervisor was killed: CMD and its descendants are ours now. Nothing started
         // under the lock may outlive it.
         supervise::kill_subtree_now();
+        // A signal we forwarded before the supervisor had set up its handlers ends it as it
+        // would have ended CMD: the run was interrupted as asked.
+        let forwarded = signals.received.is_some_and(|s| s as i32 == killed_by);
         if !lost && !guard.is_lost() {
             // A handed-off lease releases nothing here (`Hold::release`).
             release(client, guard, global).await;
+            if forwarded {
+                return Ok(u8::try_from(128 + killed_by).unwrap_or(255));
+            }
             return Err(Failure::new(
                 exit::SOFTWARE,
                 "the supervisor was killed; stopped the command and everything it started",
