@@ -86,7 +86,7 @@ pub async fn elect(global: &Global, args: &ElectArgs) -> Result<u8, Failure> {
         let outcome = run_held(
             global,
             &client,
-            Hold::Leader(leadership),
+            Hold::Leader(Box::new(leadership)),
             &under,
             &mut signals,
             asked,

@@ -64,7 +64,7 @@ pub enum Hold {
     /// An unfenced lock (`--unfenced`): no fencing token, not re-entrant.
     Unfenced(UnfencedGuard),
     /// A won election (`fenced elect`): its term is the fencing token.
-    Leader(fenced::Leadership),
+    Leader(Box<fenced::Leadership>),
     /// Handed to CMD's ticket at once (`--hand-off`): held by whoever resumes the ticket, or
     /// by nobody until it runs out; this run neither renews nor releases it.
     HandedOff {
