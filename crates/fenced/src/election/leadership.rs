@@ -91,7 +91,10 @@ impl Leadership {
     }
 
     /// Steps down at once: the next candidate is woken and elected without waiting for a
-    /// ttl, and observers see nobody lead until then.
+    /// ttl, and observers see nobody lead until then. (With
+    /// [`with_min_hold`](crate::Election::with_min_hold), a step down before the minimum
+    /// leaves the leadership to end at the minimum instead, as every primitive's release
+    /// does; candidates and observers then learn of it when that lease ends.)
     ///
     /// # Errors
     ///
