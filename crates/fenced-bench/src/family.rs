@@ -154,7 +154,7 @@ pub(crate) async fn reentrant(depth: usize, window: Window, env: &Env) -> Result
     })
 }
 
-/// Seed 001's lock segments: 32 tasks, each locking a random one of 10 000 items for ~1ms,
+/// Lock segments: 32 tasks, each locking a random one of 10 000 items for ~1ms,
 /// through `stripes` locks. Fewer stripes, fewer lock keys, more waiting: acquisitions/s
 /// against the number of keys.
 pub(crate) async fn striped(

@@ -1,5 +1,5 @@
 //! `#[fenced::locked(...)]`: an async function that runs under a distributed lock, the Rust
-//! counterpart of the annotation-driven locks of the seed documents. Use it through
+//! counterpart of the annotation-driven locks of Java frameworks (`@Lock`, `@SchedulerLock`). Use it through
 //! `fenced::locked`; the expansion is documented there.
 
 use proc_macro::TokenStream;
