@@ -305,13 +305,7 @@ async fn section(
     let wait = WaitPolicy::up_to(Duration::from_millis(config.wait_ms));
     let name = format!("chaos:{key}");
     let inv = now_ns();
-    let failed = |e: Error| Event::AcquireFailed {
-        w: config.id,
-        key,
-        inv,
-        end: now_ns(),
-        err: kind(&e).to_owned(),
-    };
+    let failed = |e: Error| acquire_failed(config.id, key, inv, &e);
     // Each arm takes its lease, emits `Acquired`, does the work, and releases.
     match config.workload {
         Workload::Semaphore => {
@@ -489,15 +483,7 @@ async fn mutant_section(
     };
     let guard = match lock.acquire().await {
         Ok(g) => g,
-        Err(e) => {
-            return Event::AcquireFailed {
-                w: config.id,
-                key,
-                inv,
-                end: now_ns(),
-                err: kind(&e).to_owned(),
-            };
-        }
+        Err(e) => return acquire_failed(config.id, key, inv, &e),
     };
     let real = guard.fencing_token().get();
     match mutant {
@@ -577,6 +563,17 @@ async fn mutant_section(
         Mutant::SemaphoreOvergrant => {
             write_under(config, store, key, commands, inv, guard, real).await
         }
+    }
+}
+
+/// An acquire invoked at `inv` that ended without a grant.
+fn acquire_failed(w: u32, key: u32, inv: u64, e: &Error) -> Event {
+    Event::AcquireFailed {
+        w,
+        key,
+        inv,
+        end: now_ns(),
+        err: kind(e).to_owned(),
     }
 }
 
