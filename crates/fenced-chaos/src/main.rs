@@ -148,6 +148,7 @@ async fn run(args: Args) -> ExitCode {
             Workload::LockMixed,
             Workload::Redlock,
             Workload::Reentrant,
+            Workload::Fair,
             Workload::Semaphore,
             Workload::Rw,
             Workload::Run,

@@ -10,7 +10,16 @@
 //! - `token-not-increasing`: every grant after its first reports and uses its first token.
 //! - `write-skips-fence`: reads the counter, stalls past its lease (as a paused holder), and
 //!   writes it back without the fencing token.
+//! - `renewal-after-loss`: its renewal comes after its lease ended and another worker took
+//!   the lock, without the owner compare (a `PEXPIRE` on whoever holds the key); it takes
+//!   the reply for its own lease and writes.
+//! - `handover-to-wrong-waiter`: a fair lock's release hands the lock to a waiter of its own
+//!   (its next section, with a new token) that is not the head of the queue in Redis, and
+//!   releases it there too, so the head is granted as well.
 //! - `semaphore-overgrant`: asks the semaphore of 2 for one permit more (a handle of 3).
+//!
+//! Runs without faults keep every lease alive by renewal (ttl 1 s), so a holder that believes
+//! past its lease, or beside another holder, is the mutant's doing and nothing else's.
 
 use serde::{Deserialize, Serialize};
 
@@ -26,16 +35,22 @@ pub enum Mutant {
     TokenNotIncreasing,
     /// A counter write without the fencing token, after a stall past the lease.
     WriteSkipsFence,
+    /// A renewal accepted after the lease was lost.
+    RenewalAfterLoss,
+    /// A fair lock's handover to a waiter that is not the queue's head.
+    HandoverToWrongWaiter,
     /// One permit more than the semaphore has.
     SemaphoreOvergrant,
 }
 
 impl Mutant {
     /// Every mutant.
-    pub const ALL: [Mutant; 4] = [
+    pub const ALL: [Mutant; 6] = [
         Mutant::ReleaseWithoutOwnerCheck,
         Mutant::TokenNotIncreasing,
+        Mutant::RenewalAfterLoss,
         Mutant::WriteSkipsFence,
+        Mutant::HandoverToWrongWaiter,
         Mutant::SemaphoreOvergrant,
     ];
 
@@ -45,6 +60,8 @@ impl Mutant {
             Mutant::ReleaseWithoutOwnerCheck => "release-without-owner-check",
             Mutant::TokenNotIncreasing => "token-not-increasing",
             Mutant::WriteSkipsFence => "write-skips-fence",
+            Mutant::RenewalAfterLoss => "renewal-after-loss",
+            Mutant::HandoverToWrongWaiter => "handover-to-wrong-waiter",
             Mutant::SemaphoreOvergrant => "semaphore-overgrant",
         }
     }
@@ -57,6 +74,12 @@ impl Mutant {
             }
             Mutant::TokenNotIncreasing => "every grant after the first keeps the first token",
             Mutant::WriteSkipsFence => "a stalled holder writes without its fencing token",
+            Mutant::RenewalAfterLoss => {
+                "a renewal after the lease ended extends another's and the holder writes on"
+            }
+            Mutant::HandoverToWrongWaiter => {
+                "a fair release hands the lock to a waiter that is not the queue's head"
+            }
             Mutant::SemaphoreOvergrant => "the semaphore of 2 grants a third permit",
         }
     }
@@ -65,6 +88,7 @@ impl Mutant {
     pub fn workload(self) -> Workload {
         match self {
             Mutant::SemaphoreOvergrant => Workload::Semaphore,
+            Mutant::HandoverToWrongWaiter => Workload::Fair,
             _ => Workload::Lock,
         }
     }

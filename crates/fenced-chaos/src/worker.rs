@@ -44,6 +44,8 @@ pub enum Workload {
     Semaphore,
     /// The reentrant lock, entered twice per section, protecting the fenced counter.
     Reentrant,
+    /// The fair lock (FIFO queue in Redis) protecting the fenced counter.
+    Fair,
     /// Optimistic transactions (WATCH/MULTI/EXEC) incrementing a counter; no lease.
     Optimistic,
     /// The read-write lock: one section in four writes (fenced increment under the write
@@ -69,6 +71,7 @@ impl Workload {
             Workload::Unfenced => "unfenced",
             Workload::Semaphore => "semaphore",
             Workload::Reentrant => "reentrant",
+            Workload::Fair => "fair",
             Workload::Optimistic => "optimistic",
             Workload::Rw => "rw",
             Workload::Run => "run",
@@ -90,6 +93,7 @@ impl Workload {
                 | Workload::LockMixed
                 | Workload::Redlock
                 | Workload::Reentrant
+                | Workload::Fair
                 | Workload::Rw
                 | Workload::Election
         )
@@ -447,8 +451,17 @@ async fn section(
             }
         }
         _ if config.mutant.is_some() => {
-            let lock = client.lock(name).with_ttl(ttl).with_wait(wait);
-            mutant_section(config, lock, store, key, commands, inv).await
+            mutant_section(config, client, store, key, commands, inv).await
+        }
+        Workload::Fair => {
+            let lock = client.fair_lock(name).with_ttl(ttl).with_wait(wait);
+            match lock.acquire().await {
+                Ok(guard) => {
+                    let token = guard.fencing_token().get();
+                    write_under(config, store, key, commands, inv, guard, token).await
+                }
+                Err(e) => failed(e),
+            }
         }
         _ => {
             let lock = client.lock(name).with_ttl(ttl).with_wait(wait);
@@ -463,11 +476,11 @@ async fn section(
     }
 }
 
-/// A section of the lock workload by a mutant (`mutants.rs`): what a broken library would
-/// do, with raw commands where the library would refuse.
+/// A section by a mutant (`mutants.rs`): what a broken library would do, with raw commands
+/// where the library would refuse.
 async fn mutant_section(
     config: &Config,
-    lock: fenced::Lock,
+    client: &Client,
     store: &Store,
     key: u32,
     commands: &Commands,
@@ -475,10 +488,19 @@ async fn mutant_section(
 ) -> Event {
     static FIRST_TOKEN: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
     let ttl = Duration::from_millis(config.ttl_ms);
+    let wait = WaitPolicy::up_to(Duration::from_millis(config.wait_ms));
+    let name = format!("chaos:{key}");
+    let lock_key = format!("fenced:{{{name}}}");
     let mutant = config.mutant.unwrap_or(Mutant::TokenNotIncreasing);
+    if mutant == Mutant::HandoverToWrongWaiter {
+        return wrong_handover(config, client, store, key, commands, inv).await;
+    }
+    let lock = client.lock(name).with_ttl(ttl).with_wait(wait);
     // The stalling mutants hold a lease that is not renewed, so that it ends while they stall.
     let lock = match mutant {
-        Mutant::ReleaseWithoutOwnerCheck | Mutant::WriteSkipsFence => lock.with_auto_renew(false),
+        Mutant::ReleaseWithoutOwnerCheck | Mutant::WriteSkipsFence | Mutant::RenewalAfterLoss => {
+            lock.with_auto_renew(false)
+        }
         _ => lock,
     };
     let guard = match lock.acquire().await {
@@ -498,7 +520,6 @@ async fn mutant_section(
             // Neither renewed nor released by the library from here on.
             let _ticket = guard.into_ticket();
             tokio::time::sleep(ttl + Duration::from_millis(100)).await;
-            let lock_key = format!("fenced:{{chaos:{key}}}");
             let release = match raw(config.lock_urls.first()).await {
                 Some(mut conn) => {
                     let mut pipe = redis::pipe();
@@ -560,10 +581,99 @@ async fn mutant_section(
             let release = outcome(guard.release().await);
             finished(config.id, key, (t, inv, ok), written, rel_inv, release, 0)
         }
-        Mutant::SemaphoreOvergrant => {
+        Mutant::RenewalAfterLoss => {
+            let (ok, t) = acquired(config.id, key, inv, real);
+            // Its renewal comes late, as from a starved renewal task: the lease has ended and
+            // another worker holds the lock by then.
+            tokio::time::sleep(ttl + Duration::from_millis(100)).await;
+            // The renewal a library must refuse, sent without the owner compare: it extends
+            // whoever holds the key, and the holder takes the reply for its own lease.
+            let renewed = match raw(config.lock_urls.first()).await {
+                Some(mut conn) => redis::cmd("PEXPIRE")
+                    .arg(&lock_key)
+                    .arg(config.ttl_ms)
+                    .query_async::<i64>(&mut conn)
+                    .await
+                    .is_ok(),
+                None => false,
+            };
+            let written = if renewed {
+                pause(config.work_us).await;
+                increment(config, store, key, t, commands).await
+            } else {
+                (Write::Skipped, None)
+            };
+            let rel_inv = now_ns();
+            let release = outcome(guard.release().await);
+            finished(config.id, key, (t, inv, ok), written, rel_inv, release, 0)
+        }
+        // Played in `wrong_handover`.
+        Mutant::SemaphoreOvergrant | Mutant::HandoverToWrongWaiter => {
             write_under(config, store, key, commands, inv, guard, real).await
         }
     }
+}
+
+/// The `handover-to-wrong-waiter` mutant: a fair lock's release that hands the lock to a
+/// waiter of its own (this worker's next section) although that waiter is not the head of
+/// the queue in Redis, and releases it there too: the queue's head is granted as well. The
+/// handed section's token is a new one from the fence, as a handover's is.
+async fn wrong_handover(
+    config: &Config,
+    client: &Client,
+    store: &Store,
+    key: u32,
+    commands: &Commands,
+    inv: u64,
+) -> Event {
+    let ttl = Duration::from_millis(config.ttl_ms);
+    let wait = WaitPolicy::up_to(Duration::from_millis(config.wait_ms));
+    let lock = client
+        .fair_lock(format!("chaos:{key}"))
+        .with_ttl(ttl)
+        .with_wait(wait);
+    let guard = match lock.acquire().await {
+        Ok(g) => g,
+        Err(e) => return acquire_failed(config.id, key, inv, &e),
+    };
+    let token = guard.fencing_token().get();
+    // The first section, as any holder's, released by the library: the queue's head is woken
+    // and granted.
+    emit(&write_under(config, store, key, commands, inv, guard, token).await);
+    // The wrong waiter: handed the lock at that release, with a new token.
+    let inv = now_ns();
+    let fence = format!("fenced:{{chaos:{key}}}:fence");
+    let minted = match raw(config.lock_urls.first()).await {
+        Some(mut conn) => redis::cmd("INCR")
+            .arg(&fence)
+            .query_async::<u64>(&mut conn)
+            .await
+            .ok(),
+        None => None,
+    };
+    let Some(t) = minted else {
+        return Event::AcquireFailed {
+            w: config.id,
+            key,
+            inv,
+            end: now_ns(),
+            err: "other".to_owned(),
+        };
+    };
+    let (ok, t) = acquired(config.id, key, inv, t);
+    pause(config.work_us).await;
+    let written = increment(config, store, key, t, commands).await;
+    let rel_inv = now_ns();
+    // Nothing to give back in Redis: the lock was never this waiter's there.
+    finished(
+        config.id,
+        key,
+        (t, inv, ok),
+        written,
+        rel_inv,
+        "released".to_owned(),
+        0,
+    )
 }
 
 /// An acquire invoked at `inv` that ended without a grant.

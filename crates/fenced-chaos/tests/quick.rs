@@ -39,6 +39,7 @@ fn the_quick_tier_passes_every_checker() {
         "lock-mixed",
         "redlock",
         "reentrant",
+        "fair",
         "semaphore",
         "rw",
         "run",
@@ -52,7 +53,7 @@ fn the_quick_tier_passes_every_checker() {
         );
     }
     // Both verdicts for every workload: ours, and the third-party checker's.
-    for workload in ["lock", "election", "optimistic", "semaphore"] {
+    for workload in ["lock", "fair", "election", "optimistic", "semaphore"] {
         let line = stdout
             .lines()
             .find(|l| l.starts_with(&format!("| {workload} | pass | linearizable (")))
@@ -124,7 +125,7 @@ fn every_mutant_is_caught_by_both_checkers_and_the_faultless_runs_pass() {
         .lines()
         .filter_map(|l| l.split_whitespace().next())
         .collect();
-    assert_eq!(mutants.len(), 4, "{listed}");
+    assert_eq!(mutants.len(), 6, "{listed}");
     for mutant in mutants {
         let out = Command::new(CHAOS)
             .args(["--mutant", mutant, "--duration", "3"])
@@ -153,7 +154,7 @@ fn every_mutant_is_caught_by_both_checkers_and_the_faultless_runs_pass() {
             "{mutant}: our checkers let it through:\n{stdout}"
         );
     }
-    for workload in ["lock", "semaphore"] {
+    for workload in ["lock", "fair", "semaphore"] {
         let out = Command::new(CHAOS)
             .args(["--workload", workload, "--no-faults", "--duration", "3"])
             .output()
