@@ -14,8 +14,9 @@ pub struct Cli {
     pub command: Command,
 }
 
-/// Options every subcommand takes.
+/// Options every subcommand takes, shown after the subcommand's own.
 #[derive(Args, Debug, Clone)]
+#[command(next_help_heading = "Connection")]
 pub struct Global {
     /// Redis URL: redis://host:port/db, rediss:// for TLS, redis://user:pass@host for ACL.
     /// Given 3 or more times: Redlock over those independent masters (locks and semaphores:
@@ -64,11 +65,11 @@ pub struct Global {
     #[arg(long, global = true, value_name = "FILE", requires = "tls_cert")]
     pub tls_key: Option<std::path::PathBuf>,
     /// Say what is happening on stderr.
-    #[arg(short, long, global = true)]
+    #[arg(short, long, global = true, help_heading = "Output")]
     pub verbose: bool,
     /// Print data as JSON (status, list, demo; `run` adds JSON lines on stderr when the lock
     /// is taken and when it ends).
-    #[arg(long, global = true)]
+    #[arg(long, global = true, help_heading = "Output")]
     pub json: bool,
 }
 

@@ -618,6 +618,25 @@ async fn bad_arguments_give_64_and_one_line() {
     )
     .await;
     assert_eq!(bad_url.code, Some(64), "{}", bad_url.stderr);
+    // The messages say what is wrong in the user's terms.
+    let http = finish(
+        fenced("http://127.0.0.1:1", &["status", "x"]),
+        Duration::from_secs(10),
+    )
+    .await;
+    assert_eq!(http.code, Some(64), "{}", http.stderr);
+    assert!(http.stderr.contains("scheme http://"), "{}", http.stderr);
+    let zero = finish(
+        fenced(url, &["--timeout", "0s", "status", "x"]),
+        Duration::from_secs(10),
+    )
+    .await;
+    assert_eq!(zero.code, Some(64), "{}", zero.stderr);
+    assert!(
+        zero.stderr.contains("timeout 0s is below"),
+        "{}",
+        zero.stderr
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -346,6 +346,22 @@ pub fn check_name(name: &str) -> Result<()> {
     keys::validate_name("lock", name)
 }
 
+/// Checks a Redis URL as connecting does, before anything is sent: its scheme (`redis://`,
+/// `rediss://`, `unix://` and their `valkey` twins) and that TLS is built in for
+/// `rediss://` (the `tls` feature).
+///
+/// ```
+/// assert!(fenced::check_url("redis://127.0.0.1:6379/0").is_ok());
+/// assert!(fenced::check_url("http://127.0.0.1:6379").is_err());
+/// ```
+///
+/// # Errors
+///
+/// [`Error::InvalidArgument`] saying what is wrong, without the URL's password.
+pub fn check_url(url: &str) -> Result<()> {
+    backend::connect::check_url(url)
+}
+
 /// Checks a lease length as [`Lock::acquire`] does: from [`MIN_TTL`](crate::limits::MIN_TTL) to [`MAX_TTL`](crate::limits::MAX_TTL).
 ///
 /// # Errors

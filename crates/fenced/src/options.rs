@@ -129,8 +129,14 @@ pub(crate) fn validate_ttl(ttl: Duration) -> Result<()> {
 
 fn check_range(what: &str, value: Duration, min: Duration, max: Duration) -> Result<()> {
     if value < min {
+        // `Duration`'s Debug writes zero as "0ns", which reads as a unit mistake.
+        let shown = if value.is_zero() {
+            "0s".to_owned()
+        } else {
+            format!("{value:?}")
+        };
         return Err(Error::invalid(format!(
-            "{what} {value:?} is below the minimum of {min:?}"
+            "{what} {shown} is below the minimum of {min:?}"
         )));
     }
     if value > max {

@@ -38,6 +38,7 @@ mod multi;
 mod optimistic;
 mod outages;
 mod postgres;
+mod readme;
 mod redlock;
 mod reentrant;
 mod release;

@@ -103,9 +103,7 @@ pub fn check_name(name: &str) -> Result<(), Failure> {
 
 /// Checks a URL before connecting.
 pub fn check_url(url: &str) -> Result<(), Failure> {
-    redis::Client::open(url)
-        .map(|_| ())
-        .map_err(|e| Failure::usage(format!("{:?} is not a usable Redis URL: {e}", address(url))))
+    fenced::check_url(url).map_err(|e| Failure::from_lib(e, ""))
 }
 
 #[cfg(test)]

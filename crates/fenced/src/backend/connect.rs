@@ -402,6 +402,13 @@ impl Connect {
     /// Where to connect: the URL, with the separate password in place of the URL's.
     fn connection_info(&self, url: &str) -> redis::RedisResult<redis::ConnectionInfo> {
         use redis::IntoConnectionInfo;
+        if let Some(problem) = url_problem(url) {
+            return Err(redis::RedisError::from((
+                redis::ErrorKind::InvalidClientConfig,
+                "unusable URL",
+                problem,
+            )));
+        }
         let info = url.into_connection_info()?;
         Ok(match &self.password {
             Some(Secret(password)) => {
@@ -472,6 +479,38 @@ impl Connect {
     }
 }
 
+/// Why `url` cannot name a Redis server, seen before parsing it: a scheme that is not
+/// Redis's, or TLS in a build without the `tls` feature (whose own error names no feature).
+fn url_problem(url: &str) -> Option<String> {
+    let Some((scheme, _)) = url.split_once("://") else {
+        return Some("a Redis URL starts with redis:// (or rediss:// for TLS)".to_owned());
+    };
+    match scheme.to_ascii_lowercase().as_str() {
+        "redis" | "valkey" | "unix" | "redis+unix" | "valkey+unix" => None,
+        "rediss" | "valkeys" if cfg!(feature = "tls") => None,
+        "rediss" | "valkeys" => Some(format!(
+            "{scheme}:// is TLS, which needs fenced's `tls` feature (this build has it off)"
+        )),
+        _ => Some(format!(
+            "the scheme {scheme}:// is not Redis's: use redis:// (or rediss:// for TLS)"
+        )),
+    }
+}
+
+/// [`crate::check_url`]: the URL as connecting reads it, with nothing sent.
+pub(crate) fn check_url(url: &str) -> crate::Result<()> {
+    use redis::IntoConnectionInfo;
+    let problem =
+        url_problem(url).or_else(|| url.into_connection_info().err().map(|e| e.to_string()));
+    match problem {
+        None => Ok(()),
+        Some(p) => Err(Error::invalid(format!(
+            "{:?} is not a usable Redis URL: {p}",
+            redact(url)
+        ))),
+    }
+}
+
 /// A password: kept, sent to Redis, never shown.
 #[derive(Clone)]
 pub(crate) struct Secret(pub(crate) String);
@@ -503,7 +542,33 @@ pub(crate) fn redact(url: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::redact;
+    use super::{check_url, redact};
+
+    #[test]
+    fn a_url_is_refused_for_its_scheme_and_for_tls_without_the_feature() {
+        for good in [
+            "redis://h:1/0",
+            "valkey://h",
+            "unix:///tmp/r.sock",
+            "REDIS://h",
+        ] {
+            assert!(check_url(good).is_ok(), "{good}");
+        }
+        let message = |url: &str| check_url(url).map_err(|e| e.to_string()).err();
+        let http = message("http://u:pw@h:1").unwrap_or_default();
+        assert!(
+            http.contains("scheme http://") && !http.contains("pw"),
+            "{http}"
+        );
+        let bare = message("127.0.0.1:6379").unwrap_or_default();
+        assert!(bare.contains("starts with redis://"), "{bare}");
+        let tls = message("rediss://h:1");
+        if cfg!(feature = "tls") {
+            assert_eq!(tls, None);
+        } else {
+            assert!(tls.unwrap_or_default().contains("`tls` feature"));
+        }
+    }
 
     #[test]
     fn passwords_are_not_echoed() {
