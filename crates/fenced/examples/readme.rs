@@ -11,7 +11,7 @@ async fn main() -> Result<(), fenced::Error> {
     sell_one(&url).await
 }
 
-/// Takes the lock, writes the stock under its token, gives the lock back; then once more, scoped.
+/// Takes the lock, writes the stock under its token, gives the lock back; then again, scoped.
 pub async fn sell_one(url: &str) -> Result<(), fenced::Error> {
     let client = Client::connect(url).await?;
     let lock = client
