@@ -33,8 +33,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::client::Client;
-use crate::core::metrics;
+use crate::core::{Core, metrics};
 use crate::error::{Error, Result};
 use crate::guard::{Lease, LockGuard};
 use crate::keys::validate_name;
@@ -124,7 +123,7 @@ struct Landed {
 /// ```
 #[derive(Clone)]
 pub struct Cache {
-    client: Client,
+    core: Arc<Core>,
     name: Arc<str>,
     jitter: f64,
     negative_ttl: Duration,
@@ -185,9 +184,9 @@ struct Entry {
 }
 
 impl Cache {
-    pub(crate) fn new(client: &Client, name: String) -> Self {
+    pub(crate) fn new(core: &Arc<Core>, name: String) -> Self {
         Cache {
-            client: client.clone(),
+            core: core.clone(),
             name: name.into(),
             jitter: 0.1,
             negative_ttl: Duration::from_secs(5),
@@ -360,8 +359,8 @@ impl Cache {
         let call = ScriptCall::new(&CACHE_INVALIDATE)
             .key(&entry.cached)
             .key(&entry.lock.keys().fence)
-            .arg(self.client.core().fence_retention_ms());
-        let dropped: i64 = self.client.core().node()?.run_replicated(&call).await?;
+            .arg(self.core.fence_retention_ms());
+        let dropped: i64 = self.core.node()?.run_replicated(&call).await?;
         Ok(dropped == 1)
     }
 
@@ -389,7 +388,7 @@ impl Cache {
         validate_name("cache entry", &name)?;
         // The store compares the computer's token with the fence: grants by script, so that
         // refused attempts do not count past it.
-        let mut lock = self.client.lock(name).granted_by_script();
+        let mut lock = crate::Lock::new(&self.core, name).granted_by_script();
         if let Some(ttl) = self.lease_ttl {
             lock = lock.with_ttl(ttl);
         }
@@ -461,7 +460,7 @@ impl Cache {
     {
         let mut reads = 0u32;
         let mut read_at = Instant::now();
-        let core = self.client.core();
+        let core = &self.core;
         let next = core
             .wait_until(entry.lock.name(), &entry.lock.keys().channel, wait, || {
                 reads += 1;
@@ -658,7 +657,7 @@ impl Cache {
     async fn read(&self, entry: &Entry) -> Result<Found> {
         let call = ScriptCall::new(&CACHE_READ).key(&entry.cached);
         let (pttl, value, compute, stale): (i64, Field, Field, Field) =
-            self.client.core().node()?.run(&call).await?;
+            self.core.node()?.run(&call).await?;
         parse_entry(
             vec![value, compute, stale],
             pttl,
@@ -683,7 +682,7 @@ impl Cache {
         let stretch = (fresh_ms as f64 * self.jitter * random_fraction()) as u64;
         let stale_ms = ttl_millis(self.stale_for);
         let life = fresh_ms.saturating_add(stretch).saturating_add(stale_ms);
-        let core = self.client.core();
+        let core = &self.core;
         let mut call = ScriptCall::new(&CACHE_STORE)
             .key(&entry.cached)
             .key(&entry.lock.keys().fence)

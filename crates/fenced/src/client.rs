@@ -278,7 +278,7 @@ impl Client {
 
     /// A read-through cache named `name`, whose misses are computed once across every process.
     pub fn cache(&self, name: impl Into<String>) -> Cache {
-        Cache::new(self, name.into())
+        Cache::new(&self.core, name.into())
     }
 
     /// A resource that accepts writes only with a current fencing token.

@@ -550,3 +550,11 @@ mod wrong_type_tests {
         assert_eq!(text.lines().count(), 1);
     }
 }
+
+// Here rather than in `token.rs`, which stays below this module (it imports no error type).
+impl crate::token::OwnerToken {
+    /// A fresh token, or the typed error for a failed OS random source.
+    pub(crate) fn fresh() -> Result<Self> {
+        Self::generate().map_err(|e| Error::invalid(format!("the OS random source failed: {e}")))
+    }
+}

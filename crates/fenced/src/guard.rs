@@ -96,7 +96,127 @@ impl fmt::Debug for LockGuard {
     }
 }
 
-crate::core::held::lease_accessors!(LockGuard);
+/// The surface every guard of a held lease has (name, lease, lost signal, deadline, extend),
+/// for a struct with a `held: Held` field, and its [`LeaseGuard`](crate::LeaseGuard)
+/// implementation: one definition for every guard, so none can lack a method. Each guard
+/// writes its own `release`, whose documentation says whom it wakes.
+macro_rules! lease_surface {
+    ($guard:ty) => {
+        impl $guard {
+            /// The name this lease is on (a multi-lock's names, sorted and joined by `, `).
+            pub fn name(&self) -> &str {
+                self.held.lease().name()
+            }
+
+            /// A cheap handle on this lease (deadline, lost signal, token) to pass to the work.
+            pub fn lease(&self) -> $crate::Lease {
+                self.held.lease().clone()
+            }
+
+            /// True once the lease is over: lost, past its validity deadline, or given back.
+            pub fn is_lost(&self) -> bool {
+                self.held.lease().is_lost()
+            }
+
+            /// Completes when the lease is lost. See [`Lease::lost`](crate::Lease::lost).
+            pub fn lost(&self) -> tokio_util::sync::WaitForCancellationFutureOwned {
+                self.held.lease().lost()
+            }
+
+            /// The moment (monotonic clock) until which this lease is certainly ours, as of
+            /// the last successful grant or renewal.
+            pub fn valid_until(&self) -> tokio::time::Instant {
+                self.held.lease().valid_until()
+            }
+
+            /// Sets the lease to `ttl` from now (longer or shorter), and uses `ttl` for later
+            /// renewals.
+            ///
+            /// The guard never claims more than Redis grants: from the moment the request is
+            /// sent, a shorter ttl counts (Redis may apply it even if the reply is lost), and a
+            /// longer one counts only once Redis confirms it. Renewals and extends reach Redis
+            /// in epoch order, so a late renewal for the old ttl can never undo this one. (A
+            /// re-entrant hold never shortens the lock below its other holds' leases; a
+            /// multi-lock extends every name or none.)
+            ///
+            /// # Errors
+            ///
+            /// [`Error::LeaseLost`](crate::Error::LeaseLost) at once, without a round trip,
+            /// if the lease was known lost or past its deadline before;
+            /// [`Error::NotHeld`](crate::Error::NotHeld) if Redis finds it gone (it is not
+            /// re-created); [`Error::InvalidArgument`](crate::Error::InvalidArgument)
+            /// for a bad ttl; transport errors as usual (the outcome is then unknown, and the
+            /// deadline stays at the earlier of the old and the new one).
+            ///
+            /// # Cancel safety
+            ///
+            /// If cancelled after the request was sent, the outcome is unknown and is treated
+            /// as the error case above.
+            pub async fn extend(&self, ttl: std::time::Duration) -> $crate::Result<()> {
+                self.held.extend(ttl).await
+            }
+        }
+
+        impl $crate::guard::sealed::Sealed for $guard {}
+
+        impl $crate::LeaseGuard for $guard {
+            fn name(&self) -> &str {
+                <$guard>::name(self)
+            }
+
+            fn lease(&self) -> $crate::Lease {
+                <$guard>::lease(self)
+            }
+
+            fn is_lost(&self) -> bool {
+                <$guard>::is_lost(self)
+            }
+
+            fn lost(&self) -> tokio_util::sync::WaitForCancellationFutureOwned {
+                <$guard>::lost(self)
+            }
+
+            fn valid_until(&self) -> tokio::time::Instant {
+                <$guard>::valid_until(self)
+            }
+
+            fn extend(
+                &self,
+                ttl: std::time::Duration,
+            ) -> impl std::future::Future<Output = $crate::Result<()>> + Send + '_ {
+                <$guard>::extend(self, ttl)
+            }
+
+            fn release(self) -> impl std::future::Future<Output = $crate::Result<()>> + Send {
+                <$guard>::release(self)
+            }
+        }
+    };
+}
+pub(crate) use lease_surface;
+
+/// [`lease_surface`] and the fencing token: every guard whose grant carries one.
+macro_rules! lease_accessors {
+    ($guard:ty) => {
+        $crate::guard::lease_surface!($guard);
+
+        impl $guard {
+            /// This grant's fencing token: send it with every write to the protected resource.
+            pub fn fencing_token(&self) -> $crate::FencingToken {
+                self.held.lease().fencing_token()
+            }
+        }
+
+        impl $crate::FencedGuard for $guard {
+            fn fencing_token(&self) -> $crate::FencingToken {
+                <$guard>::fencing_token(self)
+            }
+        }
+    };
+}
+pub(crate) use lease_accessors;
+
+crate::guard::lease_accessors!(LockGuard);
 
 impl LockGuard {
     pub(crate) fn new(held: Held) -> Self {

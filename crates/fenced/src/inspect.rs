@@ -22,9 +22,6 @@ use crate::token::FencingToken;
 pub use crate::rwlock::RwReaders;
 pub use crate::semaphore::SemaphoreStatus;
 
-/// The prefix, after the namespace, of an election's keys (`election/mod.rs`).
-pub(crate) const ELECTION_PREFIX: &str = "election:";
-
 /// How many locks [`Client::list`] inspects per round trip.
 const INSPECT_BATCH: usize = 256;
 
@@ -638,7 +635,7 @@ impl Found {
         let Some(rest) = key.strip_prefix(ns) else {
             return;
         };
-        let (election, rest) = match rest.strip_prefix(ELECTION_PREFIX) {
+        let (election, rest) = match rest.strip_prefix(crate::election::ELECTION_PREFIX) {
             Some(rest) => (true, rest),
             None => (false, rest),
         };

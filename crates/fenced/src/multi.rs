@@ -182,7 +182,7 @@ impl fmt::Debug for MultiGuard {
     }
 }
 
-crate::core::held::lease_accessors!(MultiGuard);
+crate::guard::lease_accessors!(MultiGuard);
 
 impl MultiGuard {
     /// The names held, sorted.

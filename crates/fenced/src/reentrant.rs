@@ -16,7 +16,6 @@ use std::sync::Arc;
 
 use tracing::Instrument;
 
-use crate::client::Client;
 use crate::core::{Core, Held, LeaseOptions};
 use crate::error::{Error, Result};
 use crate::keys::{LockKeys, validate_name};
@@ -211,7 +210,7 @@ impl fmt::Debug for ReentrantGuard {
     }
 }
 
-crate::core::held::lease_accessors!(ReentrantGuard);
+crate::guard::lease_accessors!(ReentrantGuard);
 
 impl ReentrantGuard {
     /// A handle that lets another task or process enter this hold
@@ -282,25 +281,28 @@ impl HolderHandle {
     pub fn secret(&self) -> &str {
         self.owner.as_str()
     }
-
-    /// Rebuilds a handle from its [`secret`](Self::secret), for lock `name` of `client`.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::InvalidArgument`] when `secret` is not 32 hex digits or `name` is invalid.
-    pub fn from_secret(client: &Client, name: &str, secret: &str) -> Result<Self> {
-        validate_name("lock", name)?;
-        let owner = OwnerToken::parse(secret)
-            .ok_or_else(|| Error::invalid("a holder secret is 32 hex digits"))?;
-        Ok(HolderHandle {
-            namespace: client.namespace().to_owned(),
-            name: name.into(),
-            owner,
-        })
-    }
 }
 
 /// Scoped runs.
 impl ReentrantLock {
+    /// Rebuilds a holder's handle on this lock from its [`secret`](HolderHandle::secret),
+    /// as handed to another process (a child's environment, say); [`reenter`](Self::reenter)
+    /// then enters the hold it names, if that hold still holds the lock.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] when `secret` is not 32 hex digits, or this lock's name is
+    /// invalid.
+    pub fn holder_from_secret(&self, secret: &str) -> Result<HolderHandle> {
+        validate_name("lock", &self.name)?;
+        let owner = OwnerToken::parse(secret)
+            .ok_or_else(|| Error::invalid("a holder secret is 32 hex digits"))?;
+        Ok(HolderHandle {
+            namespace: self.core.options().namespace.clone(),
+            name: self.name.clone(),
+            owner,
+        })
+    }
+
     crate::guard::scoped_run!("a hold of this lock", with_lock => acquire);
 }

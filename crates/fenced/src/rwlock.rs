@@ -275,7 +275,7 @@ impl fmt::Debug for ReadGuard {
     }
 }
 
-crate::core::held::lease_accessors!(ReadGuard);
+crate::guard::lease_accessors!(ReadGuard);
 
 impl ReadGuard {
     /// Gives the read lease back; the last reader's release lets a waiting writer in.
@@ -306,7 +306,7 @@ impl fmt::Debug for WriteGuard {
     }
 }
 
-crate::core::held::lease_accessors!(WriteGuard);
+crate::guard::lease_accessors!(WriteGuard);
 
 impl WriteGuard {
     /// Gives the write lease back and wakes every waiting reader (and writer).

@@ -273,7 +273,7 @@ impl fmt::Debug for SemaphorePermit {
     }
 }
 
-crate::core::held::lease_accessors!(SemaphorePermit);
+crate::guard::lease_accessors!(SemaphorePermit);
 
 impl SemaphorePermit {
     /// How many permits this holds.

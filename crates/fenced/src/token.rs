@@ -67,12 +67,6 @@ impl OwnerToken {
         Ok(OwnerToken(Arc::from(digits)))
     }
 
-    /// A fresh token, or the typed error for a failed OS random source.
-    pub(crate) fn fresh() -> crate::error::Result<Self> {
-        Self::generate()
-            .map_err(|e| crate::error::Error::invalid(format!("the OS random source failed: {e}")))
-    }
-
     /// A token received from the holder itself (a re-entrant owner handle): 32 hex digits.
     pub(crate) fn parse(text: &str) -> Option<Self> {
         (text.len() == 32 && text.bytes().all(|b| b.is_ascii_hexdigit()))

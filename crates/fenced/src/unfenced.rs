@@ -208,7 +208,7 @@ impl fmt::Debug for UnfencedGuard {
     }
 }
 
-crate::core::held::lease_surface!(UnfencedGuard);
+crate::guard::lease_surface!(UnfencedGuard);
 
 impl UnfencedGuard {
     pub(crate) fn new(held: Held) -> Self {

@@ -156,15 +156,25 @@ async fn other_holders_wait_and_a_handle_works_only_for_its_own_lock() {
         a.reentrant_lock("other").reenter(&held.holder()).await,
         Err(Error::InvalidArgument(_))
     ));
-    let forged = fenced::HolderHandle::from_secret(&b, "shared", &"ab".repeat(16)).unwrap();
+    let forged = b
+        .reentrant_lock("shared")
+        .holder_from_secret(&"ab".repeat(16))
+        .unwrap();
     assert!(matches!(
         b.reentrant_lock("shared").reenter(&forged).await,
         Err(Error::NotHeld { .. })
     ));
-    assert!(fenced::HolderHandle::from_secret(&b, "shared", "not hex").is_err());
+    assert!(
+        b.reentrant_lock("shared")
+            .holder_from_secret("not hex")
+            .is_err()
+    );
     // Across clients, the real secret re-enters (as a child process does).
     let secret = held.holder().secret().to_owned();
-    let handle = fenced::HolderHandle::from_secret(&b, "shared", &secret).unwrap();
+    let handle = b
+        .reentrant_lock("shared")
+        .holder_from_secret(&secret)
+        .unwrap();
     let nested = b.reentrant_lock("shared").reenter(&handle).await.unwrap();
     assert_eq!(nested.fencing_token(), held.fencing_token());
     // The waiter is woken by the last release.

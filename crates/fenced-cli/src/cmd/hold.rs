@@ -6,8 +6,8 @@ use std::io::IsTerminal;
 use std::time::Duration;
 
 use fenced::{
-    Client, FencingToken, HolderHandle, LockGuard, ReadGuard, ReentrantGuard, SemaphorePermit,
-    UnfencedGuard, WaitPolicy, WriteGuard,
+    Client, FencingToken, LockGuard, ReadGuard, ReentrantGuard, SemaphorePermit, UnfencedGuard,
+    WaitPolicy, WriteGuard,
 };
 use futures_util::FutureExt;
 use futures_util::future::BoxFuture;
@@ -336,7 +336,8 @@ pub async fn acquire(
         .with_wait(policy);
     if let Some(secret) = inherited {
         // Started under a `fenced run` that holds this lock: enter its hold, never wait for it.
-        let handle = HolderHandle::from_secret(client, &args.name, &secret)
+        let handle = lock
+            .holder_from_secret(&secret)
             .map_err(|e| Failure::usage(format!("{HOLDS_VAR} is malformed: {e}")))?;
         // A connection blip is ridden out within the wait (each try has a hold id of its own,
         // so one that timed out is given back by itself), as a first acquire would.

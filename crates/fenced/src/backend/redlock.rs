@@ -290,7 +290,7 @@ impl Redlock {
                 // A key of another type on this master: a permanent refusal, which ends the
                 // wait once it keeps the majority out of reach.
                 Ok(AcquireReply::WrongType { key }) => {
-                    tally.fail(crate::core::acquire::wrong_type(call, key));
+                    tally.fail(crate::kind::wrong_type(call, key));
                 }
                 Err(e) => tally.fail(e),
             }

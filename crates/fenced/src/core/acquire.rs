@@ -27,7 +27,7 @@ use tokio::sync::oneshot;
 use crate::core::Core;
 use crate::core::handover::{Handed, Offer};
 use crate::core::held::{Held, Lease};
-use crate::core::lease::LeaseState;
+use crate::core::lease::{Holds, LeaseState};
 use crate::core::metrics::{self, Via};
 use crate::core::notify::LocalWaiters;
 use crate::core::renew::Tracked;
@@ -72,43 +72,6 @@ pub(crate) struct OfferFrom<'a> {
     /// that finds the lock already handed to it neither queues again nor takes it for a
     /// foreign holder's (`fair_acquire.lua`).
     pub(crate) fair: Option<(Arc<str>, Arc<str>)>,
-}
-
-/// How long a lease is held at least and at most, from its grant, whatever its holder does:
-/// a release before `min` leaves the lease to expire at `min` (nothing waits for it), and at
-/// `max` the lease ends (its lost signal fires, it is no longer renewed, and Redis frees it
-/// within a ttl even if the holder never gives it back).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) struct Holds {
-    /// The least time held.
-    pub(crate) min: Option<Duration>,
-    /// The most time held.
-    pub(crate) max: Option<Duration>,
-}
-
-impl Holds {
-    /// Checked before anything is sent: each at most [`MAX_TTL`](crate::limits::MAX_TTL),
-    /// and the least no more than the most.
-    pub(crate) fn validate(&self) -> Result<()> {
-        for (what, d) in [("min_hold", self.min), ("max_hold", self.max)] {
-            if let Some(d) = d
-                && (d.is_zero() || d > crate::options::MAX_TTL)
-            {
-                return Err(Error::invalid(format!(
-                    "{what} {d:?} is out of range: more than zero, at most {:?}",
-                    crate::options::MAX_TTL
-                )));
-            }
-        }
-        if let (Some(min), Some(max)) = (self.min, self.max)
-            && min > max
-        {
-            return Err(Error::invalid(format!(
-                "min_hold {min:?} is longer than max_hold {max:?}"
-            )));
-        }
-        Ok(())
-    }
 }
 
 /// A primitive handle's lease settings, with the checks every acquire makes before it sends
@@ -222,6 +185,21 @@ impl Core {
             self.waiters.post_offer(from.to, offer, front);
             Some(handed)
         };
+        // What is handed over is this core's to adopt (`handover.rs`, invariant 4).
+        let adopt = |handed: Handed| {
+            let g = handed.take();
+            self.adopt(
+                g.name,
+                g.kind,
+                g.owner,
+                g.token,
+                g.requested_at,
+                g.ttl,
+                g.auto_renew,
+                g.holds,
+                Via::Handover,
+            )
+        };
         let offers: Option<&OfferFn<'_, Handed>> =
             if req.hand_over.is_some() && self.backend().hands_over() {
                 Some(&offer)
@@ -244,7 +222,7 @@ impl Core {
                     self.try_once(req, kind, owner).await
                 }
             },
-            offers.map(|post| (post, Handed::take as fn(Handed) -> Held)),
+            offers.map(|post| (post, &adopt as &(dyn Fn(Handed) -> Held + Send + Sync))),
         )
         .await;
         match &outcome {
@@ -439,19 +417,8 @@ impl Core {
                 name: req.name.to_string(),
             }),
             // Nothing was taken, and no release will ever free it: end the wait at once.
-            AcquireReply::WrongType { key } => Err(wrong_type(&call, key)),
+            AcquireReply::WrongType { key } => Err(crate::kind::wrong_type(&call, key)),
         }
-    }
-}
-
-/// The error of an acquire refused for a key of another type: KEYS[`key`] of `call`.
-pub(crate) fn wrong_type(call: &crate::scripts::ScriptCall, key: usize) -> Error {
-    match call.key_at(key) {
-        Some(key) => Error::WrongType {
-            key,
-            operation: "acquire",
-        },
-        None => crate::kind::unexpected("acquire", format!("wrong type at KEYS[{key}]")),
     }
 }
 
@@ -491,7 +458,7 @@ pub(crate) struct WaitSpec<'a> {
 pub(crate) type OfferFn<'a, H> = dyn Fn(bool) -> Option<oneshot::Receiver<H>> + Send + Sync + 'a;
 
 /// How a head offers a handover, and how it takes what is handed to it.
-type Offers<'a, H, G> = (&'a OfferFn<'a, H>, fn(H) -> G);
+type Offers<'a, H, G> = (&'a OfferFn<'a, H>, &'a (dyn Fn(H) -> G + Send + Sync + 'a));
 
 /// The wait loop, generic over the attempt so it can be tested without a server.
 pub(crate) async fn wait_for<G, F, Fut>(

@@ -33,7 +33,6 @@ use tokio::time::Instant;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use crate::backend::Backend;
-use crate::core::Core;
 use crate::core::notify::LocalWaiters;
 use crate::error::{Error, Result};
 use crate::kind::{LeaseKind, ReleaseReply};
@@ -162,17 +161,17 @@ fn wakes_local_waiters(freed: &Result<bool>) -> bool {
 /// (invariant 2), never a false "not held". `after_unknown`: a step that may have freed the
 /// lease already ran (a handover of unknown outcome), so even the first attempt is a retry.
 pub(crate) async fn release_with_retry(
-    core: &Core,
+    (backend, timeout): (&Backend, Duration),
     kind: &dyn LeaseKind,
     owner: &OwnerToken,
     message: &str,
     valid_until: Instant,
     after_unknown: bool,
 ) -> Result<ReleaseReply> {
-    let give_up_at = Instant::now() + core.timeout() * 2;
+    let give_up_at = Instant::now() + timeout * 2;
     let call = kind.release(owner, message);
     release_until(
-        core.backend(),
+        backend,
         &call,
         (kind.channels().first().map_or("", String::as_str), message),
         give_up_at,

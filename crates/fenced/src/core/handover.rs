@@ -18,8 +18,8 @@
 //!    client and name, across queues) before an ordinary release lets everyone try. A fair
 //!    lock follows its queue in Redis, so it needs no such limit.
 //! 4. The handed lease's validity counts from before the script was sent (as an acquire's).
-//!    Its renewal starts when the waiter takes it ([`Handed::take`]): a waiter that is never
-//!    polled again does not keep the lease alive past its ttl.
+//!    Its renewal starts when the waiter takes it ([`Handed::take`]) and the core adopts it:
+//!    a waiter that is never polled again does not keep the lease alive past its ttl.
 //! 5. Nothing handed over is left without an owner: a [`Handed`] lease nobody takes (its waiter
 //!    went away) is released in the background, and a handover of unknown outcome (its reply
 //!    lost, or the releasing future dropped mid-call) abandons the successor's owner in the
@@ -39,9 +39,7 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-use crate::core::Core;
-use crate::core::held::Held;
-use crate::core::metrics::Via;
+use crate::core::lease::Holds;
 use crate::kind::LeaseKind;
 use crate::token::{FencingToken, OwnerToken};
 
@@ -59,7 +57,7 @@ pub(crate) struct Offer {
     /// Whether the waiter's lease is renewed in the background.
     pub(crate) auto_renew: bool,
     /// The waiter's least and most hold.
-    pub(crate) holds: crate::core::acquire::Holds,
+    pub(crate) holds: Holds,
     /// The waiter's id in a fair queue (`None` for a plain lock's waiter).
     pub(crate) waiter: Option<Arc<str>>,
     /// Where the lease goes.
@@ -73,9 +71,9 @@ impl Offer {
     }
 }
 
-/// A lease handed over, on its way to its waiter (invariants 4 and 5).
-pub(crate) struct Handed {
-    pub(crate) core: Arc<Core>,
+/// What a handover grants its waiter: the lease, before the core adopts it.
+#[derive(Clone)]
+pub(crate) struct Grant {
     pub(crate) kind: Arc<dyn LeaseKind>,
     pub(crate) owner: OwnerToken,
     pub(crate) name: Arc<str>,
@@ -83,51 +81,40 @@ pub(crate) struct Handed {
     pub(crate) requested_at: Instant,
     pub(crate) ttl: Duration,
     pub(crate) auto_renew: bool,
-    pub(crate) holds: crate::core::acquire::Holds,
-    pub(crate) taken: bool,
+    pub(crate) holds: Holds,
+}
+
+/// What gives back a handed lease nobody took.
+type GiveBack = Box<dyn FnOnce(&Grant) + Send>;
+
+/// A lease handed over, on its way to its waiter (invariants 4 and 5).
+pub(crate) struct Handed {
+    grant: Grant,
+    /// Gives the lease back in the background should nobody take it (its waiter went away).
+    unclaimed: Option<GiveBack>,
 }
 
 impl Handed {
-    /// The waiter takes the lease: from now on it is renewed and guarded like any other.
-    pub(crate) fn take(mut self) -> Held {
-        self.taken = true;
-        self.core.adopt(
-            self.name.clone(),
-            self.kind.clone(),
-            self.owner.clone(),
-            self.token,
-            self.requested_at,
-            self.ttl,
-            self.auto_renew,
-            self.holds,
-            Via::Handover,
-        )
+    /// A lease handed over; `unclaimed` gives it back if it is dropped untaken.
+    pub(crate) fn new(grant: Grant, unclaimed: impl FnOnce(&Grant) + Send + 'static) -> Self {
+        Handed {
+            grant,
+            unclaimed: Some(Box::new(unclaimed)),
+        }
+    }
+
+    /// The waiter takes the lease; its holder adopts it, and from then on it is renewed and
+    /// guarded like any other.
+    pub(crate) fn take(mut self) -> Grant {
+        self.unclaimed = None;
+        self.grant.clone()
     }
 }
 
 impl Drop for Handed {
     fn drop(&mut self) {
-        if !self.taken {
-            self.core
-                .release_unowned(self.kind.clone(), self.owner.clone(), self.ttl);
-        }
-    }
-}
-
-/// The successor's owner during a handover call: abandoned in the background unless the
-/// outcome became known (invariant 5).
-pub(crate) struct Successor<'a> {
-    pub(crate) core: &'a Core,
-    pub(crate) kind: Arc<dyn LeaseKind>,
-    pub(crate) owner: Option<OwnerToken>,
-    pub(crate) patience: Duration,
-}
-
-impl Drop for Successor<'_> {
-    fn drop(&mut self) {
-        if let Some(owner) = self.owner.take() {
-            self.core
-                .abandon_in_background(self.kind.clone(), owner, self.patience);
+        if let Some(give_back) = self.unclaimed.take() {
+            give_back(&self.grant);
         }
     }
 }

@@ -10,7 +10,7 @@ use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
 use crate::core::Core;
 use crate::core::cleanup::release_with_retry;
-use crate::core::handover::{Handed, Successor};
+use crate::core::handover::{Grant, Handed};
 use crate::core::lease::LeaseState;
 use crate::core::metrics::{self, Outcome};
 use crate::error::{Error, Result};
@@ -179,7 +179,7 @@ impl Held {
         let message = core.announcement(&*self.kind);
         let after_unknown = handing == Handing::Unknown;
         let release = release_with_retry(
-            &core,
+            (core.backend(), core.timeout()),
             &*self.kind,
             &owner,
             &message,
@@ -307,8 +307,7 @@ impl Held {
             Ok(HandOverReply::Handed(token)) => {
                 successor.owner = None;
                 core.waiters.handed_over(to);
-                let handed = Handed {
-                    core: core.clone(),
+                let grant = Grant {
                     kind: self.kind.clone(),
                     owner: offer.owner,
                     name: offer.name,
@@ -317,8 +316,11 @@ impl Held {
                     ttl: offer.ttl,
                     auto_renew: offer.auto_renew,
                     holds: offer.holds,
-                    taken: false,
                 };
+                let back = core.clone();
+                let handed = Handed::new(grant, move |g| {
+                    back.release_unowned(g.kind.clone(), g.owner.clone(), g.ttl);
+                });
                 // A waiter gone meanwhile: the lease comes back and is released in the
                 // background when dropped here.
                 let _ = offer.to.send(handed);
@@ -515,126 +517,6 @@ impl Lease {
     }
 }
 
-/// The surface every guard of a held lease has (name, lease, lost signal, deadline, extend),
-/// for a struct with a `held: Held` field, and its [`LeaseGuard`](crate::LeaseGuard)
-/// implementation: one definition for every guard, so none can lack a method. Each guard
-/// writes its own `release`, whose documentation says whom it wakes.
-macro_rules! lease_surface {
-    ($guard:ty) => {
-        impl $guard {
-            /// The name this lease is on (a multi-lock's names, sorted and joined by `, `).
-            pub fn name(&self) -> &str {
-                self.held.lease().name()
-            }
-
-            /// A cheap handle on this lease (deadline, lost signal, token) to pass to the work.
-            pub fn lease(&self) -> $crate::Lease {
-                self.held.lease().clone()
-            }
-
-            /// True once the lease is over: lost, past its validity deadline, or given back.
-            pub fn is_lost(&self) -> bool {
-                self.held.lease().is_lost()
-            }
-
-            /// Completes when the lease is lost. See [`Lease::lost`](crate::Lease::lost).
-            pub fn lost(&self) -> tokio_util::sync::WaitForCancellationFutureOwned {
-                self.held.lease().lost()
-            }
-
-            /// The moment (monotonic clock) until which this lease is certainly ours, as of
-            /// the last successful grant or renewal.
-            pub fn valid_until(&self) -> tokio::time::Instant {
-                self.held.lease().valid_until()
-            }
-
-            /// Sets the lease to `ttl` from now (longer or shorter), and uses `ttl` for later
-            /// renewals.
-            ///
-            /// The guard never claims more than Redis grants: from the moment the request is
-            /// sent, a shorter ttl counts (Redis may apply it even if the reply is lost), and a
-            /// longer one counts only once Redis confirms it. Renewals and extends reach Redis
-            /// in epoch order, so a late renewal for the old ttl can never undo this one. (A
-            /// re-entrant hold never shortens the lock below its other holds' leases; a
-            /// multi-lock extends every name or none.)
-            ///
-            /// # Errors
-            ///
-            /// [`Error::LeaseLost`](crate::Error::LeaseLost) at once, without a round trip,
-            /// if the lease was known lost or past its deadline before;
-            /// [`Error::NotHeld`](crate::Error::NotHeld) if Redis finds it gone (it is not
-            /// re-created); [`Error::InvalidArgument`](crate::Error::InvalidArgument)
-            /// for a bad ttl; transport errors as usual (the outcome is then unknown, and the
-            /// deadline stays at the earlier of the old and the new one).
-            ///
-            /// # Cancel safety
-            ///
-            /// If cancelled after the request was sent, the outcome is unknown and is treated
-            /// as the error case above.
-            pub async fn extend(&self, ttl: std::time::Duration) -> $crate::Result<()> {
-                self.held.extend(ttl).await
-            }
-        }
-
-        impl $crate::guard::sealed::Sealed for $guard {}
-
-        impl $crate::LeaseGuard for $guard {
-            fn name(&self) -> &str {
-                <$guard>::name(self)
-            }
-
-            fn lease(&self) -> $crate::Lease {
-                <$guard>::lease(self)
-            }
-
-            fn is_lost(&self) -> bool {
-                <$guard>::is_lost(self)
-            }
-
-            fn lost(&self) -> tokio_util::sync::WaitForCancellationFutureOwned {
-                <$guard>::lost(self)
-            }
-
-            fn valid_until(&self) -> tokio::time::Instant {
-                <$guard>::valid_until(self)
-            }
-
-            fn extend(
-                &self,
-                ttl: std::time::Duration,
-            ) -> impl std::future::Future<Output = $crate::Result<()>> + Send + '_ {
-                <$guard>::extend(self, ttl)
-            }
-
-            fn release(self) -> impl std::future::Future<Output = $crate::Result<()>> + Send {
-                <$guard>::release(self)
-            }
-        }
-    };
-}
-pub(crate) use lease_surface;
-
-/// [`lease_surface`] and the fencing token: every guard whose grant carries one.
-macro_rules! lease_accessors {
-    ($guard:ty) => {
-        $crate::core::held::lease_surface!($guard);
-
-        impl $guard {
-            /// This grant's fencing token: send it with every write to the protected resource.
-            pub fn fencing_token(&self) -> $crate::FencingToken {
-                self.held.lease().fencing_token()
-            }
-        }
-
-        impl $crate::FencedGuard for $guard {
-            fn fencing_token(&self) -> $crate::FencingToken {
-                <$guard>::fencing_token(self)
-            }
-        }
-    };
-}
-pub(crate) use lease_accessors;
-
 /// The setters of a primitive handle's [`LeaseOptions`](crate::core::LeaseOptions), for a
 /// struct with an `opts` field: one definition for every handle.
 macro_rules! lease_option_setters {
@@ -691,3 +573,21 @@ macro_rules! lease_option_setters {
     };
 }
 pub(crate) use lease_option_setters;
+
+/// The successor's owner during a handover call: abandoned in the background unless the
+/// outcome became known (`handover.rs`, invariant 5).
+struct Successor<'a> {
+    core: &'a Core,
+    kind: Arc<dyn LeaseKind>,
+    owner: Option<OwnerToken>,
+    patience: Duration,
+}
+
+impl Drop for Successor<'_> {
+    fn drop(&mut self) {
+        if let Some(owner) = self.owner.take() {
+            self.core
+                .abandon_in_background(self.kind.clone(), owner, self.patience);
+        }
+    }
+}

@@ -28,6 +28,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::error::{Error, Result};
 use crate::kind::ExpiryReply;
 use crate::options::drift_allowance;
 
@@ -263,6 +264,43 @@ impl Timing {
 /// The deadline a request sent at `sent_at` for `ttl` sets: invariant 1's "minus drift".
 fn deadline_of(sent_at: Instant, ttl: Duration) -> Instant {
     sent_at + ttl - drift_allowance(ttl)
+}
+
+/// How long a lease is held at least and at most, from its grant, whatever its holder does:
+/// a release before `min` leaves the lease to expire at `min` (nothing waits for it), and at
+/// `max` the lease ends (its lost signal fires, it is no longer renewed, and Redis frees it
+/// within a ttl even if the holder never gives it back).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Holds {
+    /// The least time held.
+    pub(crate) min: Option<Duration>,
+    /// The most time held.
+    pub(crate) max: Option<Duration>,
+}
+
+impl Holds {
+    /// Checked before anything is sent: each at most [`MAX_TTL`](crate::limits::MAX_TTL),
+    /// and the least no more than the most.
+    pub(crate) fn validate(&self) -> Result<()> {
+        for (what, d) in [("min_hold", self.min), ("max_hold", self.max)] {
+            if let Some(d) = d
+                && (d.is_zero() || d > crate::options::MAX_TTL)
+            {
+                return Err(Error::invalid(format!(
+                    "{what} {d:?} is out of range: more than zero, at most {:?}",
+                    crate::options::MAX_TTL
+                )));
+            }
+        }
+        if let (Some(min), Some(max)) = (self.min, self.max)
+            && min > max
+        {
+            return Err(Error::invalid(format!(
+                "min_hold {min:?} is longer than max_hold {max:?}"
+            )));
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]

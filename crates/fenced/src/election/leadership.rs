@@ -3,8 +3,8 @@
 use std::fmt;
 use std::sync::{Arc, Mutex};
 
+use super::record::{Seat, redlock_refusal};
 use crate::core::{Held, Wake};
-use crate::election::{Election, redlock_refusal};
 use crate::error::{Error, Result};
 use crate::scripts::{ELECTION_PROCLAIM, ScriptCall};
 use crate::token::FencingToken;
@@ -19,7 +19,7 @@ use crate::util::lock_unpoisoned;
 #[must_use = "dropping the leadership steps down at once"]
 pub struct Leadership {
     held: Held,
-    election: Election,
+    election: Seat,
     value: Mutex<Arc<str>>,
 }
 
@@ -33,10 +33,10 @@ impl fmt::Debug for Leadership {
     }
 }
 
-crate::core::held::lease_accessors!(Leadership);
+crate::guard::lease_accessors!(Leadership);
 
 impl Leadership {
-    pub(super) fn new(held: Held, election: Election, value: Arc<str>) -> Self {
+    pub(super) fn new(held: Held, election: Seat, value: Arc<str>) -> Self {
         Leadership {
             held,
             election,
@@ -68,16 +68,16 @@ impl Leadership {
         let value = self.election.checked_value(value.into())?;
         let lease = self.held.lease();
         lease.check()?;
-        let core = self.election.core();
+        let core = &self.election.core;
         let node = core
             .node()
             .map_err(|_| redlock_refusal("proclaiming a value in"))?;
         let call = ScriptCall::new(&ELECTION_PROCLAIM)
-            .key(&self.election.keys().lock)
-            .key(self.election.record())
+            .key(&self.election.keys.lock)
+            .key(&*self.election.record)
             .arg(self.held.owner().as_str())
             .arg(&*value)
-            .arg(&self.election.keys().channel)
+            .arg(&self.election.keys.channel)
             .arg(&*core.release_message(Wake::One));
         let applied: u64 = node.run_replicated(&call).await?;
         if applied == 0 {
@@ -86,7 +86,7 @@ impl Leadership {
             });
         }
         *lock_unpoisoned(&self.value) = value;
-        core.wake_local(&self.election.keys().channel, Wake::One);
+        core.wake_local(&self.election.keys.channel, Wake::One);
         Ok(())
     }
 

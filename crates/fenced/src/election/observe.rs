@@ -16,8 +16,8 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
+use super::record::{Leader, Seat, parse_status};
 use crate::core::Core;
-use crate::election::{Election, Leader, parse_status};
 use crate::scripts::ScriptCall;
 use crate::util::{Backoff, sleep_until_opt};
 
@@ -62,16 +62,16 @@ struct Watcher {
 }
 
 impl LeaderChanges {
-    pub(super) fn new(election: &Election) -> Self {
-        let core = election.core();
-        let watcher = core.shared(&election.keys().channel, || {
+    pub(super) fn new(election: &Seat) -> Self {
+        let core = &election.core;
+        let watcher = core.shared(&election.keys.channel, || {
             let (tx, rx) = watch::channel(Seen::Unknown);
             let stop = CancellationToken::new();
             tokio::spawn(watch_leader(
                 Arc::downgrade(core),
                 Target {
-                    name: election.name().to_owned(),
-                    channel: election.keys().channel.clone(),
+                    name: election.name.to_string(),
+                    channel: election.keys.channel.clone(),
                     read: election.status_call(),
                 },
                 tx,

@@ -31,7 +31,7 @@ use crate::token::{FencingToken, OwnerToken};
 
 pub(crate) use reply::{
     AcquireReply, ExpiryReply, HandOverReply, ReleaseReply, Wake, abandon_reply, acquire_reply,
-    expiry_reply, hand_over_reply, parse_token, release_reply, unexpected,
+    expiry_reply, hand_over_reply, parse_token, release_reply, unexpected, wrong_type,
 };
 
 /// Which primitive a lease belongs to: the `primitive` label of the metrics, and the word

@@ -203,6 +203,17 @@ pub(crate) fn parse_token(script: &'static str, bytes: &[u8]) -> Result<FencingT
 }
 
 /// The one constructor of [`Error::UnexpectedReply`].
+/// The error of an acquire refused for a key of another type: KEYS[`key`] of `call`.
+pub(crate) fn wrong_type(call: &crate::scripts::ScriptCall, key: usize) -> Error {
+    match call.key_at(key) {
+        Some(key) => Error::WrongType {
+            key,
+            operation: "acquire",
+        },
+        None => unexpected("acquire", format!("wrong type at KEYS[{key}]")),
+    }
+}
+
 pub(crate) fn unexpected(script: &'static str, detail: String) -> Error {
     Error::UnexpectedReply { script, detail }
 }
