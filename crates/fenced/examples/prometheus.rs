@@ -43,7 +43,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let text = handle.render();
     print!("{text}");
-    if !text.contains("fenced_acquisitions_total") {
+    if !text.contains("fenced_lock_acquired") {
         return Err("no fenced series in the exposition".into());
     }
     Ok(())

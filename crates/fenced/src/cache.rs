@@ -88,7 +88,7 @@ struct Landed {
 /// Entry names are `"{name}:{key}"`: cache `a` with key `b:c` and cache `a:b` with key `c`
 /// are the same entry, so keep cache names free of `:` or distinct as prefixes.
 ///
-/// Clones share their local flights; separate handles from [`Client::cache`] do not (each
+/// Clones share their local flights; separate handles from [`Client::cache`](crate::Client::cache) do not (each
 /// reads Redis once per flight).
 ///
 /// # Examples

@@ -425,6 +425,15 @@ impl ClientBuilder {
         self
     }
 
+    /// Also count waiting tasks per name, in the gauge `fenced.lock.waiting.by_name` with a
+    /// `name` label (default off; `fenced.lock.waiting` counts them per primitive either way).
+    /// A series per name waited on: turn it on where the names are few (jobs, leaders), not
+    /// for a cache or a striped lock over a large key space.
+    pub fn metrics_by_name(mut self, on: bool) -> Self {
+        self.connect.options.metrics_by_name = on;
+        self
+    }
+
     /// Grant the plain [`Lock`] by a `MULTI`/`EXEC` transaction that counts its fencing token
     /// with `INCR` on the fence, instead of the acquire script (default off): about what a
     /// bare `SET NX PX` costs the server, about two thirds of the script's cost per lock cycle.
@@ -486,6 +495,7 @@ impl ClientBuilder {
         let options = self.connect.options.clone();
         options.validate()?;
         self.connect.check_key_events()?;
+        crate::core::metrics::describe();
         let mut id = [0u8; 8];
         getrandom::fill(&mut id)
             .map_err(|e| Error::invalid(format!("the OS random source failed: {e}")))?;

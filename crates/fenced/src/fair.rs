@@ -167,7 +167,7 @@ impl FairLock {
             lock: self,
             waiter: Some(waiter.clone()),
         };
-        let span = tracing::debug_span!("fenced.fair.acquire", lock = %self.name);
+        let span = tracing::debug_span!("fenced.acquire", fenced.name = %self.name, fenced.primitive = "fair_lock", fenced.token = tracing::field::Empty);
         let held: Held = self
             .core
             .acquire_with(&req, || {

@@ -110,26 +110,37 @@
 //! | `fenced:{name}:released` | pub/sub channel: one message per release |
 //! | `fenced:{name}:void:<owner>` | tombstone of an abandoned acquire attempt |
 //!
-//! # Metrics
+//! # Metrics and tracing
 //!
 //! Every primitive reports through the [`metrics`](https://docs.rs/metrics) facade; nothing is
-//! recorded until the application installs a recorder (a Prometheus exporter, say). Labels are
-//! bounded: `primitive` is one of `lock`, `reentrant_lock`, `semaphore`, `rw_read`, `rw_write`,
-//! `fair_lock`, `multi_lock`, `unfenced_lock`, `election`; a lock's name is never a label.
+//! recorded until the application installs a recorder (a Prometheus exporter, say). Names
+//! follow OpenTelemetry's rules (durations in seconds; a Prometheus exporter writes `.` as
+//! `_`). Labels are bounded: `primitive` is one of `lock`, `reentrant_lock`, `semaphore`,
+//! `rw_read`, `rw_write`, `fair_lock`, `multi_lock`, `unfenced_lock`, `election`; a lock's
+//! name is a label only of the gauge [`ClientBuilder::metrics_by_name`] turns on.
 //!
 //! | series | kind | labels |
 //! |---|---|---|
-//! | `fenced_acquisitions_total` | counter | `primitive`, `via` = `attempt` or `handover` |
-//! | `fenced_acquire_wait_seconds` | histogram | `primitive` |
-//! | `fenced_acquire_busy_total` | counter | `primitive`: an attempt found the lease taken (contention) |
-//! | `fenced_not_acquired_total` | counter | `primitive`: the wait ran out |
-//! | `fenced_releases_total` | counter | `primitive`, `outcome` = `released`, `handed_over`, `not_held`, `failed` |
-//! | `fenced_renewals_total` | counter | `outcome` = `applied`, `failed` |
-//! | `fenced_leases_lost_total` | counter | `primitive` |
-//! | `fenced_fenced_writes_rejected_total` | counter | a stale token refused at a resource |
-//! | `fenced_transaction_conflicts_total` | counter | an optimistic transaction retried |
-//! | `fenced_cache_lookups_total` | counter | `result` = `hit`, `stale`, `shared` (another caller's compute), `computed` (this caller's) |
-//! | `fenced_cache_computes_total` | counter | `outcome` = `stored`, `refused` (fenced off by a newer grant or an invalidation), `failed` |
+//! | `fenced.lock.attempts` | counter | `primitive`, `outcome` = `acquired`, `busy` (contention) |
+//! | `fenced.lock.acquired` | counter | `primitive`, `via` = `attempt` or `handover` |
+//! | `fenced.lock.not_acquired` | counter | `primitive`: the wait ran out |
+//! | `fenced.lock.wait.duration` | histogram, s | `primitive` |
+//! | `fenced.lock.held.duration` | histogram, s | `primitive`: grant to release |
+//! | `fenced.lock.active` | gauge | `primitive`: leases held by this process |
+//! | `fenced.lock.waiting` | gauge | `primitive`: tasks waiting after a busy attempt |
+//! | `fenced.lock.waiting.by_name` | gauge | `primitive`, `name` (opt-in) |
+//! | `fenced.lock.released` | counter | `primitive`, `outcome` = `released`, `handed_over`, `not_held`, `failed` |
+//! | `fenced.lease.renewals` | counter | `outcome` = `applied`, `failed` |
+//! | `fenced.lease.lost` | counter | `primitive` |
+//! | `fenced.resource.stale_writes` | counter | a stale token refused at a resource |
+//! | `fenced.transaction.conflicts` | counter | an optimistic transaction retried |
+//! | `fenced.cache.lookups` | counter | `result` = `hit`, `stale`, `shared` (another caller's compute), `computed` (this caller's) |
+//! | `fenced.cache.computes` | counter | `outcome` = `stored`, `refused` (fenced off by a newer grant or an invalidation), `failed` |
+//!
+//! Every acquire is a [`tracing`](https://docs.rs/tracing) span `fenced.acquire`
+//! (`fenced.try_acquire`, `fenced.reenter`) with the fields `fenced.name`,
+//! `fenced.primitive` and `fenced.token`; its wait after a busy attempt is a child span
+//! `fenced.wait`, and every release a span `fenced.release` with the same fields.
 //!
 //! # Timeouts
 //!

@@ -126,7 +126,7 @@ impl Lock {
     /// the background.
     pub async fn try_acquire(&self) -> Result<Option<LockGuard>> {
         let ttl = self.opts.checked_ttl(&self.core, "lock", &self.name)?;
-        let span = tracing::debug_span!("fenced.try_acquire", lock = %self.name);
+        let span = tracing::debug_span!("fenced.try_acquire", fenced.name = %self.name, fenced.primitive = "lock", fenced.token = tracing::field::Empty);
         async move {
             let (kind, owner) = self.next_attempt()?;
             let granted = self
@@ -167,7 +167,7 @@ impl Lock {
     /// background if it took the lease.
     pub async fn acquire(&self) -> Result<LockGuard> {
         let ttl = self.opts.checked_ttl(&self.core, "lock", &self.name)?;
-        let span = tracing::debug_span!("fenced.acquire", lock = %self.name);
+        let span = tracing::debug_span!("fenced.acquire", fenced.name = %self.name, fenced.primitive = "lock", fenced.token = tracing::field::Empty);
         self.core
             .acquire_with(
                 &AcquireRequest {

@@ -135,7 +135,7 @@ impl MultiLock {
         let ttl = self.checked_ttl()?;
         let mut req = self.opts.request(&self.name, &self.queue, ttl, 1);
         req.also = &self.channels;
-        let span = tracing::debug_span!("fenced.multi.acquire", names = %self.name);
+        let span = tracing::debug_span!("fenced.acquire", fenced.name = %self.name, fenced.primitive = "multi_lock", fenced.token = tracing::field::Empty);
         let held = self
             .core
             .acquire_with(&req, || self.next_attempt())

@@ -35,6 +35,8 @@ pub(crate) struct ClientOptions {
     pub(crate) keyspace_events: bool,
     /// Grant the plain lock by transaction, counting tokens with `INCR`.
     pub(crate) counted_grants: bool,
+    /// Count waiting tasks per name too (`fenced.lock.waiting.by_name`).
+    pub(crate) metrics_by_name: bool,
 }
 
 impl Default for ClientOptions {
@@ -50,6 +52,7 @@ impl Default for ClientOptions {
             replica_acks: None,
             keyspace_events: false,
             counted_grants: false,
+            metrics_by_name: false,
         }
     }
 }

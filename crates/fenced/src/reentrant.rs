@@ -25,7 +25,7 @@ use crate::token::OwnerToken;
 /// An exclusive lease whose holder can enter it again; the lock is free once every hold is
 /// given back.
 ///
-/// Made by [`Client::reentrant_lock`]. Each hold is a [`ReentrantGuard`] with its own lease:
+/// Made by [`Client::reentrant_lock`](crate::Client::reentrant_lock). Each hold is a [`ReentrantGuard`] with its own lease:
 /// renewed while it lives, given back on release or drop. Every hold of one acquisition
 /// carries the same fencing token.
 ///
@@ -116,7 +116,7 @@ impl ReentrantLock {
     /// As [`Lock::acquire`](crate::Lock::acquire).
     pub async fn acquire(&self) -> Result<ReentrantGuard> {
         let ttl = self.opts.checked_ttl(&self.core, "lock", &self.name)?;
-        let span = tracing::debug_span!("fenced.reentrant.acquire", lock = %self.name);
+        let span = tracing::debug_span!("fenced.acquire", fenced.name = %self.name, fenced.primitive = "reentrant_lock", fenced.token = tracing::field::Empty);
         let held = self
             .core
             .acquire_with(
@@ -136,7 +136,7 @@ impl ReentrantLock {
     pub async fn try_acquire(&self) -> Result<Option<ReentrantGuard>> {
         let ttl = self.opts.checked_ttl(&self.core, "lock", &self.name)?;
         let (kind, owner) = self.hold(OwnerToken::fresh()?, false)?;
-        let span = tracing::debug_span!("fenced.reentrant.try_acquire", lock = %self.name);
+        let span = tracing::debug_span!("fenced.try_acquire", fenced.name = %self.name, fenced.primitive = "reentrant_lock", fenced.token = tracing::field::Empty);
         let granted = self
             .core
             .try_once(
@@ -166,7 +166,7 @@ impl ReentrantLock {
             )));
         }
         let (kind, owner) = self.hold(holder.owner.clone(), true)?;
-        let span = tracing::debug_span!("fenced.reentrant.reenter", lock = %self.name);
+        let span = tracing::debug_span!("fenced.reenter", fenced.name = %self.name, fenced.primitive = "reentrant_lock", fenced.token = tracing::field::Empty);
         match self
             .core
             .try_once(

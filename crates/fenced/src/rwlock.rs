@@ -161,7 +161,7 @@ impl RwLock {
         let req = self
             .opts
             .request(&self.name, &self.keys.lock.channel, ttl, usize::MAX);
-        let span = tracing::debug_span!("fenced.rw.read", lock = %self.name);
+        let span = tracing::debug_span!("fenced.acquire", fenced.name = %self.name, fenced.primitive = "rw_read", fenced.token = tracing::field::Empty);
         let held = self
             .core
             .acquire_with(&req, || self.read_attempt())
@@ -199,7 +199,7 @@ impl RwLock {
             .opts
             .request(&self.name, &self.keys.lock.channel, ttl, 1);
         let waiter = waiter_id()?;
-        let span = tracing::debug_span!("fenced.rw.write", lock = %self.name);
+        let span = tracing::debug_span!("fenced.acquire", fenced.name = %self.name, fenced.primitive = "rw_write", fenced.token = tracing::field::Empty);
         let held = self
             .core
             .acquire_with(&req, || self.write_attempt(&waiter, true))

@@ -170,7 +170,7 @@ impl Semaphore {
     /// [`Lock::acquire`](crate::Lock::acquire).
     pub async fn acquire_many(&self, n: u32) -> Result<SemaphorePermit> {
         let ttl = self.check(n)?;
-        let span = tracing::debug_span!("fenced.semaphore.acquire", semaphore = %self.name, n);
+        let span = tracing::debug_span!("fenced.acquire", fenced.name = %self.name, fenced.primitive = "semaphore", fenced.token = tracing::field::Empty, n);
         let held = self
             .core
             .acquire_with(
@@ -202,7 +202,7 @@ impl Semaphore {
     pub async fn try_acquire_many(&self, n: u32) -> Result<Option<SemaphorePermit>> {
         let ttl = self.check(n)?;
         let (kind, owner) = self.next_attempt(n)?;
-        let span = tracing::debug_span!("fenced.semaphore.try_acquire", semaphore = %self.name, n);
+        let span = tracing::debug_span!("fenced.try_acquire", fenced.name = %self.name, fenced.primitive = "semaphore", fenced.token = tracing::field::Empty, n);
         let granted = self
             .core
             .try_once(

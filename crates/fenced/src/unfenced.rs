@@ -96,7 +96,7 @@ impl UnfencedLock {
     /// As [`Lock::try_acquire`].
     pub async fn try_acquire(&self) -> Result<Option<UnfencedGuard>> {
         let ttl = self.opts.checked_ttl(&self.core, "lock", &self.name)?;
-        let span = tracing::debug_span!("fenced.try_acquire", lock = %self.name);
+        let span = tracing::debug_span!("fenced.try_acquire", fenced.name = %self.name, fenced.primitive = "unfenced_lock", fenced.token = tracing::field::Empty);
         async move {
             let (kind, owner) = self.next_attempt(&self.unchecked())?;
             let granted = self
@@ -121,7 +121,7 @@ impl UnfencedLock {
     /// As [`Lock::acquire`].
     pub async fn acquire(&self) -> Result<UnfencedGuard> {
         let ttl = self.opts.checked_ttl(&self.core, "lock", &self.name)?;
-        let span = tracing::debug_span!("fenced.acquire", lock = %self.name);
+        let span = tracing::debug_span!("fenced.acquire", fenced.name = %self.name, fenced.primitive = "unfenced_lock", fenced.token = tracing::field::Empty);
         // No handover: a fenced holder's would mint a token for it, an unfenced holder has
         // no script to do it in.
         let request: AcquireRequest<'_> = self.opts.request(&self.name, &self.keys.channel, ttl, 1);

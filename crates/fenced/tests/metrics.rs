@@ -36,6 +36,23 @@ fn counter(seen: &Seen, name: &str, labels: &[(&str, &str)]) -> u64 {
         .sum()
 }
 
+/// A gauge's value for exactly `labels` (0 when it was never set).
+fn gauge(seen: &Seen, name: &str, labels: &[(&str, &str)]) -> f64 {
+    seen.iter()
+        .filter(|(key, ..)| key.key().name() == name)
+        .filter(|(key, ..)| {
+            key.key().labels().count() == labels.len()
+                && labels
+                    .iter()
+                    .all(|(k, v)| key.key().labels().any(|l| l.key() == *k && l.value() == *v))
+        })
+        .map(|(.., value)| match value {
+            DebugValue::Gauge(v) => v.into_inner(),
+            _ => 0.0,
+        })
+        .sum()
+}
+
 fn histogram_count(seen: &Seen, name: &str) -> usize {
     seen.iter()
         .filter(|(key, ..)| key.key().name() == name)
@@ -102,42 +119,93 @@ async fn every_primitive_reports_acquisitions_contention_releases_and_losses() {
         FencedWrite::Stale { .. }
     ));
 
-    // One snapshot (a snapshot drains the histograms).
-    let seen: Seen = snapshotter.snapshot().into_vec();
+    // A waiter counted while it waits, per primitive and (asked for) per name.
+    let named = fenced::Client::builder(&server.url())
+        .metrics_by_name(true)
+        .connect()
+        .await
+        .unwrap();
+    let holder = named.lock("job").acquire().await.unwrap();
+    let waiter = {
+        let lock = named
+            .lock("job")
+            .with_wait(WaitPolicy::up_to(Duration::from_secs(10)));
+        tokio::spawn(async move { lock.acquire().await.unwrap().release().await })
+    };
+    // Subscribed to the lock's releases: past its busy attempt, so counted.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while named.lock("job").status().await.unwrap().waiting_clients == 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the waiter never waits"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // The recorder's snapshot reads every series and sets it back to zero: counters and
+    // gauges are summed over the snapshots below, and a gauge's sum is its value.
+    let during: Seen = snapshotter.snapshot().into_vec();
+    let by_name = [("primitive", "lock"), ("name", "job")];
+    assert_eq!(gauge(&during, "fenced.lock.waiting.by_name", &by_name), 1.0);
+    assert_eq!(
+        gauge(&during, "fenced.lock.waiting", &[("primitive", "lock")]),
+        1.0
+    );
+    holder.release().await.unwrap();
+    waiter.await.unwrap().unwrap();
+
+    // Nothing waits or is held any more once the lost lease's guard is gone.
+    drop(doomed);
+    let mut seen = during;
+    seen.extend(snapshotter.snapshot().into_vec());
     let got = |name, labels: &[(&str, &str)]| counter(&seen, name, labels);
+    // The waiter of the same client is handed the lock by its holder's release.
+    assert_eq!(got("fenced.lock.acquired", &[("primitive", "lock")]), 4);
     assert_eq!(
         got(
-            "fenced_acquisitions_total",
-            &[("primitive", "lock"), ("via", "attempt")]
+            "fenced.lock.acquired",
+            &[("primitive", "lock"), ("via", "handover")]
+        ),
+        1
+    );
+    assert_eq!(
+        got("fenced.lock.acquired", &[("primitive", "semaphore")]),
+        1
+    );
+    assert_eq!(got("fenced.lock.acquired", &[("primitive", "rw_read")]), 1);
+    assert_eq!(
+        got(
+            "fenced.lock.attempts",
+            &[("primitive", "lock"), ("outcome", "acquired")]
+        ),
+        3
+    );
+    assert!(
+        got(
+            "fenced.lock.attempts",
+            &[("primitive", "lock"), ("outcome", "busy")]
+        ) >= 2
+    );
+    assert_eq!(got("fenced.lock.not_acquired", &[("primitive", "lock")]), 1);
+    assert_eq!(
+        got(
+            "fenced.lock.released",
+            &[("primitive", "lock"), ("outcome", "released")]
         ),
         2
     );
     assert_eq!(
-        got("fenced_acquisitions_total", &[("primitive", "semaphore")]),
+        got("fenced.lock.released", &[("primitive", "semaphore")]),
         1
     );
-    assert_eq!(
-        got("fenced_acquisitions_total", &[("primitive", "rw_read")]),
-        1
-    );
-    assert!(got("fenced_acquire_busy_total", &[("primitive", "lock")]) >= 1);
-    assert_eq!(
-        got("fenced_not_acquired_total", &[("primitive", "lock")]),
-        1
-    );
-    assert_eq!(
-        got(
-            "fenced_releases_total",
-            &[("primitive", "lock"), ("outcome", "released")]
-        ),
-        1
-    );
-    assert_eq!(
-        got("fenced_releases_total", &[("primitive", "semaphore")]),
-        1
-    );
-    assert_eq!(got("fenced_leases_lost_total", &[("primitive", "lock")]), 1);
-    assert!(got("fenced_renewals_total", &[("outcome", "failed")]) >= 1);
-    assert_eq!(got("fenced_fenced_writes_rejected_total", &[]), 1);
-    assert!(histogram_count(&seen, "fenced_acquire_wait_seconds") >= 3);
+    assert_eq!(got("fenced.lease.lost", &[("primitive", "lock")]), 1);
+    assert!(got("fenced.lease.renewals", &[("outcome", "failed")]) >= 1);
+    assert_eq!(got("fenced.resource.stale_writes", &[]), 1);
+    assert!(histogram_count(&seen, "fenced.lock.wait.duration") >= 5);
+    assert!(histogram_count(&seen, "fenced.lock.held.duration") >= 5);
+    for primitive in ["lock", "semaphore", "rw_read"] {
+        let p = [("primitive", primitive)];
+        assert_eq!(gauge(&seen, "fenced.lock.active", &p), 0.0, "{primitive}");
+        assert_eq!(gauge(&seen, "fenced.lock.waiting", &p), 0.0, "{primitive}");
+    }
+    assert_eq!(gauge(&seen, "fenced.lock.waiting.by_name", &by_name), 0.0);
 }

@@ -46,6 +46,7 @@ mod renewal;
 mod rwlock;
 mod semaphore;
 mod sentinel;
+mod spans;
 mod sql_fencing;
 mod storms;
 mod tickets;

@@ -37,6 +37,7 @@ use crate::options::ttl_millis;
 use crate::token::{FencingToken, OwnerToken};
 use crate::util::{Backoff, sleep_until_opt};
 use crate::wait::WaitPolicy;
+use tracing::Instrument;
 
 /// What a primitive asks the engine for.
 pub(crate) struct AcquireRequest<'a> {
@@ -208,6 +209,8 @@ impl Core {
             };
         // The primitive, for the metrics of a wait that ends without a lease.
         let primitive = std::sync::OnceLock::new();
+        let waiting = metrics::Waiting::default();
+        let by_name = self.options.metrics_by_name.then_some(req.name);
         let started = Instant::now();
         let outcome = wait_with_offers(
             &self.waiters,
@@ -217,16 +220,28 @@ impl Core {
                 if let Ok((kind, _)) = &next {
                     primitive.get_or_init(|| kind.primitive());
                 }
+                let waiting = &waiting;
                 async move {
                     let (kind, owner) = next?;
-                    self.try_once(req, kind, owner).await
+                    let p = kind.primitive();
+                    let attempt = self.try_once(req, kind, owner).await;
+                    if matches!(attempt, Ok(Err(_))) {
+                        waiting.busy(p, by_name);
+                    }
+                    attempt
                 }
             },
             offers.map(|post| (post, &adopt as &(dyn Fn(Handed) -> Held + Send + Sync))),
         )
         .await;
         match &outcome {
-            Ok(held) => metrics::waited(held.primitive(), started.elapsed()),
+            Ok(held) => {
+                metrics::waited(held.primitive(), started.elapsed());
+                // A lease handed over is adopted inside the wait's span: the acquiring
+                // call's span learns its token here.
+                let token = held.lease().fencing_token().get();
+                tracing::Span::current().record("fenced.token", token);
+            }
             Err(Error::NotAcquired { .. }) => {
                 metrics::not_acquired(primitive.get().copied());
             }
@@ -251,6 +266,8 @@ impl Core {
         via: Via,
     ) -> Held {
         tracing::debug!(name = %name, %fencing_token, via = via.as_str(), "fenced: acquired");
+        // The acquiring call's span (`fenced.acquire`, `fenced.try_acquire`, ...) declares it.
+        tracing::Span::current().record("fenced.token", fencing_token.get());
         metrics::acquired(kind.primitive(), via);
         tracing::trace!(owner = owner.as_str(), "fenced: owner token");
         // The holds count from now, when the grant is known: at least `min` after the grant,
@@ -543,112 +560,120 @@ where
         }
     }
 
-    // Queue behind this process's other waiters; only the heads talk to Redis. A waiter
-    // offers to take the lock straight from a local holder as it joins, so that a release
-    // hands it over even before this waiter's turn as head comes (`handover.rs`).
-    let ticket = waiters.join_watching(spec.channel, spec.heads, spec.also);
-    // Subscribed (and confirmed) before anything else: a release published after this
-    // waiter's first attempt reaches it, and while it offers a handover, the script counts
-    // this client among the channel's subscribers (`handover.rs`, invariant 3).
-    let subscribed = if spec.also.is_empty() {
-        waiters.subscribe(spec.channel, spec.timeout).await
-    } else {
-        let mut all = true;
-        for channel in spec.also {
-            all &= waiters.subscribe(channel, spec.timeout).await;
-        }
-        all
-    };
-    tracing::debug!(subscribed, "fenced: waiting");
-    // Offers only while subscribed: otherwise another client's waiter would be the one
-    // subscriber the script sees, and taken for this client.
-    let offers = offers.filter(|_| subscribed);
-    let mut offered: Option<oneshot::Receiver<H>> = offers.and_then(|(post, _)| post(false));
-    let take = |handed: H| offers.map(|(_, take)| take(handed));
-    // A lease handed over just as the wait ends is taken, not dropped.
-    let collect = |offered: &mut Option<oneshot::Receiver<H>>| {
-        offered
-            .as_mut()
-            .and_then(|handed| handed.try_recv().ok())
-            .and_then(take)
-    };
-    // One future for the whole wait: a new one would queue again at the back.
-    let turn = ticket.head();
-    tokio::pin!(turn);
-    let head = loop {
-        tokio::select! {
-            head = &mut turn => break head,
-            handed = handed_over(&mut offered) => match handed.and_then(take) {
-                Some(lease) => return Ok(lease),
-                // The holder could not hand it over; this waiter's turn comes as usual.
-                None => offered = None,
-            },
-            _ = sleep_until_opt(deadline) => {
-                return collect(&mut offered).ok_or_else(|| end(attempts, &failed));
-            }
-        }
-    };
-    let _head = head.ok_or_else(|| end(attempts, &failed))?;
-    let mut backoff = Backoff::new(poll_min, poll_max);
-    let mut first_turn = true;
-    loop {
-        let notified = ticket.wake().notified();
-        tokio::pin!(notified);
-        notified.as_mut().enable(); // register before the attempt: no release is missed
-        // The head's offer stands before its attempt, so a local holder that releases while the
-        // attempt is on its way (or before this task is polled again) hands it over. One
-        // standing offer at a time (`handover.rs`, invariant 1): renewed only once used up.
-        if offered.is_none() {
-            offered = offers.and_then(|(post, _)| post(true));
-        }
-        // Handed to this process's previous head: a new head waits on its offer rather than
-        // try a lock known to be taken (its next poll tries, should the holder never give it
-        // back).
-        let skip = first_turn && offered.is_some() && waiters.is_held_here(spec.channel);
-        first_turn = false;
-        let pause = if skip {
-            backoff.next_wait()
+    // Past a busy attempt: the rest of the call is its wait, a span of its own.
+    let span = tracing::debug_span!(
+        "fenced.wait",
+        fenced.name = %spec.name,
+    );
+    let waited = async {
+        // Queue behind this process's other waiters; only the heads talk to Redis. A waiter
+        // offers to take the lock straight from a local holder as it joins, so that a release
+        // hands it over even before this waiter's turn as head comes (`handover.rs`).
+        let ticket = waiters.join_watching(spec.channel, spec.heads, spec.also);
+        // Subscribed (and confirmed) before anything else: a release published after this
+        // waiter's first attempt reaches it, and while it offers a handover, the script counts
+        // this client among the channel's subscribers (`handover.rs`, invariant 3).
+        let subscribed = if spec.also.is_empty() {
+            waiters.subscribe(spec.channel, spec.timeout).await
         } else {
-            attempts = attempts.saturating_add(1);
-            match attempt().await {
-                Ok(Ok(granted)) => {
-                    tracing::debug!(attempts, waited = ?started.elapsed(), "fenced: acquired after waiting");
-                    return Ok(granted);
-                }
-                Ok(Err(remaining)) => {
-                    if out_of_attempts(attempts) || past_deadline() {
-                        return collect(&mut offered).ok_or_else(|| give_up(attempts));
-                    }
-                    failures.reset();
-                    let pause = backoff.next_wait();
-                    // Retry right when the blocking lease runs out, in case it never releases.
-                    remaining.map_or(pause, |left| pause.min(left + Duration::from_millis(1)))
-                }
-                Err(e) => {
-                    if let Err(e) = retry_or_fail(e, attempts) {
-                        return collect(&mut offered).ok_or(e);
-                    }
-                    failures.next_wait()
+            let mut all = true;
+            for channel in spec.also {
+                all &= waiters.subscribe(channel, spec.timeout).await;
+            }
+            all
+        };
+        tracing::debug!(subscribed, "fenced: waiting");
+        // Offers only while subscribed: otherwise another client's waiter would be the one
+        // subscriber the script sees, and taken for this client.
+        let offers = offers.filter(|_| subscribed);
+        let mut offered: Option<oneshot::Receiver<H>> = offers.and_then(|(post, _)| post(false));
+        let take = |handed: H| offers.map(|(_, take)| take(handed));
+        // A lease handed over just as the wait ends is taken, not dropped.
+        let collect = |offered: &mut Option<oneshot::Receiver<H>>| {
+            offered
+                .as_mut()
+                .and_then(|handed| handed.try_recv().ok())
+                .and_then(take)
+        };
+        // One future for the whole wait: a new one would queue again at the back.
+        let turn = ticket.head();
+        tokio::pin!(turn);
+        let head = loop {
+            tokio::select! {
+                head = &mut turn => break head,
+                handed = handed_over(&mut offered) => match handed.and_then(take) {
+                    Some(lease) => return Ok(lease),
+                    // The holder could not hand it over; this waiter's turn comes as usual.
+                    None => offered = None,
+                },
+                _ = sleep_until_opt(deadline) => {
+                    return collect(&mut offered).ok_or_else(|| end(attempts, &failed));
                 }
             }
         };
-        let mut wake_at = Instant::now() + pause;
-        if let Some(d) = deadline {
-            wake_at = wake_at.min(d);
-        }
-        tokio::select! {
-            _ = &mut notified => backoff.reset(),
-            _ = tokio::time::sleep_until(wake_at) => {}
-            handed = handed_over(&mut offered) => match handed.and_then(take) {
-                Some(lease) => {
-                    tracing::debug!(attempts, waited = ?started.elapsed(), "fenced: handed over");
-                    return Ok(lease);
+        let _head = head.ok_or_else(|| end(attempts, &failed))?;
+        let mut backoff = Backoff::new(poll_min, poll_max);
+        let mut first_turn = true;
+        loop {
+            let notified = ticket.wake().notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable(); // register before the attempt: no release is missed
+            // The head's offer stands before its attempt, so a local holder that releases while the
+            // attempt is on its way (or before this task is polled again) hands it over. One
+            // standing offer at a time (`handover.rs`, invariant 1): renewed only once used up.
+            if offered.is_none() {
+                offered = offers.and_then(|(post, _)| post(true));
+            }
+            // Handed to this process's previous head: a new head waits on its offer rather than
+            // try a lock known to be taken (its next poll tries, should the holder never give it
+            // back).
+            let skip = first_turn && offered.is_some() && waiters.is_held_here(spec.channel);
+            first_turn = false;
+            let pause = if skip {
+                backoff.next_wait()
+            } else {
+                attempts = attempts.saturating_add(1);
+                match attempt().await {
+                    Ok(Ok(granted)) => {
+                        tracing::debug!(attempts, waited = ?started.elapsed(), "fenced: acquired after waiting");
+                        return Ok(granted);
+                    }
+                    Ok(Err(remaining)) => {
+                        if out_of_attempts(attempts) || past_deadline() {
+                            return collect(&mut offered).ok_or_else(|| give_up(attempts));
+                        }
+                        failures.reset();
+                        let pause = backoff.next_wait();
+                        // Retry right when the blocking lease runs out, in case it never releases.
+                        remaining.map_or(pause, |left| pause.min(left + Duration::from_millis(1)))
+                    }
+                    Err(e) => {
+                        if let Err(e) = retry_or_fail(e, attempts) {
+                            return collect(&mut offered).ok_or(e);
+                        }
+                        failures.next_wait()
+                    }
                 }
-                // The holder could not hand it over (it released as usual): try now.
-                None => offered = None,
-            },
+            };
+            let mut wake_at = Instant::now() + pause;
+            if let Some(d) = deadline {
+                wake_at = wake_at.min(d);
+            }
+            tokio::select! {
+                _ = &mut notified => backoff.reset(),
+                _ = tokio::time::sleep_until(wake_at) => {}
+                handed = handed_over(&mut offered) => match handed.and_then(take) {
+                    Some(lease) => {
+                        tracing::debug!(attempts, waited = ?started.elapsed(), "fenced: handed over");
+                        return Ok(lease);
+                    }
+                    // The holder could not hand it over (it released as usual): try now.
+                    None => offered = None,
+                },
+            }
         }
-    }
+    };
+    waited.instrument(span).await
 }
 
 /// What is handed over on the standing offer; never resolves without one.

@@ -43,6 +43,8 @@ pub(crate) struct Held {
     lease: Lease,
     /// A minimum hold's end: a release before it leaves the lease to expire then.
     min_until: Option<Instant>,
+    /// When the grant was known here (`fenced.lock.held.duration`).
+    granted_at: Instant,
 }
 
 impl Held {
@@ -54,6 +56,7 @@ impl Held {
         lease: Lease,
         min_until: Option<Instant>,
     ) -> Self {
+        metrics::held_from(kind.primitive());
         Held {
             core,
             kind,
@@ -62,6 +65,7 @@ impl Held {
             id,
             lease,
             min_until,
+            granted_at: Instant::now(),
         }
     }
 
@@ -138,7 +142,18 @@ impl Held {
     /// Returns [`ReleaseReply::Retained`] when only this hold was given back (an inner
     /// re-entrant hold). Dropped before it finishes, the guard's `Drop` releases in the
     /// background: the lease is never left to run out its ttl.
-    pub(crate) async fn release(mut self) -> Result<ReleaseReply> {
+    pub(crate) async fn release(self) -> Result<ReleaseReply> {
+        use tracing::Instrument;
+        let span = tracing::debug_span!(
+            "fenced.release",
+            fenced.name = %self.lease.name,
+            fenced.primitive = self.kind.primitive().as_str(),
+            fenced.token = self.lease.fencing_token().get(),
+        );
+        self.release_in_span().instrument(span).await
+    }
+
+    async fn release_in_span(mut self) -> Result<ReleaseReply> {
         // Known lost: the answer needs no round trip. Dropping `self` still gives back
         // whatever Redis may hold for it, in the background.
         if let Some(e) = self.known_over() {
@@ -368,6 +383,7 @@ impl Held {
 
 impl Drop for Held {
     fn drop(&mut self) {
+        metrics::held_for(self.kind.primitive(), self.granted_at.elapsed());
         if self.live {
             self.live = false;
             // Even past its deadline: the expiry change applies only while the owner still

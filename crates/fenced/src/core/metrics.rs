@@ -1,21 +1,30 @@
 //! What the library reports through the [`metrics`] facade: nothing is recorded unless the
-//! application installs a recorder (Prometheus, StatsD, ...), and then every primitive reports
-//! the same series. Labels are bounded: the primitive (`lock`, `reentrant_lock`, `semaphore`,
-//! `rw_read`, `rw_write`, `fair_lock`, `multi_lock`) and an outcome, never a lock's name.
+//! application installs a recorder (Prometheus, StatsD, OpenTelemetry, ...), and then every
+//! primitive reports the same series. Names follow OpenTelemetry's rules (dotted, lower
+//! case, the unit declared apart: seconds; a Prometheus exporter writes `.` as `_`), and the
+//! lock series follow ShedLock's (attempts, acquired, not acquired, how long held, active).
+//! Labels are bounded: the primitive (`lock`, `reentrant_lock`, `semaphore`, `rw_read`,
+//! `rw_write`, `fair_lock`, `multi_lock`, `unfenced_lock`, `election`) and an outcome, never
+//! a lock's name, except `fenced.lock.waiting.by_name`, which a client asks for
+//! ([`ClientBuilder::metrics_by_name`](crate::ClientBuilder::metrics_by_name)).
 //!
 //! | series | kind | labels |
 //! |---|---|---|
-//! | `fenced_acquisitions_total` | counter | `primitive`, `via` = `attempt` or `handover` |
-//! | `fenced_acquire_wait_seconds` | histogram | `primitive` |
-//! | `fenced_acquire_busy_total` | counter | `primitive` (an attempt found it taken: contention) |
-//! | `fenced_not_acquired_total` | counter | `primitive` (the wait ran out) |
-//! | `fenced_releases_total` | counter | `primitive`, `outcome` = `released`, `handed_over`, `not_held`, `failed` |
-//! | `fenced_renewals_total` | counter | `outcome` = `applied`, `failed` |
-//! | `fenced_leases_lost_total` | counter | `primitive` |
-//! | `fenced_fenced_writes_rejected_total` | counter | (a stale token refused at a resource) |
-//! | `fenced_transaction_conflicts_total` | counter | (an optimistic transaction retried) |
-//! | `fenced_cache_lookups_total` | counter | `result` = `hit`, `stale`, `shared` (another caller's compute), `computed` (this caller's) |
-//! | `fenced_cache_computes_total` | counter | `outcome` = `stored`, `refused` (fenced off), `failed` |
+//! | `fenced.lock.attempts` | counter | `primitive`, `outcome` = `acquired`, `busy` (found taken: contention) |
+//! | `fenced.lock.acquired` | counter | `primitive`, `via` = `attempt` or `handover` |
+//! | `fenced.lock.not_acquired` | counter | `primitive` (the wait ran out) |
+//! | `fenced.lock.wait.duration` | histogram, s | `primitive` (acquired or not) |
+//! | `fenced.lock.held.duration` | histogram, s | `primitive` (from the grant until the guard is done) |
+//! | `fenced.lock.active` | gauge | `primitive`: leases this process holds |
+//! | `fenced.lock.waiting` | gauge | `primitive`: tasks of this process waiting after a busy attempt |
+//! | `fenced.lock.waiting.by_name` | gauge | `primitive`, `name`: the same, per name (opt-in) |
+//! | `fenced.lock.released` | counter | `primitive`, `outcome` = `released`, `handed_over`, `not_held`, `failed` |
+//! | `fenced.lease.renewals` | counter | `outcome` = `applied`, `failed` |
+//! | `fenced.lease.lost` | counter | `primitive` |
+//! | `fenced.resource.stale_writes` | counter | (a stale token refused at a resource) |
+//! | `fenced.transaction.conflicts` | counter | (an optimistic transaction retried) |
+//! | `fenced.cache.lookups` | counter | `result` = `hit`, `stale`, `shared` (another caller's compute), `computed` (this caller's) |
+//! | `fenced.cache.computes` | counter | `outcome` = `stored`, `refused` (fenced off), `failed` |
 
 use std::time::Duration;
 
@@ -30,7 +39,8 @@ mod metrics {
     pub(crate) struct Noop;
 
     impl Noop {
-        pub(crate) fn increment(&self, _: u64) {}
+        pub(crate) fn increment<T>(&self, _: T) {}
+        pub(crate) fn decrement(&self, _: f64) {}
         pub(crate) fn record(&self, _: f64) {}
     }
 
@@ -46,7 +56,13 @@ mod metrics {
             $crate::core::metrics::metrics::Noop
         }};
     }
-    pub(crate) use {counter, histogram};
+    macro_rules! gauge {
+        ($name:literal $(, $key:literal => $value:expr)* $(,)?) => {{
+            $(let _ = $value;)*
+            $crate::core::metrics::metrics::Noop
+        }};
+    }
+    pub(crate) use {counter, gauge, histogram};
 }
 
 /// How a lease was acquired: the `via` label.
@@ -101,9 +117,18 @@ macro_rules! by_primitive {
 pub(crate) fn acquired(primitive: Primitive, via: Via) {
     macro_rules! emit {
         (($p:tt) $v:tt) => {
-            metrics::counter!("fenced_acquisitions_total", "primitive" => $p, "via" => $v)
+            metrics::counter!("fenced.lock.acquired", "primitive" => $p, "via" => $v)
                 .increment(1)
         };
+    }
+    macro_rules! attempt {
+        (() $p:tt) => {
+            metrics::counter!("fenced.lock.attempts", "primitive" => $p, "outcome" => "acquired")
+                .increment(1)
+        };
+    }
+    if via == Via::Attempt {
+        by_primitive!(primitive, attempt!());
     }
     macro_rules! by_via {
         (() $p:tt) => {
@@ -119,7 +144,7 @@ pub(crate) fn acquired(primitive: Primitive, via: Via) {
 pub(crate) fn waited(primitive: Primitive, waited: Duration) {
     macro_rules! emit {
         (() $p:tt) => {
-            metrics::histogram!("fenced_acquire_wait_seconds", "primitive" => $p)
+            metrics::histogram!("fenced.lock.wait.duration", "primitive" => $p)
                 .record(waited.as_secs_f64())
         };
     }
@@ -129,7 +154,8 @@ pub(crate) fn waited(primitive: Primitive, waited: Duration) {
 pub(crate) fn busy(primitive: Primitive) {
     macro_rules! emit {
         (() $p:tt) => {
-            metrics::counter!("fenced_acquire_busy_total", "primitive" => $p).increment(1)
+            metrics::counter!("fenced.lock.attempts", "primitive" => $p, "outcome" => "busy")
+                .increment(1)
         };
     }
     by_primitive!(primitive, emit!())
@@ -139,7 +165,7 @@ pub(crate) fn busy(primitive: Primitive) {
 pub(crate) fn not_acquired(primitive: Option<Primitive>) {
     macro_rules! emit {
         (() $p:tt) => {
-            metrics::counter!("fenced_not_acquired_total", "primitive" => $p).increment(1)
+            metrics::counter!("fenced.lock.not_acquired", "primitive" => $p).increment(1)
         };
     }
     match primitive {
@@ -151,7 +177,7 @@ pub(crate) fn not_acquired(primitive: Option<Primitive>) {
 pub(crate) fn released(primitive: Primitive, outcome: Outcome) {
     macro_rules! emit {
         (($p:tt) $o:tt) => {
-            metrics::counter!("fenced_releases_total", "primitive" => $p, "outcome" => $o)
+            metrics::counter!("fenced.lock.released", "primitive" => $p, "outcome" => $o)
                 .increment(1)
         };
     }
@@ -170,36 +196,143 @@ pub(crate) fn released(primitive: Primitive, outcome: Outcome) {
 
 pub(crate) fn renewals(applied: u64, failed: u64) {
     if applied > 0 {
-        metrics::counter!("fenced_renewals_total", "outcome" => "applied").increment(applied);
+        metrics::counter!("fenced.lease.renewals", "outcome" => "applied").increment(applied);
     }
     if failed > 0 {
-        metrics::counter!("fenced_renewals_total", "outcome" => "failed").increment(failed);
+        metrics::counter!("fenced.lease.renewals", "outcome" => "failed").increment(failed);
     }
 }
 
 pub(crate) fn lease_lost(primitive: Primitive) {
     macro_rules! emit {
         (() $p:tt) => {
-            metrics::counter!("fenced_leases_lost_total", "primitive" => $p).increment(1)
+            metrics::counter!("fenced.lease.lost", "primitive" => $p).increment(1)
         };
     }
     by_primitive!(primitive, emit!())
 }
 
+/// A lease this process holds from now on (`fenced.lock.active`).
+pub(crate) fn held_from(primitive: Primitive) {
+    macro_rules! emit {
+        (() $p:tt) => {
+            metrics::gauge!("fenced.lock.active", "primitive" => $p).increment(1.0)
+        };
+    }
+    by_primitive!(primitive, emit!())
+}
+
+/// A lease this process held for `held`, its guard done with it now.
+pub(crate) fn held_for(primitive: Primitive, held: Duration) {
+    macro_rules! emit {
+        (() $p:tt) => {{
+            metrics::gauge!("fenced.lock.active", "primitive" => $p).decrement(1.0);
+            metrics::histogram!("fenced.lock.held.duration", "primitive" => $p)
+                .record(held.as_secs_f64());
+        }};
+    }
+    by_primitive!(primitive, emit!())
+}
+
+/// A task that waits after a busy attempt (`fenced.lock.waiting`), counted from its first
+/// busy answer until it is dropped (acquired, given up, or cancelled).
+#[derive(Default)]
+pub(crate) struct Waiting {
+    counted: std::sync::OnceLock<(Primitive, Option<std::sync::Arc<str>>)>,
+}
+
+impl Waiting {
+    /// Counts this wait, once; `name`: also by name (`ClientBuilder::metrics_by_name`).
+    pub(crate) fn busy(&self, primitive: Primitive, name: Option<&std::sync::Arc<str>>) {
+        if self.counted.set((primitive, name.cloned())).is_ok() {
+            waiting(primitive, name, 1.0);
+        }
+    }
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        if let Some((primitive, name)) = self.counted.get() {
+            waiting(*primitive, name.as_ref(), -1.0);
+        }
+    }
+}
+
+fn waiting(primitive: Primitive, name: Option<&std::sync::Arc<str>>, by: f64) {
+    macro_rules! emit {
+        (() $p:tt) => {{
+            metrics::gauge!("fenced.lock.waiting", "primitive" => $p).increment(by);
+            if let Some(name) = name {
+                metrics::gauge!(
+                    "fenced.lock.waiting.by_name",
+                    "primitive" => $p,
+                    "name" => name.to_string()
+                )
+                .increment(by);
+            }
+        }};
+    }
+    by_primitive!(primitive, emit!())
+}
+
+/// Declares every series' unit and meaning to the recorder installed now (a Prometheus
+/// exporter prints them as `# HELP`), once per process.
+pub(crate) fn describe() {
+    #[cfg(feature = "metrics")]
+    {
+        static ONCE: std::sync::Once = std::sync::Once::new();
+        ONCE.call_once(|| {
+            use metrics::Unit;
+            metrics::describe_counter!("fenced.lock.attempts", "Acquire attempts sent, by outcome");
+            metrics::describe_counter!("fenced.lock.acquired", "Leases acquired");
+            metrics::describe_counter!("fenced.lock.not_acquired", "Waits that ran out");
+            metrics::describe_histogram!(
+                "fenced.lock.wait.duration",
+                Unit::Seconds,
+                "Time spent acquiring"
+            );
+            metrics::describe_histogram!(
+                "fenced.lock.held.duration",
+                Unit::Seconds,
+                "Time a lease was held"
+            );
+            metrics::describe_gauge!("fenced.lock.active", "Leases held by this process");
+            metrics::describe_gauge!(
+                "fenced.lock.waiting",
+                "Tasks waiting for a lease held elsewhere"
+            );
+            metrics::describe_gauge!("fenced.lock.waiting.by_name", "Tasks waiting, per name");
+            metrics::describe_counter!("fenced.lock.released", "Releases, by outcome");
+            metrics::describe_counter!("fenced.lease.renewals", "Lease renewals, by outcome");
+            metrics::describe_counter!("fenced.lease.lost", "Leases lost while held");
+            metrics::describe_counter!(
+                "fenced.resource.stale_writes",
+                "Writes refused for a stale fencing token"
+            );
+            metrics::describe_counter!(
+                "fenced.transaction.conflicts",
+                "Optimistic transactions retried"
+            );
+            metrics::describe_counter!("fenced.cache.lookups", "Cache lookups, by result");
+            metrics::describe_counter!("fenced.cache.computes", "Cache computations, by outcome");
+        });
+    }
+}
+
 pub(crate) fn fenced_write_rejected() {
-    metrics::counter!("fenced_fenced_writes_rejected_total").increment(1);
+    metrics::counter!("fenced.resource.stale_writes").increment(1);
 }
 
 pub(crate) fn transaction_conflict() {
-    metrics::counter!("fenced_transaction_conflicts_total").increment(1);
+    metrics::counter!("fenced.transaction.conflicts").increment(1);
 }
 
 pub(crate) fn cache_lookup(result: &'static str) {
-    metrics::counter!("fenced_cache_lookups_total", "result" => result).increment(1);
+    metrics::counter!("fenced.cache.lookups", "result" => result).increment(1);
 }
 
 pub(crate) fn cache_computed(outcome: &'static str) {
-    metrics::counter!("fenced_cache_computes_total", "outcome" => outcome).increment(1);
+    metrics::counter!("fenced.cache.computes", "outcome" => outcome).increment(1);
 }
 
 #[cfg(all(test, feature = "metrics"))]
@@ -270,6 +403,7 @@ mod tests {
                     acquired(p, Via::Handover);
                 }),
                 vec![
+                    pairs(&[("primitive", name), ("outcome", "acquired")]),
                     pairs(&[("primitive", name), ("via", Via::Attempt.as_str())]),
                     pairs(&[("primitive", name), ("via", Via::Handover.as_str())]),
                 ]
@@ -285,8 +419,17 @@ mod tests {
                     vec![pairs(&[("primitive", name), ("outcome", label)])]
                 );
             }
+            assert_eq!(
+                labels_of(|| busy(p)),
+                vec![pairs(&[("primitive", name), ("outcome", "busy")])]
+            );
+            // The active gauge and the held histogram.
+            assert_eq!(
+                labels_of(|| held_for(p, Duration::ZERO)),
+                vec![pairs(&[("primitive", name)]), pairs(&[("primitive", name)])]
+            );
             for emit in [
-                (|p| busy(p)) as fn(Primitive),
+                (|p| held_from(p)) as fn(Primitive),
                 |p| lease_lost(p),
                 |p| waited(p, Duration::ZERO),
                 |p| not_acquired(Some(p)),

@@ -106,7 +106,7 @@ impl Election {
     /// # Errors
     ///
     /// As [`Lock::acquire`](crate::Lock::acquire); [`Error::InvalidArgument`] for a bad name
-    /// or a value longer than [`MAX_VALUE_LEN`].
+    /// or a value longer than [`MAX_VALUE_LEN`](crate::election::MAX_VALUE_LEN).
     ///
     /// # Cancel safety
     ///
@@ -117,7 +117,7 @@ impl Election {
         let ttl = self
             .opts
             .checked_ttl(&self.core, "election", self.fair.name_arc())?;
-        let span = tracing::debug_span!("fenced.election.campaign", election = %self.name());
+        let span = tracing::debug_span!("fenced.acquire", fenced.name = %self.name(), fenced.primitive = "election", fenced.token = tracing::field::Empty);
         if self.core.backend().is_redlock() {
             let req = self
                 .opts

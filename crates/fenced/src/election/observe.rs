@@ -22,7 +22,7 @@ use crate::scripts::ScriptCall;
 use crate::util::{Backoff, sleep_until_opt};
 
 /// The leader of an election as it changes: `Some(leader)` for each new term or value, `None`
-/// when nobody leads any more. Made by [`Election::observe`]; read it with
+/// when nobody leads any more. Made by [`Election::observe`](crate::Election::observe); read it with
 /// `futures_util::StreamExt::next` (or any `Stream` combinator).
 ///
 /// Items never go backwards (invariant 3 of the election); a slow reader sees the latest

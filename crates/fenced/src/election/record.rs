@@ -55,7 +55,7 @@ impl Seat {
 #[non_exhaustive]
 pub struct Leader {
     /// What the leader advertises (its address, say): given to
-    /// [`campaign`](Election::campaign), changed by [`proclaim`](Leadership::proclaim).
+    /// [`campaign`](crate::Election::campaign), changed by [`proclaim`](crate::Leadership::proclaim).
     pub value: String,
     /// The leader's term: the fencing token of its grant.
     pub term: FencingToken,
