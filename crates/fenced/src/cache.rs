@@ -330,7 +330,7 @@ impl Cache {
                             Some(at) => {
                                 WaitPolicy::up_to(at.saturating_duration_since(Instant::now()))
                             }
-                            None => WaitPolicy::forever(),
+                            None => WaitPolicy::FOREVER,
                         };
                         let wait = match self.wait.max_attempts() {
                             Some(n) => wait.with_max_attempts(n),

@@ -99,6 +99,10 @@ impl FairLock {
     }
 
     /// Its queue (list of waiter ids).
+    pub(crate) fn core(&self) -> &Arc<Core> {
+        &self.core
+    }
+
     pub(crate) fn queue(&self) -> &str {
         &self.queue
     }

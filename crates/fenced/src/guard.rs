@@ -52,6 +52,8 @@ pub trait LeaseGuard: sealed::Sealed + Send + Sync + 'static {
     fn lost(&self) -> tokio_util::sync::WaitForCancellationFutureOwned;
     /// The moment (monotonic clock) until which the lease is certainly held.
     fn valid_until(&self) -> tokio::time::Instant;
+    /// How much of the lease is certainly left: zero once past its deadline or given back.
+    fn remaining(&self) -> Duration;
     /// Sets the lease to `ttl` from now; see [`LockGuard::extend`].
     fn extend(&self, ttl: Duration) -> impl Future<Output = Result<()>> + Send + '_;
     /// Gives the lease back and wakes whom the primitive's release wakes; see
@@ -129,6 +131,12 @@ macro_rules! lease_surface {
                 self.held.lease().valid_until()
             }
 
+            /// How much of this lease is certainly left: zero once past its deadline or
+            /// given back. A work step that needs longer should [`extend`](Self::extend) first.
+            pub fn remaining(&self) -> std::time::Duration {
+                self.held.lease().remaining()
+            }
+
             /// Sets the lease to `ttl` from now (longer or shorter), and uses `ttl` for later
             /// renewals.
             ///
@@ -178,6 +186,10 @@ macro_rules! lease_surface {
 
             fn valid_until(&self) -> tokio::time::Instant {
                 <$guard>::valid_until(self)
+            }
+
+            fn remaining(&self) -> std::time::Duration {
+                <$guard>::remaining(self)
             }
 
             fn extend(

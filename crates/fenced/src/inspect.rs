@@ -19,7 +19,7 @@ use crate::lock::Lock;
 use crate::scripts::{FORCE_RELEASE, ScriptCall};
 use crate::token::FencingToken;
 
-pub use crate::rwlock::RwReaders;
+pub use crate::rwlock::RwStatus;
 pub use crate::semaphore::SemaphoreStatus;
 
 /// How many locks [`Client::list`] inspects per round trip.
@@ -47,6 +47,9 @@ pub struct LockStatus {
     /// How many holds a [`ReentrantLock`](crate::ReentrantLock) holder has (0 for a plain
     /// lock).
     pub holds: u64,
+    /// Waiters in a [`FairLock`](crate::FairLock)'s queue (0 for the other locks, whose
+    /// waiters are counted by `waiting_clients`).
+    pub queued: u64,
 }
 
 /// One node's view of a lock, from [`Lock::status_by_node`].
@@ -81,6 +84,66 @@ fn status(name: String, seen: Inspection) -> LockStatus {
         last_fencing_token: seen.last_token,
         waiting_clients: seen.subscribers,
         holds: seen.holds,
+        queued: 0,
+    }
+}
+
+/// The status of the lock under `keys`, named `name`.
+async fn lock_status(node: &Node, name: &str, keys: &LockKeys) -> Result<LockStatus> {
+    validate_name("lock", name)?;
+    let mut seen = inspect(node, std::slice::from_ref(keys), "status").await?;
+    let seen = seen
+        .pop()
+        .ok_or_else(|| unexpected("inspect", "no reply".into()))??;
+    Ok(status(name.to_owned(), seen))
+}
+
+impl crate::ReentrantLock {
+    /// Who holds this lock, with how many holds, for how much longer, and the last fencing
+    /// token handed out: what [`Lock::status`] reads (the key is the same).
+    ///
+    /// # Errors
+    ///
+    /// As [`Lock::status`].
+    pub async fn status(&self) -> Result<LockStatus> {
+        let (core, keys) = self.parts();
+        lock_status(core.node()?, self.name(), keys).await
+    }
+}
+
+impl crate::FairLock {
+    /// Who holds this lock, for how much longer, the last fencing token handed out, and how
+    /// many wait in its queue ([`LockStatus::queued`]), read in two round trips.
+    ///
+    /// # Errors
+    ///
+    /// As [`Lock::status`].
+    pub async fn status(&self) -> Result<LockStatus> {
+        let node = self.core().node()?;
+        let mut status = lock_status(node, self.name(), self.keys()).await?;
+        status.queued = self.queued().await?;
+        Ok(status)
+    }
+}
+
+impl crate::MultiLock {
+    /// Each name's [`LockStatus`], in the order of [`names`](crate::MultiLock::names), read
+    /// in one round trip.
+    ///
+    /// # Errors
+    ///
+    /// As [`Lock::status`].
+    pub async fn status(&self) -> Result<Vec<LockStatus>> {
+        let (core, keys) = self.parts();
+        for name in self.names() {
+            validate_name("lock", name)?;
+        }
+        let seen = inspect(core.node()?, keys, "status").await?;
+        self.names()
+            .iter()
+            .zip(seen)
+            .map(|(name, seen)| Ok(status(name.clone(), seen?)))
+            .collect()
     }
 }
 
@@ -182,17 +245,7 @@ impl Lock {
     /// [`Error::WrongType`](crate::Error::WrongType) naming the lock's key (or its holds')
     /// when another program wrote another type of data there; transport errors.
     pub async fn status(&self) -> Result<LockStatus> {
-        validate_name("lock", self.name())?;
-        let mut seen = inspect(
-            self.core().node()?,
-            std::slice::from_ref(self.keys()),
-            "status",
-        )
-        .await?;
-        let seen = seen
-            .pop()
-            .ok_or_else(|| unexpected("inspect", "no reply".into()))??;
-        Ok(status(self.name().to_owned(), seen))
+        lock_status(self.core().node()?, self.name(), self.keys()).await
     }
 
     /// The lock as each node that keeps it sees it: the server (its address); on a cluster,
@@ -454,7 +507,7 @@ impl Client {
     ) -> Result<Vec<RwLockStatus>> {
         let mut out = Vec::with_capacity(names.len());
         for name in names {
-            let seen = self.rw_lock(&name).readers().await;
+            let seen = self.rw_lock(&name).status().await;
             let Some(seen) = readable(seen, &name, "rw_lock", unreadable)? else {
                 continue;
             };

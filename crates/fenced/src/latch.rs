@@ -73,7 +73,7 @@ impl Latch {
             channel: format!("{key}:opened").into(),
             key: key.into(),
             lifetime: Duration::from_secs(24 * 3600),
-            wait: WaitPolicy::forever(),
+            wait: WaitPolicy::FOREVER,
         }
     }
 

@@ -203,5 +203,12 @@ impl MultiGuard {
 
 /// Scoped runs.
 impl MultiLock {
+    /// Where it lives: its client's core and its names' keys (the listings read them).
+    pub(crate) fn parts(&self) -> (&Arc<Core>, &[LockKeys]) {
+        (&self.core, &self.keys)
+    }
+}
+
+impl MultiLock {
     crate::guard::scoped_run!("every name", with_lock => acquire);
 }

@@ -285,6 +285,11 @@ impl HolderHandle {
 
 /// Scoped runs.
 impl ReentrantLock {
+    /// Where it lives: its client's core and its keys (the listings read them).
+    pub(crate) fn parts(&self) -> (&Arc<Core>, &LockKeys) {
+        (&self.core, &self.keys)
+    }
+
     /// Rebuilds a holder's handle on this lock from its [`secret`](HolderHandle::secret),
     /// as handed to another process (a child's environment, say); [`reenter`](Self::reenter)
     /// then enters the hold it names, if that hold still holds the lock.

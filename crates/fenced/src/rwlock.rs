@@ -95,14 +95,14 @@ impl RwLock {
     /// # Errors
     ///
     /// [`Error::InvalidArgument`] for a bad name; transport errors.
-    pub async fn readers(&self) -> Result<RwReaders> {
+    pub async fn status(&self) -> Result<RwStatus> {
         crate::keys::validate_name("lock", &self.name)?;
         let call = ScriptCall::new(&RW_STATUS)
             .key(&self.keys.readers)
             .key(&self.keys.waiting_writers);
         let reply: Vec<u64> = self.core.node()?.run(&call).await?;
         match reply[..] {
-            [readers, waiting_writers] => Ok(RwReaders {
+            [readers, waiting_writers] => Ok(RwStatus {
                 readers,
                 waiting_writers,
             }),
@@ -237,7 +237,7 @@ impl RwLock {
 /// What [`RwLock::readers`] found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
-pub struct RwReaders {
+pub struct RwStatus {
     /// Readers holding a live lease.
     pub readers: u64,
     /// Writers registered as waiting (new readers wait behind them).

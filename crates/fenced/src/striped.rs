@@ -62,8 +62,33 @@ impl StripedLock {
         })
     }
 
-    /// The settings every stripe's lock gets (ttl, renewal, wait), from a lock configured
-    /// as a template: `striped.configure(|l| l.with_ttl(ttl))`.
+    /// Every stripe's lease length, as [`Lock::with_ttl`].
+    pub fn with_ttl(self, ttl: std::time::Duration) -> Self {
+        self.configure(|l| l.with_ttl(ttl))
+    }
+
+    /// Whether every stripe's lease is renewed, as [`Lock::with_auto_renew`].
+    pub fn with_auto_renew(self, on: bool) -> Self {
+        self.configure(|l| l.with_auto_renew(on))
+    }
+
+    /// How long a stripe's acquire waits, as [`Lock::with_wait`].
+    pub fn with_wait(self, policy: crate::WaitPolicy) -> Self {
+        self.configure(|l| l.with_wait(policy))
+    }
+
+    /// The least time every stripe is held, as [`Lock::with_min_hold`].
+    pub fn with_min_hold(self, min: std::time::Duration) -> Self {
+        self.configure(|l| l.with_min_hold(min))
+    }
+
+    /// The most time every stripe is held, as [`Lock::with_max_hold`].
+    pub fn with_max_hold(self, max: std::time::Duration) -> Self {
+        self.configure(|l| l.with_max_hold(max))
+    }
+
+    /// Every stripe's settings at once, from a lock configured as a template:
+    /// `striped.configure(|l| l.with_ttl(ttl).with_wait(policy))`.
     pub fn configure(mut self, f: impl FnOnce(Lock) -> Lock) -> Self {
         self.base = f(self.base);
         self

@@ -44,14 +44,12 @@ impl WaitPolicy {
         backoff: Some((Duration::from_millis(1), Duration::from_millis(100))),
     };
 
-    /// Wait until the lock is free, however long that takes.
-    pub const fn forever() -> Self {
-        WaitPolicy {
-            deadline: None,
-            max_attempts: None,
-            backoff: None,
-        }
-    }
+    /// Wait until the lock is free, however long that takes (the default).
+    pub const FOREVER: WaitPolicy = WaitPolicy {
+        deadline: None,
+        max_attempts: None,
+        backoff: None,
+    };
 
     /// Give up once `deadline` has passed since the call began.
     pub const fn up_to(deadline: Duration) -> Self {

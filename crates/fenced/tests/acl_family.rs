@@ -308,7 +308,7 @@ async fn rw(url: String, name: String) -> Result<(), Error> {
     let (a, b) = (client(&url).await?, client(&url).await?);
     let lock = a.rw_lock(name.as_str()).with_ttl(TTL);
     let (r1, r2) = (lock.read().await?, lock.read().await?);
-    assert_eq!(lock.readers().await?.readers, 2);
+    assert_eq!(lock.status().await?.readers, 2);
     let writer = tokio::spawn({
         let lock = b.rw_lock(name.as_str()).with_wait(wait());
         async move {

@@ -66,7 +66,7 @@ async fn bad_lock_arguments_are_refused_before_any_redis_call() {
     assert_invalid(
         "zero attempts",
         c.lock("ok")
-            .with_wait(WaitPolicy::forever().with_max_attempts(0))
+            .with_wait(WaitPolicy::FOREVER.with_max_attempts(0))
             .acquire()
             .await,
         "attempt",

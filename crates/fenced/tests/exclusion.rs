@@ -123,4 +123,11 @@ async fn striped_locks_map_a_key_to_one_stripe_in_every_client_and_spread_keys_e
         "{per_stripe:?}"
     );
     assert!(a.striped_lock("items", 0).is_err());
+    // Every stripe gets the handle's settings, as a lock's own setters give them.
+    let set = a
+        .striped_lock("items", 16)
+        .unwrap()
+        .with_ttl(Duration::from_secs(7))
+        .with_wait(fenced::WaitPolicy::up_to(Duration::from_secs(1)));
+    assert_eq!(set.lock_for("product:1").ttl(), Duration::from_secs(7));
 }

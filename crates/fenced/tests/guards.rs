@@ -269,8 +269,8 @@ async fn one_wait_policy_is_checked_the_same_everywhere() {
     let c = client(&server).await;
     let ms = Duration::from_millis;
     for bad in [
-        fenced::WaitPolicy::forever().with_backoff(Duration::ZERO, ms(5)),
-        fenced::WaitPolicy::forever().with_backoff(ms(10), ms(5)),
+        fenced::WaitPolicy::FOREVER.with_backoff(Duration::ZERO, ms(5)),
+        fenced::WaitPolicy::FOREVER.with_backoff(ms(10), ms(5)),
         fenced::WaitPolicy::up_to(ms(100)).with_max_attempts(0),
     ] {
         let lock = c.lock("policy").with_wait(bad).acquire().await;

@@ -26,6 +26,68 @@ async fn status_shows_the_holder_its_ttl_and_the_last_token() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_lock_reports_its_status_and_every_guard_what_is_left_of_its_lease() {
+    use fenced::LeaseGuard;
+    let server = server();
+    let c = client(&server).await;
+    let ttl = Duration::from_secs(20);
+    // A re-entrant lock held twice: one holder, two holds.
+    let reentrant = c.reentrant_lock("r").with_ttl(ttl);
+    let outer = reentrant.acquire().await.unwrap();
+    let inner = outer.reenter().await.unwrap();
+    let status = reentrant.status().await.unwrap();
+    assert!(status.holder.is_some());
+    assert_eq!((status.holds, status.queued), (2, 0));
+    assert_eq!(status.last_fencing_token, Some(outer.fencing_token()));
+    // A fair lock with one candidate queued behind its holder.
+    let fair = c.fair_lock("f").with_ttl(ttl);
+    let held = fair.acquire().await.unwrap();
+    let other = client(&server).await;
+    let queued = tokio::spawn(async move {
+        let lock = other
+            .fair_lock("f")
+            .with_wait(WaitPolicy::up_to(Duration::from_secs(10)));
+        lock.acquire().await.map(|g| g.fencing_token())
+    });
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while fair.status().await.unwrap().queued == 0 {
+        assert!(tokio::time::Instant::now() < deadline, "never queued");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(
+        fair.status().await.unwrap().last_fencing_token,
+        Some(held.fencing_token())
+    );
+    // A multi-lock: one status per name, in the order of its names.
+    let multi = c.multi_lock(["b", "a"]).unwrap().with_ttl(ttl);
+    let both = multi.acquire().await.unwrap();
+    let statuses = multi.status().await.unwrap();
+    let names: Vec<&str> = statuses.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(names, multi.names());
+    assert!(statuses.iter().all(|s| s.holder.is_some()));
+    // A read-write lock: its readers.
+    let rw = c.rw_lock("doc").with_ttl(ttl);
+    let reader = rw.read().await.unwrap();
+    assert_eq!(rw.status().await.unwrap().readers, 1);
+    // What is left of each lease: some, at most its ttl, through the guard or its trait.
+    fn left(guard: &impl LeaseGuard, ttl: Duration) {
+        let remaining = LeaseGuard::remaining(guard);
+        assert!(
+            remaining > Duration::ZERO && remaining <= ttl,
+            "{remaining:?}"
+        );
+    }
+    left(&inner, ttl);
+    left(&held, ttl);
+    left(&both, ttl);
+    left(&reader, ttl);
+    assert!(outer.remaining() <= ttl);
+    let token = held.fencing_token();
+    held.release().await.unwrap();
+    assert!(queued.await.unwrap().unwrap() > token);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn locks_lists_only_held_locks_matching_the_pattern() {
     let server = server();
     let c = client(&server).await;

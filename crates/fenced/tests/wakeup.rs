@@ -152,7 +152,7 @@ async fn a_waiter_with_a_deadline_gives_up_with_how_long_it_waited() {
     assert!(took < Duration::from_secs(2));
     let err = c
         .lock("busy")
-        .with_wait(WaitPolicy::forever().with_max_attempts(3))
+        .with_wait(WaitPolicy::FOREVER.with_max_attempts(3))
         .acquire()
         .await
         .unwrap_err();

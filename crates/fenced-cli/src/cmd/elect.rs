@@ -37,7 +37,7 @@ pub async fn elect(global: &Global, args: &ElectArgs) -> Result<u8, Failure> {
     let election = client
         .election(&args.name)
         .with_ttl(args.ttl)
-        .with_wait(args.wait.map_or(WaitPolicy::forever(), WaitPolicy::up_to));
+        .with_wait(args.wait.map_or(WaitPolicy::FOREVER, WaitPolicy::up_to));
     loop {
         let asked = Instant::now();
         let campaign = tokio::select! {

@@ -19,7 +19,7 @@ pub async fn status(global: &Global, name: &str) -> Result<u8, Failure> {
     }
     let status = client.lock(name).status().await.map_err(fail)?;
     let permits = client.semaphore(name, 1).status().await.map_err(fail)?;
-    let rw = client.rw_lock(name).readers().await.map_err(fail)?;
+    let rw = client.rw_lock(name).status().await.map_err(fail)?;
     let latch = client.latch(name).count().await.map_err(fail)?;
     let queued = client.fair_lock(name).queued().await.map_err(fail)?;
     let election = client.election(name).status().await.map_err(fail)?;

@@ -39,7 +39,7 @@ pub async fn latch(global: &Global, name: &str, action: &LatchAction) -> Result<
             Ok(exit::OK)
         }
         LatchAction::Wait { wait } => {
-            let policy = wait.map_or(WaitPolicy::forever(), WaitPolicy::up_to);
+            let policy = wait.map_or(WaitPolicy::FOREVER, WaitPolicy::up_to);
             match latch.with_wait(policy).wait().await {
                 Ok(()) => Ok(exit::OK),
                 Err(fenced::Error::NotAcquired { waited, .. }) => Err(Failure::new(

@@ -80,9 +80,9 @@ async fn run_command(global: &Global, args: &RunArgs) -> Result<u8, Failure> {
     let mut signals = Signals::new()?;
     let client = connect(global).await?;
     let policy = if args.no_wait {
-        WaitPolicy::forever().with_max_attempts(1)
+        WaitPolicy::FOREVER.with_max_attempts(1)
     } else {
-        args.wait.map_or(WaitPolicy::forever(), WaitPolicy::up_to)
+        args.wait.map_or(WaitPolicy::FOREVER, WaitPolicy::up_to)
     };
     let asked = Instant::now();
     let acquired = tokio::select! {

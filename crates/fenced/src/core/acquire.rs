@@ -94,7 +94,7 @@ impl Default for LeaseOptions {
         LeaseOptions {
             ttl: None,
             auto_renew: true,
-            wait: WaitPolicy::forever(),
+            wait: WaitPolicy::FOREVER,
             holds: Holds::default(),
         }
     }
@@ -505,7 +505,7 @@ where
     let started = Instant::now();
     let deadline = match spec.policy.deadline() {
         Some(d) => Some(started.checked_add(d).ok_or_else(|| {
-            Error::invalid(format!("wait deadline {d:?} overflows the clock; use WaitPolicy::forever() to wait without limit"))
+            Error::invalid(format!("wait deadline {d:?} overflows the clock; use WaitPolicy::FOREVER to wait without limit"))
         })?),
         None => None,
     };
@@ -753,7 +753,7 @@ mod tests {
         let script = Script::new(vec![busy(), busy(), Ok(Ok(7))]);
         let got = wait_for(
             &waiters,
-            &spec(WaitPolicy::forever(), Duration::from_secs(10)),
+            &spec(WaitPolicy::FOREVER, Duration::from_secs(10)),
             || script.attempt(),
         )
         .await;
@@ -778,7 +778,7 @@ mod tests {
         };
         let got = wait_for(
             &waiters,
-            &spec(WaitPolicy::forever(), Duration::from_secs(10)),
+            &spec(WaitPolicy::FOREVER, Duration::from_secs(10)),
             || script.attempt(),
         )
         .await;
@@ -813,7 +813,7 @@ mod tests {
             other => panic!("{other:?}"),
         }
         let script = Script::new(vec![]);
-        let policy = WaitPolicy::forever().with_max_attempts(3);
+        let policy = WaitPolicy::FOREVER.with_max_attempts(3);
         let err = wait_for(&waiters, &spec(policy, Duration::from_millis(5)), || {
             script.attempt()
         })
@@ -842,7 +842,7 @@ mod tests {
         let script = Script::new(vec![Err(Error::invalid("permanent"))]);
         let got = wait_for(
             &waiters,
-            &spec(WaitPolicy::forever(), Duration::from_millis(20)),
+            &spec(WaitPolicy::FOREVER, Duration::from_millis(20)),
             || script.attempt(),
         )
         .await;
