@@ -94,7 +94,9 @@ struct Landed {
 /// # Examples
 ///
 /// ```
-/// # fenced_testkit::doctest(|url| async move {
+/// # fenced_testkit::doctest(|test_url| async move {
+/// let url = "redis://127.0.0.1:6379"; // your server
+/// # let url = test_url;
 /// use std::time::Duration;
 ///
 /// let client = fenced::Client::connect(&url).await?;

@@ -35,7 +35,9 @@ use crate::token::hex;
 /// # Examples
 ///
 /// ```
-/// # fenced_testkit::doctest(|url| async move {
+/// # fenced_testkit::doctest(|test_url| async move {
+/// let url = "redis://127.0.0.1:6379"; // your server
+/// # let url = test_url;
 /// let client = fenced::Client::connect(&url).await?;
 /// let guard = client.lock("product:10100101:shopping").acquire().await?;
 /// println!("holding with fencing token {}", guard.fencing_token());

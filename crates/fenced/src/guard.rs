@@ -25,7 +25,9 @@ use crate::token::FencingToken;
 /// code that needs the token says so.
 ///
 /// ```
-/// # fenced_testkit::doctest(|url| async move {
+/// # fenced_testkit::doctest(|test_url| async move {
+/// let url = "redis://127.0.0.1:6379"; // your server
+/// # let url = test_url;
 /// use fenced::FencedGuard;
 ///
 /// /// Writes under any kind of lease, and gives it back.

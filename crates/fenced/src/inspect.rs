@@ -254,7 +254,9 @@ impl Lock {
     /// master down does not hide the others.
     ///
     /// ```
-    /// # fenced_testkit::doctest(|url| async move {
+    /// # fenced_testkit::doctest(|test_url| async move {
+    /// let url = "redis://127.0.0.1:6379"; // your server
+    /// # let url = test_url;
     /// let client = fenced::Client::connect(&url).await?;
     /// let _held = client.lock("report").acquire().await?;
     /// for node in client.lock("report").status_by_node().await? {

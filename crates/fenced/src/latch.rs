@@ -28,7 +28,9 @@ use crate::wait::WaitPolicy;
 /// # Examples
 ///
 /// ```
-/// # fenced_testkit::doctest(|url| async move {
+/// # fenced_testkit::doctest(|test_url| async move {
+/// let url = "redis://127.0.0.1:6379"; // your server
+/// # let url = test_url;
 /// let client = fenced::Client::connect(&url).await?;
 /// let ready = client.latch("deploy:2026-11-23:shards-ready");
 /// assert!(ready.arm(2).await?);

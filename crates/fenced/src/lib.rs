@@ -2,7 +2,9 @@
 //! lost lock harmless.
 //!
 //! ```
-//! # fenced_testkit::doctest(|url| async move {
+//! # fenced_testkit::doctest(|test_url| async move {
+//! let url = "redis://127.0.0.1:6379"; // your server
+//! # let url = test_url;
 //! use std::time::Duration;
 //! use fenced::Client;
 //! use fenced::resource::FencedWrite;
@@ -219,7 +221,9 @@ pub use fair::FairLock;
 /// # Examples
 ///
 /// ```
-/// # fenced_testkit::doctest(|url| async move {
+/// # fenced_testkit::doctest(|test_url| async move {
+/// let url = "redis://127.0.0.1:6379"; // your server
+/// # let url = test_url;
 /// struct Orders {
 ///     client: fenced::Client,
 /// }

@@ -24,7 +24,9 @@ use crate::token::OwnerToken;
 /// # Examples
 ///
 /// ```
-/// # fenced_testkit::doctest(|url| async move {
+/// # fenced_testkit::doctest(|test_url| async move {
+/// let url = "redis://127.0.0.1:6379"; // your server
+/// # let url = test_url;
 /// use std::time::Duration;
 /// use fenced::{Client, WaitPolicy};
 ///
@@ -216,7 +218,9 @@ impl Lock {
     /// # Examples
     ///
     /// ```
-    /// # fenced_testkit::doctest(|url| async move {
+    /// # fenced_testkit::doctest(|test_url| async move {
+    /// let url = "redis://127.0.0.1:6379"; // your server
+    /// # let url = test_url;
     /// let client = fenced::Client::connect(&url).await?;
     /// let stock = client.resource("stock:10100101");
     /// let sold = client

@@ -32,7 +32,9 @@ pub const MAX_MULTI_NAMES: usize = 64;
 /// # Examples
 ///
 /// ```
-/// # fenced_testkit::doctest(|url| async move {
+/// # fenced_testkit::doctest(|test_url| async move {
+/// let url = "redis://127.0.0.1:6379"; // your server
+/// # let url = test_url;
 /// let client = fenced::Client::connect(&url).await?;
 /// // A transfer locks both accounts, in whichever order the caller names them.
 /// let both = client.multi_lock(["account:7", "account:3"])?;

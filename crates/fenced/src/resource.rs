@@ -77,7 +77,9 @@ fn check_field_count(n: usize) -> Result<()> {
 /// # Examples
 ///
 /// ```
-/// # fenced_testkit::doctest(|url| async move {
+/// # fenced_testkit::doctest(|test_url| async move {
+/// let url = "redis://127.0.0.1:6379"; // your server
+/// # let url = test_url;
 /// use fenced::FencingToken;
 /// use fenced::resource::FencedWrite;
 ///
@@ -100,7 +102,9 @@ fn check_field_count(n: usize) -> Result<()> {
 /// reader's token as the highest, so after B's read every write of A is refused:
 ///
 /// ```
-/// # fenced_testkit::doctest(|url| async move {
+/// # fenced_testkit::doctest(|test_url| async move {
+/// let url = "redis://127.0.0.1:6379"; // your server
+/// # let url = test_url;
 /// use fenced::resource::{FencedRead, FencedUpdate};
 ///
 /// let client = fenced::Client::connect(&url).await?;

@@ -39,7 +39,9 @@ pub const MAX_PERMITS: u32 = 1_000_000;
 /// # Examples
 ///
 /// ```
-/// # fenced_testkit::doctest(|url| async move {
+/// # fenced_testkit::doctest(|test_url| async move {
+/// let url = "redis://127.0.0.1:6379"; // your server
+/// # let url = test_url;
 /// let client = fenced::Client::connect(&url).await?;
 /// let downloads = client.semaphore("downloads", 2);
 ///

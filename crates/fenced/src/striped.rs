@@ -22,7 +22,9 @@ pub const MAX_STRIPES: u32 = 1 << 20;
 /// # Examples
 ///
 /// ```
-/// # fenced_testkit::doctest(|url| async move {
+/// # fenced_testkit::doctest(|test_url| async move {
+/// let url = "redis://127.0.0.1:6379"; // your server
+/// # let url = test_url;
 /// let client = fenced::Client::connect(&url).await?;
 /// let products = client.striped_lock("products", 64)?;
 /// let guard = products.lock_for("product:10100101").acquire().await?;

@@ -178,7 +178,9 @@ impl Client {
     /// hands [`retry_ticket`](Self::retry_ticket) on, so the lease never stays held by nobody.
     ///
     /// ```
-    /// # fenced_testkit::doctest(|url| async move {
+    /// # fenced_testkit::doctest(|test_url| async move {
+    /// let url = "redis://127.0.0.1:6379"; // your server
+    /// # let url = test_url;
     /// let client = fenced::Client::connect(&url).await?;
     /// let ticket = client.lock("order:7").acquire().await?.into_ticket();
     /// // ... queue the work with the ticket; a worker, with a client of its own:

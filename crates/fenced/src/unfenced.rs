@@ -36,7 +36,9 @@ use crate::token::OwnerToken;
 /// # Examples
 ///
 /// ```
-/// # fenced_testkit::doctest(|url| async move {
+/// # fenced_testkit::doctest(|test_url| async move {
+/// let url = "redis://127.0.0.1:6379"; // your server
+/// # let url = test_url;
 /// use fenced::LeaseGuard;
 ///
 /// let client = fenced::Client::connect(&url).await?;

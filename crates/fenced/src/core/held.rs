@@ -420,7 +420,9 @@ impl Drop for Held {
 /// Use it cooperatively: check it between steps and stop as soon as it fails.
 ///
 /// ```
-/// # fenced_testkit::doctest(|url| async move {
+/// # fenced_testkit::doctest(|test_url| async move {
+/// let url = "redis://127.0.0.1:6379"; // your server
+/// # let url = test_url;
 /// let client = fenced::Client::connect(&url).await?;
 /// let guard = client.lock("nightly-report").acquire().await?;
 /// let lease = guard.lease();

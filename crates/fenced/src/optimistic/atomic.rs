@@ -93,7 +93,9 @@ impl Client {
     /// # Examples
     ///
     /// ```
-    /// # fenced_testkit::doctest(|url| async move {
+    /// # fenced_testkit::doctest(|test_url| async move {
+    /// let url = "redis://127.0.0.1:6379"; // your server
+    /// # let url = test_url;
     /// use fenced::optimistic::CasOutcome;
     ///
     /// let client = fenced::Client::connect(&url).await?;
@@ -193,7 +195,9 @@ impl Client {
     /// # Examples
     ///
     /// ```
-    /// # fenced_testkit::doctest(|url| async move {
+    /// # fenced_testkit::doctest(|test_url| async move {
+    /// let url = "redis://127.0.0.1:6379"; // your server
+    /// # let url = test_url;
     /// let client = fenced::Client::connect(&url).await?;
     /// assert_eq!(client.set_max("high-score", 40).await?, 40);
     /// assert_eq!(client.set_max("high-score", 12).await?, 40);
@@ -237,7 +241,9 @@ impl Client {
     /// # Examples
     ///
     /// ```
-    /// # fenced_testkit::doctest(|url| async move {
+    /// # fenced_testkit::doctest(|test_url| async move {
+    /// let url = "redis://127.0.0.1:6379"; // your server
+    /// # let url = test_url;
     /// use fenced::optimistic::Stock;
     ///
     /// let client = fenced::Client::connect(&url).await?;

@@ -141,7 +141,9 @@ impl Client {
     /// The flash-sale purchase: buy one item if any is left.
     ///
     /// ```
-    /// # fenced_testkit::doctest(|url| async move {
+    /// # fenced_testkit::doctest(|test_url| async move {
+    /// let url = "redis://127.0.0.1:6379"; // your server
+    /// # let url = test_url;
     /// let client = fenced::Client::connect(&url).await?;
     /// # let mut c = fenced::redis::Client::open(url.as_str())?.get_multiplexed_async_connection().await?;
     /// # let _: () = fenced::redis::cmd("SET").arg("stock:42").arg(20).query_async(&mut c).await?;
