@@ -19,12 +19,12 @@ use std::time::Duration;
 use fenced::optimistic::Stock;
 use fenced::resource::FencedWrite;
 use fenced::{Client, WaitPolicy};
-use fenced_testkit::RedisServer;
 use serde_json::{Value, json};
 use tokio::sync::Mutex;
 use tokio::time::Instant;
 
 use crate::args::{DEFAULT_REDIS, Global};
+use crate::cmd::throwaway::Throwaway;
 use crate::cmd::{address, check_url, connect_to};
 use crate::exit::{self, Failure};
 
@@ -34,7 +34,7 @@ struct Target {
     url: String,
     namespace: String,
     /// Kept alive for the demo's duration; stopped on drop.
-    throwaway: Option<RedisServer>,
+    throwaway: Option<Throwaway>,
 }
 
 pub async fn demo(global: &Global) -> Result<u8, Failure> {
@@ -124,7 +124,7 @@ async fn pick_server(global: &Global) -> Result<Target, Failure> {
             throwaway: None,
         });
     }
-    let server = RedisServer::start().map_err(|e| {
+    let server = Throwaway::start().map_err(|e| {
         Failure::new(
             exit::UNAVAILABLE,
             format!("cannot start a throwaway redis-server: {e}"),

@@ -8,6 +8,7 @@ pub mod inspect;
 pub mod latch;
 pub mod run;
 pub mod supervise;
+pub mod throwaway;
 pub mod ticket;
 pub mod top;
 
