@@ -689,7 +689,7 @@ fn check_no_overlap(log: &Path, sections: usize) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_run_takes_its_command_and_every_descendant_with_it() {
-    // Issue 9, items 6 and 7: SIGKILL of `fenced` (nothing of it can run any more) must not
+    // SIGKILL of `fenced` (nothing of it can run any more) must not
     // leave CMD, its children, or a double-forked job re-parented away from CMD working on
     // while the next holder runs.
     let s = server();
@@ -741,7 +741,7 @@ async fn a_killed_run_takes_its_command_and_every_descendant_with_it() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lost_lease_stops_double_forked_jobs_and_a_normal_exit_stops_leftovers() {
-    // Issue 9, item 7: `(job &)` is re-parented away from CMD; it is stopped all the same.
+    // `(job &)` is re-parented away from CMD; it is stopped all the same.
     let s = server();
     let c = client(&s).await;
     let dir = tempfile::tempdir().unwrap();
@@ -796,7 +796,6 @@ async fn a_lost_lease_stops_double_forked_jobs_and_a_normal_exit_stops_leftovers
 async fn non_utf8_names_are_usage_errors_and_command_arguments_pass_byte_exact() {
     use std::ffi::OsStr;
     use std::os::unix::ffi::OsStrExt;
-    // Issue 9, item 13.
     let s = server();
     let bad = OsStr::from_bytes(b"bad\xffname");
     for args in [
@@ -837,7 +836,7 @@ async fn non_utf8_names_are_usage_errors_and_command_arguments_pass_byte_exact()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_that_does_not_speak_resp_gives_69_in_one_line() {
-    // Issue 9, item 14: a web server where Redis was expected.
+    // A web server where Redis was expected.
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
     std::thread::spawn(move || {
@@ -870,7 +869,7 @@ async fn a_server_that_does_not_speak_resp_gives_69_in_one_line() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_two_second_partition_during_the_wait_does_not_end_it() {
-    // Issue 9, item 11: `--wait 30s` rides out a connection blip.
+    // `--wait 30s` rides out a connection blip.
     let s = server();
     let proxy = fenced_testkit::Proxy::start(s.addr()).unwrap();
     let c = client(&s).await;
@@ -1321,7 +1320,7 @@ async fn a_lost_lease_terms_processes_adopted_after_the_first_pass_and_exits_76_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ctrl_c_on_a_terminal_reaches_the_command_once_even_with_stdin_redirected() {
-    // Issue 9, item 10: whether Ctrl-C already reached CMD is decided from the controlling
+    // Whether Ctrl-C already reached CMD is decided from the controlling
     // terminal's foreground process group, not from stdin. `script` gives fenced a terminal
     // (a pty, with fenced in its foreground group); stdin comes from /dev/null.
     let s = server();

@@ -135,7 +135,7 @@ async fn fencing_compares_every_u64_exactly() {
     assert_eq!(r.get("f").await.unwrap().as_deref(), Some(&b"2"[..]));
 }
 
-/// The review's interleaving (issue 9, item 5): A reads the stock and pauses past its lease;
+/// The read-modify-write interleaving: A reads the stock and pauses past its lease;
 /// B acquires and reads the same stock; A's write must be refused although B has not written
 /// yet, or both would sell the same unit.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,6 +1,6 @@
 //! The guard never claims more validity than Redis grants, and a lease ends for every clone
-//! when its guard gives it back. Regression tests of the review's findings (issue 9, items
-//! 1–3 and 11), each on a real server, through the fault proxy where a fault is needed.
+//! when its guard gives it back; each on a real server, through the fault proxy where a fault
+//! is needed.
 
 use std::time::Duration;
 

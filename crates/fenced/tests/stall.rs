@@ -1,4 +1,4 @@
-//! The shortest lease survives a busy machine (issue 9, item 4): 200 leases of `MIN_TTL`,
+//! The shortest lease survives a busy machine: 200 leases of `MIN_TTL`,
 //! held for 5 s while a CPU hog spins on every core, lose nothing.
 //!
 //! A test binary of its own, so the hog does not slow the other tests down (Cargo runs test

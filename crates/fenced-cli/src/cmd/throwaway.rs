@@ -26,7 +26,14 @@ impl Throwaway {
             let port = free_port().map_err(|e| format!("no free loopback port: {e}"))?;
             let child = Command::new(&binary)
                 .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-                .args(["--save", "", "--appendonly", "no", "--protected-mode", "yes"])
+                .args([
+                    "--save",
+                    "",
+                    "--appendonly",
+                    "no",
+                    "--protected-mode",
+                    "yes",
+                ])
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
@@ -57,7 +64,10 @@ impl Throwaway {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
-        Err(format!("redis-server did not answer on port {} in time", self.port))
+        Err(format!(
+            "redis-server did not answer on port {} in time",
+            self.port
+        ))
     }
 }
 

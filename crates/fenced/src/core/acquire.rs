@@ -312,7 +312,7 @@ impl Core {
         let Some(call) = kind.resume(&owner, ttl_millis(ttl), epoch, take_over) else {
             attempt.answered();
             return Err(Error::unsupported(format!(
-                "a {} lease is not handed between processes",
+                "a {} is not handed between processes",
                 kind.primitive()
             )));
         };

@@ -68,9 +68,20 @@ impl Primitive {
     }
 }
 
+/// The words a message uses for it (the label is for metrics and spans).
 impl std::fmt::Display for Primitive {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
+        f.write_str(match self {
+            Primitive::Lock => "lock",
+            Primitive::ReentrantLock => "re-entrant lock",
+            Primitive::Semaphore => "semaphore",
+            Primitive::RwRead => "read lease of a read-write lock",
+            Primitive::RwWrite => "write lease of a read-write lock",
+            Primitive::FairLock => "fair lock",
+            Primitive::MultiLock => "multi-lock",
+            Primitive::UnfencedLock => "unfenced lock",
+            Primitive::Election => "election",
+        })
     }
 }
 
