@@ -37,18 +37,20 @@
 //!    too: one the server refuses is dropped for good, and never takes the connection (or
 //!    the other subscriptions) down with it.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use tokio::sync::{Notify, Semaphore, SemaphorePermit, mpsc, oneshot};
-use tokio::time::Instant;
 
-use crate::backend::PubSubRoute;
-use crate::core::feed::{Event, Feed, Source};
-use crate::core::handover::{MAX_IN_A_ROW, Offer};
-use crate::kind::{HandOverTo, Wake};
-use crate::util::{Backoff, lock_unpoisoned, sleep_until_opt};
+use crate::core::handover::Offer;
+use crate::kind::Wake;
+use crate::util::lock_unpoisoned;
+
+mod offers;
+mod task;
+
+pub(crate) use task::start;
 
 /// The waiters of one name in this process.
 pub(crate) struct WaitQueue {
@@ -267,112 +269,6 @@ impl LocalWaiters {
         }
     }
 
-    /// Posts a waiter's offer to take a lock straight from a local holder: at the back as it
-    /// joins the queue, at the front when the head renews its offer.
-    pub(crate) fn post_offer(&self, to: HandOverTo<'_>, offer: Offer, front: bool) {
-        let mut guard = self.queues();
-        let push = |offers: &mut std::collections::VecDeque<Offer>| {
-            // Offers of waiters that have gone are dropped on the way.
-            offers.retain(Offer::is_live);
-            if front {
-                offers.push_front(offer);
-            } else {
-                offers.push_back(offer);
-            }
-        };
-        match to {
-            HandOverTo::LocalQueue(channel) => {
-                if let Some(q) = guard.by_key.get(channel) {
-                    push(&mut lock_unpoisoned(&q.offers));
-                }
-            }
-            HandOverTo::FairHead(key) => {
-                // Locks whose fair waiters all went leave nothing behind.
-                guard.fair_offers.retain(|k, offers| {
-                    k == key || {
-                        offers.retain(Offer::is_live);
-                        !offers.is_empty()
-                    }
-                });
-                push(guard.fair_offers.entry(key.to_owned()).or_default());
-            }
-        }
-    }
-
-    /// Takes the first live offer standing for `to`; for a local queue, none once its channel
-    /// was handed over `MAX_IN_A_ROW` times in a row (the holder then releases as usual, which
-    /// ends the run).
-    pub(crate) fn take_offer(&self, to: HandOverTo<'_>) -> Option<Offer> {
-        if !self.any_queue() {
-            return None;
-        }
-        let mut queues = self.queues();
-        let first_live = |offers: &mut std::collections::VecDeque<Offer>| {
-            std::iter::from_fn(|| offers.pop_front()).find(Offer::is_live)
-        };
-        match to {
-            HandOverTo::LocalQueue(channel) => {
-                if queues
-                    .streaks
-                    .get(channel)
-                    .is_some_and(|n| *n >= MAX_IN_A_ROW)
-                {
-                    return None;
-                }
-                let q = queues.by_key.get(channel)?;
-                first_live(&mut lock_unpoisoned(&q.offers))
-            }
-            HandOverTo::FairHead(key) => {
-                let offers = queues.fair_offers.get_mut(key)?;
-                let offer = first_live(offers);
-                if offers.is_empty() {
-                    queues.fair_offers.remove(key);
-                }
-                offer
-            }
-        }
-    }
-
-    /// Counts a handover of a local queue's channel, and records that its lock is held by this
-    /// process. (A fair lock's handovers follow its queue in Redis: nothing to count.)
-    pub(crate) fn handed_over(&self, to: HandOverTo<'_>) {
-        let HandOverTo::LocalQueue(channel) = to else {
-            return;
-        };
-        let mut guard = self.queues();
-        let queues = &mut *guard;
-        if !queues.streaks.contains_key(channel) {
-            self.live_streaks
-                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        }
-        *queues.streaks.entry(channel.to_owned()).or_insert(0) += 1;
-        if let Some(q) = queues.by_key.get(channel) {
-            q.held_here
-                .store(true, std::sync::atomic::Ordering::Relaxed);
-        }
-    }
-
-    /// Ends `channel`'s run of handovers: an ordinary release let everyone try.
-    pub(crate) fn end_streak(&self, channel: &str) {
-        if self.live_streaks.load(std::sync::atomic::Ordering::SeqCst) == 0 {
-            return;
-        }
-        if self.queues().streaks.remove(channel).is_some() {
-            self.live_streaks
-                .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
-        }
-    }
-
-    /// True while `channel`'s lock is known to be held by this process after a handover.
-    pub(crate) fn is_held_here(&self, channel: &str) -> bool {
-        self.any_queue()
-            && self
-                .queues()
-                .by_key
-                .get(channel)
-                .is_some_and(|q| q.held_here.load(std::sync::atomic::Ordering::Relaxed))
-    }
-
     /// Makes sure this client is subscribed to `channel`; true once the server confirmed it.
     /// False means notifications are unavailable for now and the waiter relies on polling.
     pub(crate) async fn subscribe(&self, channel: &str, timeout: Duration) -> bool {
@@ -483,203 +379,6 @@ fn twin(prefix: Option<&str>, channel: &str) -> Option<String> {
 
 /// The most heads one queue lets talk to Redis at once, however many permits a semaphore has.
 const MAX_HEADS: usize = 64;
-
-/// Starts the pub/sub task of one client and returns the registry it serves. `route`:
-/// where subscriptions go (`core/feed.rs`).
-pub(crate) fn start(
-    route: PubSubRoute,
-    client_id: Arc<str>,
-    timeout: Duration,
-    key_events: Option<Arc<str>>,
-) -> Arc<LocalWaiters> {
-    let (commands, rx) = mpsc::unbounded_channel();
-    let local = Arc::new(LocalWaiters {
-        queues: Mutex::new(Queues::default()),
-        live_queues: 0.into(),
-        live_streaks: 0.into(),
-        client_id,
-        commands,
-        key_events: key_events.clone(),
-    });
-    tokio::spawn(run(
-        Source::from(route),
-        Arc::downgrade(&local),
-        rx,
-        timeout,
-        key_events,
-    ));
-    local
-}
-
-/// The pub/sub task: owns the one pub/sub connection, (re)subscribes, and routes messages.
-/// It ends when the client (the last sender of commands) is gone.
-async fn run(
-    mut source: Source,
-    local: std::sync::Weak<LocalWaiters>,
-    mut commands: mpsc::UnboundedReceiver<Command>,
-    timeout: Duration,
-    key_events: Option<Arc<str>>,
-) {
-    let mut wanted: HashSet<String> = HashSet::new();
-    // Keyspace channels beside wanted release channels (invariant 7), subscribed on their
-    // own so that one the server refuses (an ACL without its pattern) costs only itself.
-    let mut twins = Twins::default();
-    let mut feed: Option<Feed> = None;
-    let mut reconnect_at: Option<Instant> = None;
-    let mut reconnect = Backoff::new(Duration::from_millis(50), Duration::from_secs(2));
-    let wake_all = |local: &std::sync::Weak<LocalWaiters>| {
-        if let Some(local) = local.upgrade() {
-            local.wake_all_heads();
-        }
-    };
-
-    loop {
-        tokio::select! {
-            command = commands.recv() => {
-                let Some(command) = command else { break };
-                match command {
-                    Command::Subscribe(channel, ack) => {
-                        let fresh = wanted.insert(channel.clone());
-                        let ok = match feed.as_mut() {
-                            // Connecting subscribes to everything wanted, this channel included.
-                            None => {
-                                feed = source.connect(&wanted, timeout).await;
-                                twins.resubscribe(&mut feed, timeout).await;
-                                feed.is_some()
-                            }
-                            Some(f) if fresh => {
-                                let ok = f.subscribe(&[&channel], timeout).await;
-                                if !ok {
-                                    feed = None;
-                                }
-                                ok
-                            }
-                            Some(_) => true,
-                        };
-                        if !ok {
-                            reconnect_at = Some(Instant::now() + reconnect.next_wait());
-                        }
-                        if let Some(twin) = twin(key_events.as_deref(), &channel) {
-                            twins.want(twin, &mut feed, timeout).await;
-                        }
-                        let _ = ack.send(ok);
-                    }
-                    Command::Unsubscribe(channel) => {
-                        wanted.remove(&channel);
-                        if let Some(twin) = twin(key_events.as_deref(), &channel) {
-                            twins.drop_one(&twin, &mut feed, timeout).await;
-                        }
-                        if let Some(f) = feed.as_mut()
-                            && !f.unsubscribe(&channel, timeout).await
-                        {
-                            feed = None;
-                            // Other channels still need their subscriptions: reconnect.
-                            reconnect_at = Some(Instant::now());
-                        }
-                    }
-                }
-            }
-            event = next_event(&mut feed) => {
-                match event {
-                    Event::Message(msg) => {
-                        if let Some(local) = local.upgrade() {
-                            local.on_message(msg.get_channel_name(), msg.get_payload_bytes());
-                        }
-                    }
-                    // Its slot moved (feed invariant 2): subscribe on the new master, and let
-                    // the heads retry, since a release may have gone by meanwhile.
-                    // (A channel no longer wanted is our own unsubscribe's confirmation.)
-                    Event::Dropped(channel) if wanted.contains(&channel) => {
-                        if let Some(f) = feed.as_mut()
-                            && !f.subscribe(&[&channel], timeout).await
-                        {
-                            feed = None;
-                            reconnect_at = Some(Instant::now() + reconnect.next_wait());
-                        }
-                        wake_all(&local);
-                    }
-                    Event::Dropped(_) => {}
-                    Event::Reconnecting => wake_all(&local),
-                    Event::Closed => {
-                        tracing::debug!("fenced: pub/sub connection closed; waiters poll until it is back");
-                        feed = None;
-                        reconnect_at = Some(Instant::now());
-                    }
-                }
-            }
-            _ = sleep_until_opt(reconnect_at), if reconnect_at.is_some() && feed.is_none() && !wanted.is_empty() => {
-                feed = source.connect(&wanted, timeout).await;
-                if feed.is_some() {
-                    twins.resubscribe(&mut feed, timeout).await;
-                    reconnect_at = None;
-                    reconnect.reset();
-                    // A release may have been published while we were away: let every head
-                    // retry now instead of waiting out its poll interval.
-                    wake_all(&local);
-                } else {
-                    reconnect_at = Some(Instant::now() + reconnect.next_wait());
-                }
-            }
-        }
-    }
-}
-
-/// The keyspace channels the task keeps beside release channels (invariant 7).
-#[derive(Default)]
-struct Twins {
-    /// Wanted, and not refused.
-    wanted: HashSet<String>,
-    /// Refused by the server: never asked again (the waiters hear the releases' own
-    /// messages, or poll).
-    refused: HashSet<String>,
-}
-
-impl Twins {
-    async fn want(&mut self, twin: String, feed: &mut Option<Feed>, timeout: Duration) {
-        if self.refused.contains(&twin) || !self.wanted.insert(twin.clone()) {
-            return;
-        }
-        if let Some(f) = feed.as_mut() {
-            self.subscribe(f, &twin, timeout).await;
-        }
-    }
-
-    async fn drop_one(&mut self, twin: &str, feed: &mut Option<Feed>, timeout: Duration) {
-        if self.wanted.remove(twin)
-            && let Some(f) = feed.as_mut()
-        {
-            // A connection that does not answer is replaced at the next subscription anyway.
-            let _ = f.unsubscribe(twin, timeout).await;
-        }
-    }
-
-    /// After connecting: every wanted twin again.
-    async fn resubscribe(&mut self, feed: &mut Option<Feed>, timeout: Duration) {
-        let Some(f) = feed.as_mut() else { return };
-        let twins: Vec<String> = self.wanted.iter().cloned().collect();
-        for twin in twins {
-            self.subscribe(f, &twin, timeout).await;
-        }
-    }
-
-    async fn subscribe(&mut self, feed: &mut Feed, twin: &str, timeout: Duration) {
-        if feed.try_subscribe(twin, timeout).await == Some(false) {
-            tracing::warn!(
-                channel = twin,
-                "fenced: the server refused a keyspace channel; its waiters hear only published releases"
-            );
-            self.wanted.remove(twin);
-            self.refused.insert(twin.to_owned());
-        }
-    }
-}
-
-async fn next_event(feed: &mut Option<Feed>) -> Event {
-    match feed {
-        Some(f) => f.next().await,
-        None => std::future::pending().await,
-    }
-}
 
 #[cfg(test)]
 mod tests {
