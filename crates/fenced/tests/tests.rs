@@ -31,6 +31,7 @@ mod hostile;
 mod inspect;
 mod key_events;
 mod latch;
+mod layout;
 mod lease_validity;
 #[cfg(feature = "macros")]
 mod locked;

@@ -1,0 +1,187 @@
+//! No two files of the library import each other, directly or through others
+//! (`docs/internals.md`, "Which file may use which"): read from the sources themselves.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::Path;
+
+/// Every source file of the library, by module path (`core::notify`, `lib` as the root "").
+fn modules(root: &Path) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    let mut dirs = vec![root.to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                dirs.push(path);
+                continue;
+            }
+            if path.extension().is_none_or(|e| e != "rs") {
+                continue;
+            }
+            let rel = path.strip_prefix(root).unwrap().with_extension("");
+            let mut parts: Vec<String> = rel
+                .components()
+                .map(|c| c.as_os_str().to_string_lossy().into_owned())
+                .collect();
+            if parts.last().is_some_and(|p| p == "mod" || p == "lib") {
+                parts.pop();
+            }
+            let code: String = std::fs::read_to_string(&path)
+                .unwrap()
+                .lines()
+                .take_while(|l| !(l.starts_with("#[cfg(") && l.contains("test")))
+                .filter(|l| !l.trim_start().starts_with("//"))
+                .collect::<Vec<_>>()
+                .join("\n");
+            out.insert(parts.join("::"), code);
+        }
+    }
+    out
+}
+
+/// Every `use` statement of `code`, whole (over several lines), with what precedes `use`.
+fn use_statements(code: &str) -> Vec<(&str, String)> {
+    let mut out = Vec::new();
+    for (i, _) in code.match_indices("use ") {
+        let line_start = code[..i].rfind('\n').map_or(0, |n| n + 1);
+        let before = code[line_start..i].trim();
+        if !matches!(before, "" | "pub" | "pub(crate)" | "pub(super)") {
+            continue;
+        }
+        let rest = &code[i + "use ".len()..];
+        let end = rest.find(';').unwrap_or(rest.len());
+        out.push((before, rest[..end].to_owned()));
+    }
+    out
+}
+
+/// `a::{b, c::{d, e}}` → `a::b`, `a::c::d`, `a::c::e`.
+fn expand(path: &str) -> Vec<String> {
+    let path: String = path.chars().filter(|c| !c.is_whitespace()).collect();
+    let Some(open) = path.find('{') else {
+        return vec![path];
+    };
+    if !path.ends_with('}') {
+        return vec![path];
+    }
+    let (prefix, body) = (&path[..open], &path[open + 1..path.len() - 1]);
+    let (mut parts, mut depth, mut current) = (Vec::new(), 0, String::new());
+    for c in body.chars() {
+        match c {
+            '{' => depth += 1,
+            '}' => depth -= 1,
+            ',' if depth == 0 => {
+                parts.push(std::mem::take(&mut current));
+                continue;
+            }
+            _ => {}
+        }
+        current.push(c);
+    }
+    parts.push(current);
+    parts
+        .iter()
+        .filter(|p| !p.is_empty())
+        .flat_map(|p| expand(&format!("{prefix}{p}")))
+        .collect()
+}
+
+/// The identifier path that starts at `text` (`core::notify::LocalWaiters`).
+fn path_at(text: &str) -> &str {
+    let end = text
+        .find(|c: char| !(c.is_alphanumeric() || c == '_' || c == ':'))
+        .unwrap_or(text.len());
+    text[..end].trim_end_matches(':')
+}
+
+#[test]
+fn no_two_files_of_the_library_import_each_other() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let modules = modules(&root);
+    let join = |m: &str, child: &str| {
+        if m.is_empty() {
+            child.to_owned()
+        } else {
+            format!("{m}::{child}")
+        }
+    };
+    // Names a module re-exports from a file of its own: a use of them is a use of that file.
+    let mut aliases: HashMap<(String, String), String> = HashMap::new();
+    for (m, code) in &modules {
+        for (before, rest) in use_statements(code) {
+            if before.is_empty() {
+                continue;
+            }
+            for full in expand(&rest) {
+                let mut parts = full.split("::");
+                let child = join(m, parts.next().unwrap_or(""));
+                if modules.contains_key(&child) {
+                    let name = full.rsplit("::").next().unwrap_or("").to_owned();
+                    aliases.insert((m.clone(), name), child);
+                }
+            }
+        }
+    }
+    let resolve = |path: &str| -> Option<String> {
+        let parts: Vec<&str> = path.split("::").collect();
+        for i in (1..parts.len()).rev() {
+            if let Some(child) = aliases.get(&(parts[..i].join("::"), parts[i].to_owned())) {
+                return Some(child.clone());
+            }
+        }
+        (1..=parts.len())
+            .rev()
+            .map(|i| parts[..i].join("::"))
+            .find(|m| modules.contains_key(m))
+    };
+    let mut edges: BTreeMap<&str, BTreeSet<String>> = BTreeMap::new();
+    for (m, code) in &modules {
+        let mut uses = Vec::new();
+        let up = m.rsplit_once("::").map_or("", |(parent, _)| parent);
+        for (before, rest) in use_statements(code) {
+            for path in expand(&rest) {
+                if let Some(p) = path.strip_prefix("crate::") {
+                    uses.push(p.to_owned());
+                } else if let Some(p) = path.strip_prefix("super::") {
+                    uses.push(join(up, p));
+                } else if before.is_empty() {
+                    // A file's private use of its own files (`use renew::Renewer`).
+                    uses.push(join(m, &path));
+                }
+            }
+        }
+        // Paths written out in the code (`crate::kind::wrong_type(..)`).
+        for (i, _) in code.match_indices("crate::") {
+            uses.push(path_at(&code[i + "crate::".len()..]).to_owned());
+        }
+        for (i, _) in code.match_indices("super::") {
+            uses.push(join(up, path_at(&code[i + "super::".len()..])));
+        }
+        for used in uses {
+            if let Some(target) = resolve(&used)
+                && target != *m
+                && !target.is_empty()
+            {
+                edges.entry(m).or_default().insert(target);
+            }
+        }
+    }
+    // A circle: a module that reaches itself again.
+    for start in modules.keys() {
+        let mut stack = vec![(start.clone(), vec![start.clone()])];
+        let mut seen = BTreeSet::new();
+        while let Some((at, path)) = stack.pop() {
+            for next in edges.get(at.as_str()).into_iter().flatten() {
+                if next == start {
+                    panic!("an import circle: {} -> {start}", path.join(" -> "));
+                }
+                if seen.insert(next.clone()) {
+                    let mut longer = path.clone();
+                    longer.push(next.clone());
+                    stack.push((next.clone(), longer));
+                }
+            }
+        }
+    }
+    assert!(edges.len() > 30, "the sources were not read: {edges:?}");
+}
