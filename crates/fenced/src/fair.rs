@@ -200,11 +200,9 @@ impl FairLock {
         let waiter: Arc<str> = OwnerToken::fresh()?.as_str()[..16].into();
         let channel = format!("{}{waiter}", self.channel_prefix);
         let req = self.opts.request(&self.name, &channel, ttl, 1);
-        let granted = self
-            .core
-            .try_once(&req, self.kind(&waiter, false), OwnerToken::fresh()?)
-            .await?;
-        Ok(granted.ok().map(LockGuard::new))
+        let next = || Ok((self.kind(&waiter, false), OwnerToken::fresh()?));
+        let granted = self.core.try_with(&req, next).await?;
+        Ok(granted.map(LockGuard::new))
     }
 }
 

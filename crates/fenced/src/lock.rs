@@ -128,21 +128,9 @@ impl Lock {
     /// the background.
     pub async fn try_acquire(&self) -> Result<Option<LockGuard>> {
         let ttl = self.opts.checked_ttl(&self.core, "lock", &self.name)?;
-        let span = tracing::debug_span!("fenced.try_acquire", fenced.name = %self.name, fenced.primitive = "lock", fenced.token = tracing::field::Empty);
-        async move {
-            let (kind, owner) = self.next_attempt()?;
-            let granted = self
-                .core
-                .try_once(
-                    &self.opts.request(&self.name, &self.keys.channel, ttl, 1),
-                    kind,
-                    owner,
-                )
-                .await?;
-            Ok(granted.ok().map(LockGuard::new))
-        }
-        .instrument(span)
-        .await
+        let req = self.opts.request(&self.name, &self.keys.channel, ttl, 1);
+        let granted = self.core.try_with(&req, || self.next_attempt()).await?;
+        Ok(granted.map(LockGuard::new))
     }
 
     /// Takes the lease, waiting for it by the lock's [`WaitPolicy`](crate::WaitPolicy).
@@ -159,7 +147,7 @@ impl Lock {
     /// clock. Transient failures (a reset connection, a timeout, `LOADING`, a failover) are
     /// retried with jittered backoff within the deadline and the attempt limit, and the last
     /// one ([`Error::Unavailable`], [`Error::Timeout`]) is returned when they run out; with
-    /// [`WaitPolicy::forever`](crate::WaitPolicy::forever) the wait goes on until Redis answers. Permanent ones
+    /// [`WaitPolicy::FOREVER`](crate::WaitPolicy::FOREVER) the wait goes on until Redis answers. Permanent ones
     /// ([`Error::WrongType`], naming a key another program wrote in another type;
     /// [`Error::Redis`]; [`Error::Permission`]) end the wait at once.
     ///

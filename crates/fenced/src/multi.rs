@@ -154,9 +154,8 @@ impl MultiLock {
     pub async fn try_acquire(&self) -> Result<Option<MultiGuard>> {
         let ttl = self.checked_ttl()?;
         let req = self.opts.request(&self.name, &self.queue, ttl, 1);
-        let (kind, owner) = self.next_attempt()?;
-        let granted = self.core.try_once(&req, kind, owner).await?;
-        Ok(granted.ok().map(|held| self.guard(held)))
+        let granted = self.core.try_with(&req, || self.next_attempt()).await?;
+        Ok(granted.map(|held| self.guard(held)))
     }
 
     fn guard(&self, held: Held) -> MultiGuard {

@@ -137,18 +137,10 @@ impl ReentrantLock {
     /// As [`Lock::try_acquire`](crate::Lock::try_acquire).
     pub async fn try_acquire(&self) -> Result<Option<ReentrantGuard>> {
         let ttl = self.opts.checked_ttl(&self.core, "lock", &self.name)?;
-        let (kind, owner) = self.hold(OwnerToken::fresh()?, false)?;
-        let span = tracing::debug_span!("fenced.try_acquire", fenced.name = %self.name, fenced.primitive = "reentrant_lock", fenced.token = tracing::field::Empty);
-        let granted = self
-            .core
-            .try_once(
-                &self.opts.request(&self.name, &self.keys.channel, ttl, 1),
-                kind,
-                owner,
-            )
-            .instrument(span)
-            .await?;
-        Ok(granted.ok().map(|held| self.guard(held)))
+        let req = self.opts.request(&self.name, &self.keys.channel, ttl, 1);
+        let next = || self.hold(OwnerToken::fresh()?, false);
+        let granted = self.core.try_with(&req, next).await?;
+        Ok(granted.map(|held| self.guard(held)))
     }
 
     /// Enters the lock once more as the holder `holder` names. Never waits: the holder has

@@ -182,9 +182,8 @@ impl RwLock {
         let req = self
             .opts
             .request(&self.name, &self.keys.lock.channel, ttl, usize::MAX);
-        let (kind, owner) = self.read_attempt()?;
-        let granted = self.core.try_once(&req, kind, owner).await?;
-        Ok(granted.ok().map(|held| self.read_guard(held)))
+        let granted = self.core.try_with(&req, || self.read_attempt()).await?;
+        Ok(granted.map(|held| self.read_guard(held)))
     }
 
     /// Takes the write lease, waiting by the [`WaitPolicy`](crate::WaitPolicy) for the writer and every reader
@@ -222,9 +221,12 @@ impl RwLock {
         let req = self
             .opts
             .request(&self.name, &self.keys.lock.channel, ttl, 1);
-        let (kind, owner) = self.write_attempt(&waiter_id()?, false)?;
-        let granted = self.core.try_once(&req, kind, owner).await?;
-        Ok(granted.ok().map(|held| WriteGuard { held }))
+        let waiter = waiter_id()?;
+        let granted = self
+            .core
+            .try_with(&req, || self.write_attempt(&waiter, false))
+            .await?;
+        Ok(granted.map(|held| WriteGuard { held }))
     }
 
     fn read_guard(&self, held: Held) -> ReadGuard {

@@ -203,22 +203,11 @@ impl Semaphore {
     /// [`Lock::try_acquire`](crate::Lock::try_acquire).
     pub async fn try_acquire_many(&self, n: u32) -> Result<Option<SemaphorePermit>> {
         let ttl = self.check(n)?;
-        let (kind, owner) = self.next_attempt(n)?;
-        let span = tracing::debug_span!("fenced.try_acquire", fenced.name = %self.name, fenced.primitive = "semaphore", fenced.token = tracing::field::Empty, n);
-        let granted = self
-            .core
-            .try_once(
-                &self
-                    .opts
-                    .request(&self.name, &self.keys.channel, ttl, self.permits as usize),
-                kind,
-                owner,
-            )
-            .instrument(span)
-            .await?;
-        Ok(granted
-            .ok()
-            .map(|held| SemaphorePermit { held, permits: n }))
+        let req = self
+            .opts
+            .request(&self.name, &self.keys.channel, ttl, self.permits as usize);
+        let granted = self.core.try_with(&req, || self.next_attempt(n)).await?;
+        Ok(granted.map(|held| SemaphorePermit { held, permits: n }))
     }
 
     /// Permits free now, as this handle counts them (0 when more are held than it allows).

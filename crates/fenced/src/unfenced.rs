@@ -98,21 +98,11 @@ impl UnfencedLock {
     /// As [`Lock::try_acquire`].
     pub async fn try_acquire(&self) -> Result<Option<UnfencedGuard>> {
         let ttl = self.opts.checked_ttl(&self.core, "lock", &self.name)?;
-        let span = tracing::debug_span!("fenced.try_acquire", fenced.name = %self.name, fenced.primitive = "unfenced_lock", fenced.token = tracing::field::Empty);
-        async move {
-            let (kind, owner) = self.next_attempt(&self.unchecked())?;
-            let granted = self
-                .core
-                .try_once(
-                    &self.opts.request(&self.name, &self.keys.channel, ttl, 1),
-                    kind,
-                    owner,
-                )
-                .await?;
-            Ok(granted.ok().map(|held| UnfencedGuard { held }))
-        }
-        .instrument(span)
-        .await
+        let req = self.opts.request(&self.name, &self.keys.channel, ttl, 1);
+        let granted = self
+            .core
+            .try_with(&req, || self.next_attempt(&self.unchecked()));
+        Ok(granted.await?.map(|held| UnfencedGuard { held }))
     }
 
     /// Takes the lease, waiting for it by the lock's [`WaitPolicy`](crate::WaitPolicy),

@@ -133,11 +133,15 @@ fn every_acquire_wait_and_release_is_a_span_with_its_name_primitive_and_token() 
             let fair = c.fair_lock("spans-fair").acquire().await.unwrap();
             let t4 = fair.fencing_token().get();
             fair.release().await.unwrap();
-            [t1, t2, t3, t4]
+            // A try is a span of its own, from the core, for every primitive.
+            let tried = c.rw_lock("spans-rw").try_write().await.unwrap().unwrap();
+            let t5 = tried.fencing_token().get();
+            tried.release().await.unwrap();
+            [t1, t2, t3, t4, t5]
         })
     });
     let seen = capture.seen();
-    let [t1, t2, t3, t4] = tokens.map(|t| t.to_string());
+    let [t1, t2, t3, t4, t5] = tokens.map(|t| t.to_string());
     for (primitive, name, token) in [
         ("lock", "spans", &t1),
         ("lock", "spans", &t2),
@@ -160,6 +164,17 @@ fn every_acquire_wait_and_release_is_a_span_with_its_name_primitive_and_token() 
             "{with:?}: {seen:?}"
         );
     }
+    let tried = [
+        ("fenced.name", "spans-rw"),
+        ("fenced.primitive", "rw_write"),
+        ("fenced.token", t5.as_str()),
+    ];
+    assert_eq!(
+        named(&seen, "fenced.try_acquire", &tried).len(),
+        1,
+        "{seen:?}"
+    );
+    assert_eq!(named(&seen, "fenced.release", &tried).len(), 1, "{seen:?}");
     assert_eq!(
         named(&seen, "fenced.wait", &[("fenced.name", "spans")]).len(),
         1,

@@ -380,6 +380,23 @@ impl Core {
     }
 
     /// One attempt, never waits.
+    /// One attempt of a kind and owner from `next`, never waiting: `None` when the lease is
+    /// taken. What every primitive's `try_acquire` sends.
+    pub(crate) async fn try_with<K: LeaseKind>(
+        self: &Arc<Self>,
+        req: &AcquireRequest<'_>,
+        next: impl FnOnce() -> Result<(K, OwnerToken)>,
+    ) -> Result<Option<Held>> {
+        let (kind, owner) = next()?;
+        let span = tracing::debug_span!(
+            "fenced.try_acquire",
+            fenced.name = %kind.name(),
+            fenced.primitive = kind.primitive().as_str(),
+            fenced.token = tracing::field::Empty,
+        );
+        Ok(self.try_once(req, kind, owner).instrument(span).await?.ok())
+    }
+
     pub(crate) async fn try_once<K: LeaseKind>(
         self: &Arc<Self>,
         req: &AcquireRequest<'_>,
