@@ -494,6 +494,77 @@ pub(crate) type OfferFn<'a, H> = dyn Fn(bool) -> Option<oneshot::Receiver<H>> + 
 /// How a head offers a handover, and how it takes what is handed to it.
 type Offers<'a, H, G> = (&'a OfferFn<'a, H>, &'a (dyn Fn(H) -> G + Send + Sync + 'a));
 
+/// What a wait may still spend: its deadline and its attempts, and the cause it ends with.
+struct Budget<'a> {
+    spec: &'a WaitSpec<'a>,
+    started: Instant,
+    deadline: Option<Instant>,
+    attempts: u32,
+    /// The error of the first attempt, if it failed: a wait that runs out before the next
+    /// attempt (queued, subscribing) ends with that cause, not "not acquired". Later attempts
+    /// end the wait with their own error or with "not acquired" themselves.
+    failed: Option<Error>,
+}
+
+impl<'a> Budget<'a> {
+    /// Checks the policy before anything is sent: a deadline the clock can hold, an attempt.
+    fn new(spec: &'a WaitSpec<'a>) -> Result<Self> {
+        let started = Instant::now();
+        let deadline = match spec.policy.deadline() {
+            Some(d) => Some(started.checked_add(d).ok_or_else(|| {
+                Error::invalid(format!("wait deadline {d:?} overflows the clock; use WaitPolicy::FOREVER to wait without limit"))
+            })?),
+            None => None,
+        };
+        if spec.policy.max_attempts() == Some(0) {
+            return Err(Error::invalid(
+                "max_attempts is 0; at least one attempt is needed",
+            ));
+        }
+        Ok(Budget {
+            spec,
+            started,
+            deadline,
+            attempts: 0,
+            failed: None,
+        })
+    }
+
+    /// No attempt or no time left.
+    fn spent(&self) -> bool {
+        let out_of_attempts = self
+            .spec
+            .policy
+            .max_attempts()
+            .is_some_and(|max| self.attempts >= max);
+        out_of_attempts || self.deadline.is_some_and(|d| Instant::now() >= d)
+    }
+
+    fn give_up(&self) -> Error {
+        Error::NotAcquired {
+            name: self.spec.name.to_owned(),
+            waited: self.started.elapsed(),
+            attempts: self.attempts,
+        }
+    }
+
+    /// The wait's end before an attempt of its own answered: the first attempt's failure, or
+    /// "not acquired".
+    fn end(&self) -> Error {
+        self.failed.clone().unwrap_or_else(|| self.give_up())
+    }
+
+    /// A failed attempt: retried within the budget when transient, the wait's end otherwise.
+    fn retry_or_fail(&self, e: Error) -> Result<()> {
+        if e.is_transient() && !self.spent() {
+            tracing::debug!(error = %e, "fenced: acquire attempt failed; retrying within the wait");
+            Ok(())
+        } else {
+            Err(e)
+        }
+    }
+}
+
 /// The wait loop, generic over the attempt so it can be tested without a server.
 pub(crate) async fn wait_for<G, F, Fut>(
     waiters: &Arc<LocalWaiters>,
@@ -519,60 +590,23 @@ where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<Attempt<G>>>,
 {
-    let started = Instant::now();
-    let deadline = match spec.policy.deadline() {
-        Some(d) => Some(started.checked_add(d).ok_or_else(|| {
-            Error::invalid(format!("wait deadline {d:?} overflows the clock; use WaitPolicy::FOREVER to wait without limit"))
-        })?),
-        None => None,
-    };
-    if spec.policy.max_attempts() == Some(0) {
-        return Err(Error::invalid(
-            "max_attempts is 0; at least one attempt is needed",
-        ));
-    }
-    let mut attempts = 0u32;
-    let give_up = |attempts: u32| Error::NotAcquired {
-        name: spec.name.to_owned(),
-        waited: started.elapsed(),
-        attempts,
-    };
-    let out_of_attempts = |attempts: u32| {
-        spec.policy
-            .max_attempts()
-            .is_some_and(|max| attempts >= max)
-    };
-    let past_deadline = || deadline.is_some_and(|d| Instant::now() >= d);
-    let retry_or_fail = |e: Error, attempts: u32| {
-        if e.is_transient() && !out_of_attempts(attempts) && !past_deadline() {
-            tracing::debug!(error = %e, "fenced: acquire attempt failed; retrying within the wait");
-            Ok(())
-        } else {
-            Err(e)
-        }
-    };
+    let mut budget = Budget::new(spec)?;
     let (poll_min, poll_max) = spec.poll;
     let mut failures = Backoff::new(poll_min, poll_max);
-    // The error of the first attempt, if it failed: a wait that runs out before the next
-    // attempt (queued, subscribing) ends with that cause, not "not acquired". Later attempts
-    // end the wait with their own error or with "not acquired" themselves.
-    let mut failed: Option<Error> = None;
-    let end =
-        |attempts: u32, failed: &Option<Error>| failed.clone().unwrap_or_else(|| give_up(attempts));
 
     // Fast path: nobody in this process is queued, so try straight away.
     if !waiters.has_waiters(spec.channel) {
-        attempts = attempts.saturating_add(1);
+        budget.attempts = budget.attempts.saturating_add(1);
         match attempt().await {
             Ok(Ok(granted)) => return Ok(granted),
             Ok(Err(_)) => {
-                if out_of_attempts(attempts) || past_deadline() {
-                    return Err(give_up(attempts));
+                if budget.spent() {
+                    return Err(budget.give_up());
                 }
             }
             Err(e) => {
-                failed = Some(e.clone());
-                retry_or_fail(e, attempts)?;
+                budget.failed = Some(e.clone());
+                budget.retry_or_fail(e)?;
             }
         }
     }
@@ -623,12 +657,12 @@ where
                     // The holder could not hand it over; this waiter's turn comes as usual.
                     None => offered = None,
                 },
-                _ = sleep_until_opt(deadline) => {
-                    return collect(&mut offered).ok_or_else(|| end(attempts, &failed));
+                _ = sleep_until_opt(budget.deadline) => {
+                    return collect(&mut offered).ok_or_else(|| budget.end());
                 }
             }
         };
-        let _head = head.ok_or_else(|| end(attempts, &failed))?;
+        let _head = head.ok_or_else(|| budget.end())?;
         let mut backoff = Backoff::new(poll_min, poll_max);
         let mut first_turn = true;
         loop {
@@ -649,15 +683,15 @@ where
             let pause = if skip {
                 backoff.next_wait()
             } else {
-                attempts = attempts.saturating_add(1);
+                budget.attempts = budget.attempts.saturating_add(1);
                 match attempt().await {
                     Ok(Ok(granted)) => {
-                        tracing::debug!(attempts, waited = ?started.elapsed(), "fenced: acquired after waiting");
+                        tracing::debug!(attempts = budget.attempts, waited = ?budget.started.elapsed(), "fenced: acquired after waiting");
                         return Ok(granted);
                     }
                     Ok(Err(remaining)) => {
-                        if out_of_attempts(attempts) || past_deadline() {
-                            return collect(&mut offered).ok_or_else(|| give_up(attempts));
+                        if budget.spent() {
+                            return collect(&mut offered).ok_or_else(|| budget.give_up());
                         }
                         failures.reset();
                         let pause = backoff.next_wait();
@@ -665,7 +699,7 @@ where
                         remaining.map_or(pause, |left| pause.min(left + Duration::from_millis(1)))
                     }
                     Err(e) => {
-                        if let Err(e) = retry_or_fail(e, attempts) {
+                        if let Err(e) = budget.retry_or_fail(e) {
                             return collect(&mut offered).ok_or(e);
                         }
                         failures.next_wait()
@@ -673,7 +707,7 @@ where
                 }
             };
             let mut wake_at = Instant::now() + pause;
-            if let Some(d) = deadline {
+            if let Some(d) = budget.deadline {
                 wake_at = wake_at.min(d);
             }
             tokio::select! {
@@ -681,7 +715,7 @@ where
                 _ = tokio::time::sleep_until(wake_at) => {}
                 handed = handed_over(&mut offered) => match handed.and_then(take) {
                     Some(lease) => {
-                        tracing::debug!(attempts, waited = ?started.elapsed(), "fenced: handed over");
+                        tracing::debug!(attempts = budget.attempts, waited = ?budget.started.elapsed(), "fenced: handed over");
                         return Ok(lease);
                     }
                     // The holder could not hand it over (it released as usual): try now.
