@@ -1,5 +1,9 @@
 //! Every acquire, wait and release is a `tracing` span named the same for every primitive,
-//! with the lease's name, its primitive and its fencing token.
+//! with the lease's name, its primitive and its fencing token. A test binary of its own: its
+//! subscriber is the process's global one (a scoped one misses callsites that other tests'
+//! threads met first without a subscriber).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -12,7 +16,12 @@ use tracing::span::{Attributes, Id, Record};
 use tracing::{Event, Metadata, Subscriber};
 use tracing_core::span::Current;
 
-use crate::support::{client, server};
+#[path = "support/mod.rs"]
+#[allow(unused_macros, unused_imports, dead_code)]
+// the shared helpers, of which this binary uses a few
+mod support;
+
+use support::{client, server};
 
 /// A span as seen: its name and its fields.
 type Seen = (&'static str, BTreeMap<String, String>);
@@ -104,8 +113,9 @@ fn named<'a>(seen: &'a [Seen], name: &str, with: &[(&str, &str)]) -> Vec<&'a See
 fn every_acquire_wait_and_release_is_a_span_with_its_name_primitive_and_token() {
     let capture = Arc::new(Capture::default());
     let s = server();
-    let dispatch = tracing::Dispatch::from(capture.clone());
-    let tokens = tracing::dispatcher::with_default(&dispatch, || {
+    tracing::dispatcher::set_global_default(tracing::Dispatch::from(capture.clone()))
+        .expect("the only subscriber of this process");
+    let tokens = {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -139,7 +149,7 @@ fn every_acquire_wait_and_release_is_a_span_with_its_name_primitive_and_token() 
             tried.release().await.unwrap();
             [t1, t2, t3, t4, t5]
         })
-    });
+    };
     let seen = capture.seen();
     let [t1, t2, t3, t4, t5] = tokens.map(|t| t.to_string());
     for (primitive, name, token) in [

@@ -47,7 +47,6 @@ mod renewal;
 mod rwlock;
 mod semaphore;
 mod sentinel;
-mod spans;
 mod sql_fencing;
 mod storms;
 mod tickets;
