@@ -16,9 +16,9 @@ use tracing::span::{Attributes, Id, Record};
 use tracing::{Event, Metadata, Subscriber};
 use tracing_core::span::Current;
 
+// The shared helpers, of which this binary uses a few.
 #[path = "support/mod.rs"]
-#[allow(unused_macros, unused_imports, dead_code)]
-// the shared helpers, of which this binary uses a few
+#[allow(unused_macros, unused_imports)]
 mod support;
 
 use support::{client, server};
