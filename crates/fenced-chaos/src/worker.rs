@@ -453,19 +453,15 @@ async fn section(
         _ if config.mutant.is_some() => {
             mutant_section(config, client, store, key, commands, inv).await
         }
-        Workload::Fair => {
-            let lock = client.fair_lock(name).with_ttl(ttl).with_wait(wait);
-            match lock.acquire().await {
-                Ok(guard) => {
-                    let token = guard.fencing_token().get();
-                    write_under(config, store, key, commands, inv, guard, token).await
-                }
-                Err(e) => failed(e),
-            }
-        }
-        _ => {
-            let lock = client.lock(name).with_ttl(ttl).with_wait(wait);
-            match lock.acquire().await {
+        fair_or_plain => {
+            let granted = if fair_or_plain == Workload::Fair {
+                let lock = client.fair_lock(name).with_ttl(ttl).with_wait(wait);
+                lock.acquire().await
+            } else {
+                let lock = client.lock(name).with_ttl(ttl).with_wait(wait);
+                lock.acquire().await
+            };
+            match granted {
                 Ok(guard) => {
                     let token = guard.fencing_token().get();
                     write_under(config, store, key, commands, inv, guard, token).await
