@@ -110,7 +110,22 @@ fn main() -> ExitCode {
             return ExitCode::from(70);
         }
     };
-    runtime.block_on(run(args))
+    runtime.block_on(async {
+        use tokio::signal::unix::{SignalKind, signal};
+        // Ended by a signal, the run is dropped, and with it the lab: its workers and
+        // servers, each in a process group of its own, would outlive a plain exit.
+        let (Ok(mut term), Ok(mut int)) = (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::interrupt()),
+        ) else {
+            return run(args).await;
+        };
+        tokio::select! {
+            code = run(args) => code,
+            _ = term.recv() => ExitCode::from(143),
+            _ = int.recv() => ExitCode::from(130),
+        }
+    })
 }
 
 /// The seconds each workload runs in a tier.

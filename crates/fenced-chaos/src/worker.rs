@@ -584,13 +584,14 @@ async fn mutant_section(
             tokio::time::sleep(ttl + Duration::from_millis(100)).await;
             // The renewal a library must refuse, sent without the owner compare: it extends
             // whoever holds the key, and the holder takes the reply for its own lease.
+            // 1: the key was there (another worker's) and now lives on.
             let renewed = match raw(config.lock_urls.first()).await {
                 Some(mut conn) => redis::cmd("PEXPIRE")
                     .arg(&lock_key)
                     .arg(config.ttl_ms)
                     .query_async::<i64>(&mut conn)
                     .await
-                    .is_ok(),
+                    .is_ok_and(|n| n == 1),
                 None => false,
             };
             let written = if renewed {

@@ -132,9 +132,15 @@ impl crate::MultiLock {
     ///
     /// # Errors
     ///
-    /// As [`Lock::status`].
+    /// As [`Lock::status`]; [`Error::Unsupported`] on a Redis Cluster, where a multi-lock's
+    /// names live in different hash slots (as its acquire answers).
     pub async fn status(&self) -> Result<Vec<LockStatus>> {
         let (core, keys) = self.parts();
+        if core.backend().is_cluster() {
+            return Err(Error::unsupported(
+                "a multi-lock's status needs one Redis server: on a Redis Cluster its names live in different hash slots",
+            ));
+        }
         for name in self.names() {
             validate_name("lock", name)?;
         }

@@ -238,7 +238,7 @@ impl RwLock {
     }
 }
 
-/// What [`RwLock::readers`] found.
+/// What [`RwLock::status`] found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct RwStatus {

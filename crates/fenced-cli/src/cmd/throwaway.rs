@@ -59,7 +59,8 @@ impl Throwaway {
             if let Ok(Some(status)) = self.child.try_wait() {
                 return Err(format!("redis-server exited at start ({status})"));
             }
-            if ping(self.port) {
+            // Ours, not a program that took the port first: its process id is our child's.
+            if server_pid(self.port) == Some(self.child.id()) {
                 return Ok(());
             }
             std::thread::sleep(Duration::from_millis(20));
@@ -82,14 +83,26 @@ fn free_port() -> std::io::Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
-fn ping(port: u16) -> bool {
+/// The process id the Redis server on `port` reports (`INFO server`), if one answers.
+fn server_pid(port: u16) -> Option<u32> {
     let timeout = Duration::from_millis(200);
-    let Ok(mut conn) = TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), timeout) else {
-        return false;
-    };
-    let _ = conn.set_read_timeout(Some(timeout));
-    let mut reply = [0u8; 7];
-    conn.write_all(b"PING\r\n").is_ok()
-        && conn.read_exact(&mut reply).is_ok()
-        && &reply == b"+PONG\r\n"
+    let mut conn = TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), timeout).ok()?;
+    conn.set_read_timeout(Some(timeout)).ok()?;
+    conn.write_all(b"INFO server\r\n").ok()?;
+    let mut reply = Vec::new();
+    let mut chunk = [0u8; 4096];
+    while reply.len() < 64 * 1024 {
+        let n = conn.read(&mut chunk).ok()?;
+        if n == 0 {
+            break;
+        }
+        reply.extend_from_slice(&chunk[..n]);
+        let text = String::from_utf8_lossy(&reply);
+        if let Some(rest) = text.split("process_id:").nth(1)
+            && let Some((pid, _)) = rest.split_once("\r\n")
+        {
+            return pid.trim().parse().ok();
+        }
+    }
+    None
 }

@@ -402,14 +402,16 @@ impl Connect {
     /// Where to connect: the URL, with the separate password in place of the URL's.
     fn connection_info(&self, url: &str) -> redis::RedisResult<redis::ConnectionInfo> {
         use redis::IntoConnectionInfo;
-        if let Some(problem) = url_problem(url) {
-            return Err(redis::RedisError::from((
-                redis::ErrorKind::InvalidClientConfig,
-                "unusable URL",
-                problem,
-            )));
-        }
-        let info = url.into_connection_info()?;
+        let info = url
+            .into_connection_info()
+            .map_err(|e| match url_problem(url) {
+                Some(problem) => redis::RedisError::from((
+                    redis::ErrorKind::InvalidClientConfig,
+                    "unusable URL",
+                    problem,
+                )),
+                None => e,
+            })?;
         Ok(match &self.password {
             Some(Secret(password)) => {
                 let settings = info.redis_settings().clone().set_password(password);
@@ -479,10 +481,16 @@ impl Connect {
     }
 }
 
-/// Why `url` cannot name a Redis server, seen before parsing it: a scheme that is not
-/// Redis's, or TLS in a build without the `tls` feature (whose own error names no feature).
+/// Why `url`, which did not parse, cannot name a Redis server, in the user's terms: a scheme
+/// that is not Redis's, or TLS in a build without it (whose own error names no feature).
+/// `None` when the parser's own error says it better.
 fn url_problem(url: &str) -> Option<String> {
-    let Some((scheme, _)) = url.split_once("://") else {
+    let scheme = url.trim().split_once(':').map(|(s, _)| s).filter(|s| {
+        s.starts_with(|c: char| c.is_ascii_alphabetic())
+            && s.chars()
+                .all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c))
+    });
+    let Some(scheme) = scheme else {
         return Some("a Redis URL starts with redis:// (or rediss:// for TLS)".to_owned());
     };
     match scheme.to_ascii_lowercase().as_str() {
@@ -500,14 +508,15 @@ fn url_problem(url: &str) -> Option<String> {
 /// [`crate::check_url`]: the URL as connecting reads it, with nothing sent.
 pub(crate) fn check_url(url: &str) -> crate::Result<()> {
     use redis::IntoConnectionInfo;
-    let problem =
-        url_problem(url).or_else(|| url.into_connection_info().err().map(|e| e.to_string()));
-    match problem {
-        None => Ok(()),
-        Some(p) => Err(Error::invalid(format!(
-            "{:?} is not a usable Redis URL: {p}",
-            redact(url)
-        ))),
+    match url.into_connection_info() {
+        Ok(_) => Ok(()),
+        Err(e) => {
+            let why = url_problem(url).unwrap_or_else(|| e.to_string());
+            Err(Error::invalid(format!(
+                "{:?} is not a usable Redis URL: {why}",
+                redact(url)
+            )))
+        }
     }
 }
 

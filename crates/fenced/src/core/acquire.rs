@@ -244,6 +244,9 @@ impl Core {
             }
             Err(Error::NotAcquired { .. }) => {
                 metrics::not_acquired(primitive.get().copied());
+                if let Some(&p) = primitive.get() {
+                    metrics::waited(p, started.elapsed());
+                }
             }
             Err(_) => {}
         }
