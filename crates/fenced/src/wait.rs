@@ -9,7 +9,7 @@ use std::time::Duration;
 ///
 /// An acquire gives up with [`Error::NotAcquired`](crate::Error::NotAcquired), a transaction
 /// with [`Error::Conflict`](crate::Error::Conflict). Set a deadline, an attempt limit, or
-/// both; the first one reached ends the wait. [`forever`](Self::forever) (the default of an
+/// both; the first one reached ends the wait. [`FOREVER`](Self::FOREVER) (the default of an
 /// acquire) has neither; a transaction's default is [`TRANSACTION`](Self::TRANSACTION).
 ///
 /// [`with_backoff`](Self::with_backoff) bounds the jittered, doubling pause between tries that
