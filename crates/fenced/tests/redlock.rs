@@ -91,30 +91,42 @@ async fn masters_that_agree_on_the_proposed_token_need_no_write_back() {
     let mut last = first.fencing_token().get();
     first.release().await.unwrap();
     c.flush().await;
-    for _ in 0..3 {
+    // A master whose script runs later than the proposal's lead (100 ms, on a loaded
+    // machine) answers its own clock instead: that cycle takes the write-back path, tested
+    // below, and is not counted here.
+    let mut agreed = 0;
+    for _ in 0..30 {
         let before: Vec<u64> = futures_util::future::join_all(s.iter().map(scripts_run)).await;
         let g = c.lock("report").acquire().await.unwrap();
         let token = g.fencing_token().get();
         assert!(token > last, "tokens must increase: {last} then {token}");
         last = token;
-        // Every master took the proposal: its fence holds the very token handed out.
+        let mut fences = Vec::new();
         for server in &s {
             let fence: u64 = get(&mut raw(server).await, FENCE)
                 .await
                 .unwrap()
                 .parse()
                 .unwrap();
-            assert_eq!(fence, token);
+            fences.push(fence);
         }
         c.flush().await;
         let after: Vec<u64> = futures_util::future::join_all(s.iter().map(scripts_run)).await;
-        // One script per master: the grant, and no write-back.
-        for (b, a) in before.iter().zip(&after) {
-            assert_eq!(a - b, 1, "scripts run on a master for one grant");
-        }
         g.release().await.unwrap();
         c.flush().await;
+        // Every master took the proposal: its fence holds the very token handed out, and it
+        // ran one script, the grant's, with no write-back.
+        if fences.iter().all(|&f| f == token) {
+            for (b, a) in before.iter().zip(&after) {
+                assert_eq!(a - b, 1, "scripts run on a master for one grant");
+            }
+            agreed += 1;
+            if agreed == 3 {
+                break;
+            }
+        }
     }
+    assert_eq!(agreed, 3, "the masters never agreed on a proposed token");
 }
 
 #[tokio::test]
