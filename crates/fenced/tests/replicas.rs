@@ -137,7 +137,7 @@ async fn every_write_that_must_survive_a_failover_reports_a_replica_shortfall() 
             .snapshot()
             .into_vec()
             .iter()
-            .filter(|(key, ..)| key.key().name() == "fenced_cache_computes_total")
+            .filter(|(key, ..)| key.key().name() == "fenced.cache.computes")
             .filter(|(key, ..)| key.key().labels().any(|l| l.value() == outcome))
             .map(|(.., v)| match v {
                 DebugValue::Counter(n) => *n,
