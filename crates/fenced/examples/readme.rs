@@ -25,7 +25,7 @@ pub async fn sell_one(url: &str) -> Result<(), fenced::Error> {
         _ = guard.lost() => eprintln!("lease lost: stop writing"),
         written = stock.set(guard.fencing_token(), "count", "19") => match written? {
             FencedWrite::Applied => println!("sold one under token {}", guard.fencing_token()),
-            FencedWrite::Stale { highest } => eprintln!("token {highest} wrote since: skip"),
+            FencedWrite::Stale { highest } => eprintln!("token {highest} wrote first"),
         },
     }
     guard.release().await?; // compare-and-delete: never frees a lock someone else holds
