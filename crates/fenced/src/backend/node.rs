@@ -32,6 +32,10 @@
 //!    the first use, not assumed: an "unknown command" (an older server, or a failover to
 //!    one) or an ACL refusal of the twin's command is remembered for this node, and the call
 //!    goes out as its script at once, so the caller never sees the difference.
+//! 7. Script hashes come from the server. A script's first call on a node loads it
+//!    (`SCRIPT LOAD`) and keeps the hash the server answered; the client computes none. On a
+//!    cluster the load goes to the master of the call's slot, where the call runs: one node
+//!    that cannot be reached (mid-failover) must not fail a call that never goes there.
 
 mod grant;
 
@@ -50,7 +54,7 @@ use redis::{Cmd, FromRedisValue, Pipeline, RedisError, RedisFuture, Value};
 use super::sentinel::Failover;
 use crate::error::{Error, Result};
 use crate::kind::{AcquireReply, unexpected};
-use crate::scripts::ScriptCall;
+use crate::scripts::{Body, Hashes, ScriptCall};
 
 /// The connection under a [`Node`]: one server through a reconnecting `ConnectionManager`,
 /// or a whole Redis Cluster through redis-rs' cluster connection, which routes each command
@@ -134,6 +138,8 @@ pub(crate) struct Node {
     grants: Arc<NativeSupport>,
     /// Whether the client asked for grants by transaction (`ClientBuilder::counted_grants`).
     counted: bool,
+    /// The hashes the server gave for the scripts loaded there (invariant 7).
+    hashes: Arc<Hashes>,
 }
 
 /// Whether a node runs the native twins that need a recent server (`DELIFEQ`), as learned
@@ -188,7 +194,56 @@ impl Node {
             natives: Arc::default(),
             grants: Arc::default(),
             counted: false,
+            hashes: Arc::default(),
         }
+    }
+
+    /// The hash of `body` on this node's server, loading it there first if this node has not
+    /// yet (invariant 7). `key` is the call's first key: on a cluster, where the call runs.
+    async fn hash_of(
+        &self,
+        conn: Conn,
+        body: &Body,
+        key: Option<&[u8]>,
+    ) -> Result<Arc<str>, RedisError> {
+        match self.hashes.get(body) {
+            Some(hash) => Ok(hash),
+            None => self.load(conn, body, key).await,
+        }
+    }
+
+    /// `SCRIPT LOAD` of `body` where a call on `key` runs, and the hash the server answered,
+    /// kept for the next calls (invariant 7).
+    async fn load(
+        &self,
+        conn: Conn,
+        body: &Body,
+        key: Option<&[u8]>,
+    ) -> Result<Arc<str>, RedisError> {
+        let cmd = body.load_cmd();
+        let reply: Value = match (conn, key) {
+            #[cfg(feature = "cluster")]
+            (Conn::Cluster(mut cluster), Some(key)) => {
+                use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
+                let route = Route::with_slot(Slot::for_key(key), SlotAddr::Master);
+                let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route));
+                cluster.route_command(cmd, routing).await?
+            }
+            (mut conn, _) => cmd.query_async(&mut conn).await?,
+        };
+        let text = match &reply {
+            Value::BulkString(bytes) => std::str::from_utf8(bytes).ok(),
+            Value::SimpleString(text) => Some(text.as_str()),
+            _ => None,
+        };
+        text.and_then(|text| self.hashes.learn(body, text))
+            .ok_or_else(|| {
+                RedisError::from((
+                    redis::ErrorKind::Client,
+                    "SCRIPT LOAD answered no script hash",
+                    format!("{reply:?}"),
+                ))
+            })
     }
 
     /// The native twin of `call` to send, if it has one this node may run (invariant 6).
@@ -352,19 +407,26 @@ impl Node {
         }
         let body = call.lua.body(self.sharded);
         let source = body.source();
-        let mut pipe = redis::pipe();
-        pipe.ignore_errors();
-        pipe.add_command(call.evalsha(body)).add_command(wait);
-        let pipe = &pipe;
+        let key = call.first_key();
+        let wait = &wait;
         let cluster = self.is_cluster();
         let answer = self
             .bounded(
                 operation,
                 self.resending(|mut conn| async move {
+                    let hash = self.hash_of(conn.clone(), body, key).await?;
+                    let mut pipe = redis::pipe();
+                    pipe.ignore_errors();
+                    pipe.add_command(call.evalsha(&hash))
+                        .add_command(wait.clone());
                     let mut replies: Vec<Result<Value, RedisError>> =
                         pipe.query_async(&mut conn).await?;
                     if matches!(replies.first(), Some(Err(e)) if is_noscript(e)) {
-                        body.load_cmd().query_async::<()>(&mut conn).await?;
+                        let hash = self.load(conn.clone(), body, key).await?;
+                        let mut pipe = redis::pipe();
+                        pipe.ignore_errors();
+                        pipe.add_command(call.evalsha(&hash))
+                            .add_command(wait.clone());
                         replies = pipe.query_async(&mut conn).await?;
                     }
                     if cluster
@@ -654,15 +716,16 @@ impl Node {
         }
         let body = call.lua.body(self.sharded);
         let source = body.source();
-        let cmd = &call.evalsha(body);
+        let key = call.first_key();
         let answer = self
             .bounded(
                 operation,
                 self.resending(|mut conn| async move {
-                    match cmd.query_async(&mut conn).await {
+                    let hash = self.hash_of(conn.clone(), body, key).await?;
+                    match call.evalsha(&hash).query_async(&mut conn).await {
                         Err(e) if is_noscript(&e) => {
-                            body.load_cmd().query_async::<()>(&mut conn).await?;
-                            cmd.query_async(&mut conn).await
+                            let hash = self.load(conn.clone(), body, key).await?;
+                            call.evalsha(&hash).query_async(&mut conn).await
                         }
                         other => other,
                     }
@@ -741,6 +804,39 @@ impl Node {
             .collect())
     }
 
+    /// The pipeline of a batch: every call by `EVALSHA`, then `wait`. Each script is loaded
+    /// first where this node has no hash for it yet, or with `reload`, every script of the
+    /// batch once (invariants 2 and 7).
+    async fn batch_pipe(
+        &self,
+        conn: &Conn,
+        calls: &[ScriptCall],
+        wait: Option<&Cmd>,
+        key: Option<&[u8]>,
+        reload: bool,
+    ) -> Result<Pipeline, RedisError> {
+        let mut pipe = redis::pipe();
+        pipe.ignore_errors();
+        let mut loaded: Vec<(&str, Arc<str>)> = Vec::new();
+        for call in calls {
+            let body = call.lua.body(self.sharded);
+            let hash = match loaded.iter().find(|(s, _)| std::ptr::eq(*s, body.source())) {
+                Some((_, hash)) => Arc::clone(hash),
+                None if reload => {
+                    let hash = self.load(conn.clone(), body, key).await?;
+                    loaded.push((body.source(), Arc::clone(&hash)));
+                    hash
+                }
+                None => self.hash_of(conn.clone(), body, key).await?,
+            };
+            pipe.add_command(call.evalsha(&hash));
+        }
+        if let Some(wait) = wait {
+            pipe.add_command(wait.clone());
+        }
+        Ok(pipe)
+    }
+
     /// Runs idempotent script calls in ONE pipelined round trip (on a cluster, all in one
     /// slot). The outer error means the round trip failed as a whole (nothing is known); the
     /// inner results are per call.
@@ -749,34 +845,21 @@ impl Node {
         operation: &'static str,
         calls: &[ScriptCall],
     ) -> Result<Vec<Result<Value>>> {
-        let mut pipe = redis::pipe();
-        pipe.ignore_errors();
-        for call in calls {
-            pipe.add_command(call.evalsha(call.lua.body(self.sharded)));
-        }
         // One WAIT for the whole batch (invariant 5): renewals count only once replicated.
         let wait = self.wait_cmd();
-        if let Some((cmd, _)) = &wait {
-            pipe.add_command(cmd.clone());
-        }
-        let pipe = &pipe;
+        let wait_cmd = wait.as_ref().map(|(cmd, _)| cmd);
+        let key = calls.first().and_then(ScriptCall::first_key);
         let cluster = self.is_cluster();
         let mut replies: Vec<Result<Value, RedisError>> = self
             .bounded(
                 operation,
                 self.resending(|mut conn| async move {
+                    let pipe = self.batch_pipe(&conn, calls, wait_cmd, key, false).await?;
                     let first: Vec<Result<Value, RedisError>> = pipe.query_async(&mut conn).await?;
                     if first.iter().any(|r| matches!(r, Err(e) if is_noscript(e))) {
                         // The script cache was emptied (restart, failover, SCRIPT FLUSH): a
                         // pipeline cannot fall back by itself, so load its scripts and resend.
-                        let mut loaded: Vec<&str> = Vec::new();
-                        for call in calls {
-                            let body = call.lua.body(self.sharded);
-                            if !loaded.contains(&body.hash()) {
-                                loaded.push(body.hash());
-                                body.load_cmd().query_async::<()>(&mut conn).await?;
-                            }
-                        }
+                        let pipe = self.batch_pipe(&conn, calls, wait_cmd, key, true).await?;
                         return pipe.query_async(&mut conn).await;
                     }
                     // A slot that moved answers every call with a redirect: the calls did not

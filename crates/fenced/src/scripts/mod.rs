@@ -1,9 +1,11 @@
 //! Every Lua script of the crate, in one registry.
 //!
 //! Each script is its own `.lua` file in this folder, with a header naming its KEYS, ARGV and
-//! replies. Scripts are sent by `EVALSHA`; the node loads them on a `NOSCRIPT` reply (a
-//! restart, a failover, a reconnect to a fresh server, `SCRIPT FLUSH`) and, because a pipeline
-//! cannot fall back on its own, loads every script of the batch before sending it again.
+//! replies. Scripts are sent by `EVALSHA`, under the hash the server gave when the node first
+//! loaded them (`SCRIPT LOAD`; the client computes no SHA-1); the node loads them again on a
+//! `NOSCRIPT` reply (a restart, a failover, a reconnect to a fresh server, `SCRIPT FLUSH`)
+//! and, because a pipeline cannot fall back on its own, loads every script of the batch
+//! before sending it again.
 //!
 //! Invariants:
 //! 1. User data (names, tokens, values) travels only in KEYS and ARGV; script bodies are
@@ -14,9 +16,10 @@
 //!    so a node may send either (the twin where the server has its command) and the reply is
 //!    read the same way.
 
-use std::sync::LazyLock;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
 
-use redis::{Cmd, Script, ToRedisArgs};
+use redis::{Cmd, ToRedisArgs};
 
 /// A script of the registry, with the operation name its errors carry.
 pub(crate) struct Lua {
@@ -53,15 +56,9 @@ impl Native {
 /// One script text as sent to Redis.
 pub(crate) struct Body {
     source: &'static str,
-    script: LazyLock<Script>,
 }
 
 impl Body {
-    /// The script's SHA-1, as `EVALSHA` wants it.
-    pub(crate) fn hash(&self) -> &str {
-        self.script.get_hash()
-    }
-
     /// The script's source, as sent.
     pub(crate) fn source(&self) -> &'static str {
         self.source
@@ -86,6 +83,36 @@ impl Lua {
     }
 }
 
+/// The hashes one server gave for the scripts loaded there (`SCRIPT LOAD` answers the hash
+/// `EVALSHA` wants), by script body: the client computes no SHA-1 of its own.
+#[derive(Debug, Default)]
+pub(crate) struct Hashes(Mutex<HashMap<usize, Arc<str>>>);
+
+impl Hashes {
+    /// The hash the server gave for `body`, once loaded.
+    pub(crate) fn get(&self, body: &Body) -> Option<Arc<str>> {
+        let hashes = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        hashes.get(&Self::slot(body)).cloned()
+    }
+
+    /// Remembers the hash a `SCRIPT LOAD` of `body` answered; `None` for a reply that is not
+    /// a hash (40 hexadecimal digits), which `EVALSHA` could not take.
+    pub(crate) fn learn(&self, body: &Body, hash: &str) -> Option<Arc<str>> {
+        if hash.len() != 40 || !hash.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return None;
+        }
+        let hash: Arc<str> = Arc::from(hash);
+        let mut hashes = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        hashes.insert(Self::slot(body), Arc::clone(&hash));
+        Some(hash)
+    }
+
+    /// The table's key for a body: its address (every body is a `static` of this registry).
+    fn slot(body: &Body) -> usize {
+        std::ptr::from_ref(body).addr()
+    }
+}
+
 macro_rules! lua {
     (@native) => { None };
     (@native $native:ident) => { Some(Native::$native) };
@@ -95,15 +122,9 @@ macro_rules! lua {
             operation: $operation,
             classic: Body {
                 source: concat!(include_str!("publish.lua"), $(include_str!($file)),+),
-                script: LazyLock::new(|| {
-                    Script::new(concat!(include_str!("publish.lua"), $(include_str!($file)),+))
-                }),
             },
             sharded: Some(Body {
                 source: concat!(include_str!("spublish.lua"), $(include_str!($file)),+),
-                script: LazyLock::new(|| {
-                    Script::new(concat!(include_str!("spublish.lua"), $(include_str!($file)),+))
-                }),
             }),
             native: lua!(@native $($native)?),
         };
@@ -114,7 +135,6 @@ macro_rules! lua {
             operation: $operation,
             classic: Body {
                 source: concat!($(include_str!($file)),+),
-                script: LazyLock::new(|| Script::new(concat!($(include_str!($file)),+))),
             },
             sharded: None,
             native: lua!(@native $($native)?),
@@ -312,8 +332,8 @@ impl ScriptCall {
         self
     }
 
-    /// The `EVALSHA` command of `body` (see [`Lua::body`]).
-    pub(crate) fn evalsha(&self, body: &Body) -> Cmd {
+    /// The `EVALSHA` command of the script whose hash, as its server gave it, is `hash`.
+    pub(crate) fn evalsha(&self, hash: &str) -> Cmd {
         let parts = self.parts.args_iter();
         // Sized exactly: the name, the hash, the key count (at most 20 digits), then the parts.
         let bytes = parts.clone().fold(7 + 40 + 20, |n, part| match part {
@@ -321,7 +341,7 @@ impl ScriptCall {
             _ => n,
         });
         let mut cmd = Cmd::with_capacity(3 + parts.len(), bytes);
-        cmd.arg("EVALSHA").arg(body.hash()).arg(self.keys);
+        cmd.arg("EVALSHA").arg(hash).arg(self.keys);
         for part in parts {
             if let redis::Arg::Simple(bytes) = part {
                 cmd.arg(bytes);
@@ -440,9 +460,10 @@ mod tests {
             .key("k{x}")
             .arg("v'); evil")
             .arg(5u64);
-        let packed = call.evalsha(ACQUIRE.body(false)).get_packed_command();
+        let hash = "0123456789abcdef0123456789abcdef01234567";
+        let packed = call.evalsha(hash).get_packed_command();
         let text = String::from_utf8_lossy(&packed);
-        assert!(text.contains(ACQUIRE.body(false).hash()));
+        assert!(text.contains(hash));
         assert_eq!(call.key_count(), 1);
         assert!(text.contains("v'); evil"), "arguments travel as data");
     }
@@ -456,9 +477,9 @@ mod tests {
             .arg(2u64);
         assert_eq!(call.key_count(), 2);
         assert_eq!(call.first_key(), Some(&b"a{x}"[..]));
-        let packed = call.evalsha(RELEASE.body(false)).get_packed_command();
+        let hash = "0123456789abcdef0123456789abcdef01234567";
+        let packed = call.evalsha(hash).get_packed_command();
         let text = String::from_utf8_lossy(&packed);
-        let hash = RELEASE.body(false).hash();
         let expected = format!(
             "*7\r\n$7\r\nEVALSHA\r\n$40\r\n{hash}\r\n$1\r\n2\r\n$4\r\na{{x}}\r\n$4\r\nb{{x}}\r\n$3\r\none\r\n$1\r\n2\r\n"
         );
@@ -468,6 +489,34 @@ mod tests {
         assert_eq!(call.key_at(0), None);
         assert_eq!(call.key_at(3), None, "an argument is not a key");
         assert_eq!(call.keys(), ["a{x}", "b{x}"]);
+    }
+
+    #[test]
+    fn a_hash_is_remembered_per_script_and_a_reply_that_is_no_hash_is_refused() {
+        let hashes = Hashes::default();
+        assert_eq!(hashes.get(RELEASE.body(false)), None);
+        let hash = "0123456789abcdef0123456789abcdef01234567";
+        assert_eq!(
+            hashes.learn(RELEASE.body(false), hash).as_deref(),
+            Some(hash)
+        );
+        assert_eq!(hashes.get(RELEASE.body(false)).as_deref(), Some(hash));
+        assert_eq!(
+            hashes.get(RELEASE.body(true)),
+            None,
+            "the sharded text is another script"
+        );
+        assert_eq!(hashes.get(ACQUIRE.body(false)), None);
+        for bad in [
+            "",
+            "OK",
+            "0123456789abcdef",
+            &format!("{hash}0"),
+            &hash.replace('0', "g"),
+        ] {
+            assert_eq!(hashes.learn(ACQUIRE.body(false), bad), None, "{bad:?}");
+        }
+        assert_eq!(hashes.get(ACQUIRE.body(false)), None);
     }
 
     #[cfg(debug_assertions)]
@@ -504,7 +553,7 @@ mod tests {
             let (classic, sharded) = (lua.body(false), lua.body(true));
             assert!(classic.source().starts_with(include_str!("publish.lua")));
             assert!(sharded.source().starts_with(include_str!("spublish.lua")));
-            assert_ne!(classic.hash(), sharded.hash());
+            assert_ne!(classic.source(), sharded.source());
         }
         for lua in [
             &ACQUIRE,
