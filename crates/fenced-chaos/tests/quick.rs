@@ -4,6 +4,7 @@
 //! failure, never a skip.
 
 use std::process::Command;
+use std::sync::{Mutex, MutexGuard, PoisonError};
 
 const CHAOS: &str = env!("CARGO_BIN_EXE_fenced-chaos");
 
@@ -20,6 +21,14 @@ fn ensure_fenced_command() {
             "cannot build the fenced command: {status:?}"
         );
     }
+}
+
+/// The runs beside the quick tier take turns, however many tests run at once: two labs at a
+/// time are what two cores carry without slowing the faults' timing out of shape.
+static SECOND_LAB: Mutex<()> = Mutex::new(());
+
+fn second_lab() -> MutexGuard<'static, ()> {
+    SECOND_LAB.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 #[test]
@@ -81,6 +90,7 @@ fn the_quick_tier_passes_every_checker() {
 #[test]
 fn the_pause_nemeses_pass_under_setsid_without_a_terminal() {
     ensure_fenced_command();
+    let _turn = second_lab();
     let out = Command::new("setsid")
         .arg("-w")
         .arg(CHAOS)
@@ -116,6 +126,7 @@ fn bad_arguments_exit_64_with_one_line() {
 /// checkers and by the third-party one, and the same runs without a mutant pass both.
 #[test]
 fn every_mutant_is_caught_by_both_checkers_and_the_faultless_runs_pass() {
+    let _turn = second_lab();
     let listed = Command::new(CHAOS)
         .arg("--list-mutants")
         .output()
