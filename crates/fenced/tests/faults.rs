@@ -144,6 +144,9 @@ async fn an_acquire_whose_reply_is_lost_leaves_no_orphaned_lock() {
     let proxy = Proxy::start(server.addr()).unwrap();
     let c = client_via(&proxy).await;
     let other = crate::support::client(&server).await;
+    // The client has loaded the acquire's script, so the cut reply is the acquire's own.
+    let warm = c.lock("warm").acquire().await.unwrap();
+    warm.release().await.unwrap();
     proxy.set(Fault::CutNextReply);
     // The lease is taken in Redis, but the client never hears of it.
     assert!(
@@ -153,6 +156,7 @@ async fn an_acquire_whose_reply_is_lost_leaves_no_orphaned_lock() {
             .await
             .is_err()
     );
+    assert_eq!(proxy.fault(), Fault::Pass, "the fault struck");
     // The abandoned attempt is released in the background, long before its 30s ttl.
     let got = other
         .lock("ghost")
@@ -241,8 +245,9 @@ async fn a_take_over_whose_reply_is_lost_is_repeated_as_itself_and_never_twice()
                 .len()
         }
     };
-    // The server knows the take-over's script, so the cut reply is the take-over's own.
-    let warm = web.lock("warm").acquire().await.unwrap();
+    // The worker's client has loaded the take-over's script, so the cut reply is the
+    // take-over's own.
+    let warm = worker.lock("warm").acquire().await.unwrap();
     warm.extend(Duration::from_secs(5)).await.unwrap();
     warm.release().await.unwrap();
     let ticket = web
