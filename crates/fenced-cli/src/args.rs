@@ -46,6 +46,11 @@ pub struct Global {
     /// Bound on each Redis call (e.g. 500ms, 2s).
     #[arg(long, global = true, default_value = "2s", value_parser = duration, value_name = "DUR")]
     pub timeout: Duration,
+    /// Send no Lua scripts: for a user whose ACL leaves out @scripting, or a proxy without
+    /// them (learned from the first refusal anyway). Locks work (run, hold, status, release);
+    /// commands that need scripts exit 78.
+    #[arg(long, global = true)]
+    pub no_scripts: bool,
     /// Read the Redis password from this file (its first line) instead of the URL. Without
     /// it, FENCED_REDIS_PASSWORD, then REDISCLI_AUTH, are used when set. Never printed.
     #[arg(long, global = true, value_name = "FILE")]

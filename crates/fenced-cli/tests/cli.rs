@@ -2400,3 +2400,57 @@ async fn list_and_status_show_an_election_its_leader_and_candidates() {
         .await
         .unwrap();
 }
+
+/// A Redis user who may not run scripts: `run` works (fenced and unfenced, the command gets
+/// its token), learned from the first refusal or asked for with `--no-scripts`; a command
+/// that needs scripts exits 78 with one line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_scripts_runs_work_and_what_needs_scripts_exits_78() {
+    let s = server();
+    let mut conn = raw(&s).await;
+    let _: () = fenced::redis::cmd("ACL")
+        .arg(&[
+            "SETUSER",
+            "noscripts",
+            "on",
+            ">pw",
+            "~*",
+            "&*",
+            "+@all",
+            "-@scripting",
+        ])
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let url = format!("redis://noscripts:pw@127.0.0.1:{}", s.port());
+    let check = "test -n \"$FENCED_TOKEN\" && test \"$FENCED_NAME\" = job";
+    for flags in [&[][..], &["--no-scripts"][..]] {
+        let mut args = flags.to_vec();
+        args.extend(["run", "job", "--", "sh", "-c", check]);
+        let done = finish(fenced(&url, &args), Duration::from_secs(10)).await;
+        assert_eq!(done.code, Some(0), "{flags:?}: {}", done.stderr);
+        let mut args = flags.to_vec();
+        args.extend(["run", "--unfenced", "job", "--", "true"]);
+        let done = finish(fenced(&url, &args), Duration::from_secs(10)).await;
+        assert_eq!(done.code, Some(0), "{flags:?}: {}", done.stderr);
+    }
+    // Every run gave the name back.
+    assert!(
+        client(&s)
+            .await
+            .lock("job")
+            .status()
+            .await
+            .unwrap()
+            .holder
+            .is_none()
+    );
+    let latch = finish(
+        fenced(&url, &["--no-scripts", "latch", "go", "arm", "2"]),
+        Duration::from_secs(10),
+    )
+    .await;
+    assert_eq!(latch.code, Some(78), "{}", latch.stderr);
+    assert_eq!(latch.stderr.trim().lines().count(), 1, "{}", latch.stderr);
+    assert!(latch.stderr.contains("script"), "{}", latch.stderr);
+}

@@ -7,6 +7,7 @@ use std::time::Duration;
 #[cfg(any(feature = "cluster", feature = "redlock", feature = "sentinel"))]
 use crate::backend::connect::Topology;
 use crate::backend::connect::{Connect, Secret};
+use crate::backend::pool::{Directory, TxPool};
 use crate::cache::Cache;
 use crate::core::Core;
 use crate::core::renew::RenewalStats;
@@ -16,7 +17,6 @@ use crate::fair::FairLock;
 use crate::latch::Latch;
 use crate::lock::Lock;
 use crate::multi::MultiLock;
-use crate::optimistic::pool::{Directory, TxPool};
 use crate::reentrant::ReentrantLock;
 use crate::resource::FencedResource;
 use crate::rwlock::RwLock;
@@ -456,6 +456,36 @@ impl ClientBuilder {
         self
     }
 
+    /// Sends no Lua scripts (default off: the client learns it from the server's first
+    /// refusal of one anyway). For a user whose ACL leaves out `@scripting`, a proxy without
+    /// scripts, a server built without Lua.
+    ///
+    /// Without scripts, [`Lock`](crate::Lock) and [`UnfencedLock`](crate::UnfencedLock) work
+    /// on one server or behind Sentinel: grants with fencing tokens, renewal, release, the
+    /// lost signal, wake-ups. Each of the lock's steps is a `WATCH`/`MULTI`/`EXEC`
+    /// transaction on a connection of the transactions' pool
+    /// ([`transaction_connections`](Self::transaction_connections)) instead of one script: a
+    /// round trip more per grant, renewal and release (none where the server has `DELIFEQ`
+    /// for releases), the same keys and tokens, so clients with and without scripts share a
+    /// name. Every other primitive, a ticket's take-over and a local handover need scripts
+    /// and answer [`Error::Unsupported`] before sending anything; so does
+    /// [`connect`](Self::connect) for a Redis Cluster or Redlock.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> fenced::Result<()> {
+    /// let url = "redis://127.0.0.1:6379"; // your server
+    /// let client = fenced::Client::builder(url).without_scripts().connect().await?;
+    /// let guard = client.lock("nightly-report").acquire().await?;
+    /// println!("token {}", guard.fencing_token());
+    /// guard.release().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn without_scripts(mut self) -> Self {
+        self.connect.options.without_scripts = true;
+        self
+    }
+
     /// How many dedicated connections transactions may use at once (default 16). A
     /// transaction needs a connection of its own for its `WATCH`; when all are busy, the next
     /// one waits its turn.
@@ -516,6 +546,7 @@ impl ClientBuilder {
             options.transaction_connections,
             options.timeout,
         ));
+        let backend = backend.with_pool(&tx_pool);
         Ok(Client {
             core: Core::start(backend, options, client_id, key_events),
             tx_pool,

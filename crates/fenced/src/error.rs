@@ -288,6 +288,23 @@ impl Error {
         }
     }
 
+    /// Whether this is the server refusing scripts themselves, before running one: `EVALSHA`
+    /// or `SCRIPT LOAD` outside the user's ACL, or commands the server (a proxy, a build
+    /// without Lua) does not have. A refusal inside a script names another command.
+    pub(crate) fn refuses_scripts(&self) -> bool {
+        match self {
+            Error::Permission { command, .. } => {
+                matches!(command.as_str(), "evalsha" | "script|load" | "script")
+            }
+            Error::Redis(e) => {
+                let text = e.to_string().to_ascii_lowercase();
+                (text.contains("unknown command") || text.contains("unsupported command"))
+                    && (text.contains("'evalsha'") || text.contains("'script'"))
+            }
+            _ => false,
+        }
+    }
+
     /// Whether this is Redis' `WRONGTYPE`, not yet named ([`Error::Redis`]).
     pub(crate) fn is_raw_wrong_type(&self) -> bool {
         matches!(self, Error::Redis(e) if is_wrong_type(e))
@@ -556,5 +573,22 @@ impl crate::token::OwnerToken {
     /// A fresh token, or the typed error for a failed OS random source.
     pub(crate) fn fresh() -> Result<Self> {
         Self::generate().map_err(|e| Error::invalid(format!("the OS random source failed: {e}")))
+    }
+}
+
+/// Bounds `fut` by `timeout` and maps its error: the one place where a timeout becomes
+/// [`Error::Timeout`].
+pub(crate) async fn bounded<T>(
+    timeout: Duration,
+    operation: &'static str,
+    fut: impl Future<Output = std::result::Result<T, redis::RedisError>>,
+) -> Result<T> {
+    match tokio::time::timeout(timeout, fut).await {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => Err(Error::from_redis(operation, timeout, e)),
+        Err(_) => Err(Error::Timeout {
+            operation,
+            after: timeout,
+        }),
     }
 }

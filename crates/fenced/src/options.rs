@@ -37,6 +37,8 @@ pub(crate) struct ClientOptions {
     pub(crate) counted_grants: bool,
     /// Count waiting tasks per name too (`fenced.lock.waiting.by_name`).
     pub(crate) metrics_by_name: bool,
+    /// Send no scripts: the lock's steps as transactions (`backend/node/watched.rs`).
+    pub(crate) without_scripts: bool,
 }
 
 impl Default for ClientOptions {
@@ -53,6 +55,7 @@ impl Default for ClientOptions {
             keyspace_events: false,
             counted_grants: false,
             metrics_by_name: false,
+            without_scripts: false,
         }
     }
 }

@@ -513,6 +513,10 @@ where
             Err(Error::Permission { command, .. }) => {
                 assert_eq!(&command, missing, "{label} without {missing}")
             }
+            // Scripts refused: a primitive that needs them says so with the server's words.
+            Err(Error::Unsupported(why)) if crate::acl::SCRIPTING.contains(missing) => {
+                assert!(why.contains(missing), "{label} without {missing}: {why}")
+            }
             // Renewal runs in the background: a refused renewal ends the lease (and logs a
             // warning that names the command).
             Err(Error::LeaseLost { .. }) if renewal.contains(&missing.to_string()) => {}

@@ -590,3 +590,49 @@ async fn a_scripts_first_call_loads_it_where_the_call_runs_and_a_silent_master_e
         "the silent master was asked to load a script"
     );
 }
+
+/// A master back from a pause long enough for the others to mark it failed serves its
+/// slots' locks again: the client's first call there (a script's load, then the script)
+/// reaches it and answers within the timeout's few rounds, not never.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_master_back_from_a_pause_serves_its_locks_again() {
+    let mut c = cluster(3, 0);
+    let names = names_on_every_master(&c, 3);
+    let client = cluster_client(&c).await;
+    let silent = c
+        .owner_of(key_slot(&format!("fenced:{{{}}}", names[2])), 0)
+        .unwrap();
+    for i in 0..c.len() {
+        c.run(i, &["CONFIG", "SET", "cluster-require-full-coverage", "no"])
+            .unwrap();
+    }
+    // The client knows no script of the silent master yet: its first lock there loads one.
+    c.node(silent).pause().unwrap();
+    let other = (0..c.len()).find(|&i| i != silent).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let nodes = c.run(other, &["CLUSTER", "NODES"]).unwrap();
+        if nodes.text().lines().any(|l| l.contains(" master,fail ")) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no master marked the silent one failed"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for name in &names[..2] {
+        let g = client.lock(name.as_str()).acquire().await.unwrap();
+        g.release().await.unwrap();
+    }
+    c.node(silent).resume().unwrap();
+    let back = async {
+        let g = client.lock(names[2].as_str()).acquire().await?;
+        g.release().await
+    };
+    let answered = tokio::time::timeout(Duration::from_secs(20), back).await;
+    assert!(
+        matches!(answered, Ok(Ok(_))),
+        "the master back from its pause: {answered:?}"
+    );
+}

@@ -52,3 +52,4 @@ mod storms;
 mod tickets;
 mod unfenced;
 mod wakeup;
+mod without_scripts;

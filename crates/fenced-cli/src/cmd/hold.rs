@@ -315,19 +315,17 @@ pub async fn acquire(
         return guard.map(Hold::Unfenced).map_err(fail);
     }
     let inherited = inherited_secret(global, &args.name);
-    if global.redis.len() > 1 || args.hand_off || (args.min_hold.is_some() && inherited.is_none()) {
-        // Redlock (several --redis), a lease to hand off by ticket, or a minimum hold (a
+    if global.redis.len() > 1
+        || args.hand_off
+        || (args.min_hold.is_some() && inherited.is_none())
+        || (global.no_scripts && inherited.is_none())
+    {
+        // Redlock (several --redis), a lease to hand off by ticket, a minimum hold (a
         // re-entrant release never shortens the lease, so the name would stay taken for the
-        // whole ttl): a plain lock, on Redlock granted by a majority with a quorum fencing
-        // token. A `fenced run` started under CMD waits for it like anybody else.
-        let plain = client
-            .lock(args.name.clone())
-            .with_ttl(args.ttl)
-            .min_hold_of(args)
-            .with_wait(policy);
-        let lookup = || async { Ok("somebody".to_owned()) }.boxed();
-        let guard = showing_progress(&args.name, plain.acquire(), lookup, global.verbose).await;
-        return guard.map(Hold::Plain).map_err(fail);
+        // whole ttl), or no scripts (a re-entrant lock needs them): a plain lock, on Redlock
+        // granted by a majority with a quorum fencing token. A `fenced run` started under CMD
+        // waits for it like anybody else.
+        return plain_lock(client, global, args, policy).await;
     }
     let lock = client
         .reentrant_lock(args.name.clone())
@@ -381,7 +379,34 @@ pub async fn acquire(
         .boxed()
     };
     let guard = showing_progress(&args.name, lock.acquire(), lookup, global.verbose).await;
-    guard.map(Hold::Lock).map_err(fail)
+    match guard {
+        Ok(g) => Ok(Hold::Lock(g)),
+        // The server refuses scripts (learned from this refusal, which sent nothing else):
+        // a plain lock, as with --no-scripts.
+        Err(fenced::Error::Unsupported(why)) if why.contains("script") => {
+            plain_lock(client, global, args, policy).await
+        }
+        Err(e) => Err(fail(e)),
+    }
+}
+
+/// A plain lock on the name, for as long as the command runs.
+async fn plain_lock(
+    client: &Client,
+    global: &Global,
+    args: &RunArgs,
+    policy: WaitPolicy,
+) -> Result<Hold, Failure> {
+    let plain = client
+        .lock(args.name.clone())
+        .with_ttl(args.ttl)
+        .min_hold_of(args)
+        .with_wait(policy);
+    let lookup = || async { Ok("somebody".to_owned()) }.boxed();
+    let guard = showing_progress(&args.name, plain.acquire(), lookup, global.verbose).await;
+    guard
+        .map(Hold::Plain)
+        .map_err(|e| Failure::from_lib(e, &address(global.redis_url())))
 }
 
 /// Awaits `acquire`; on a terminal, shows a spinner (indicatif) with the holder and the time

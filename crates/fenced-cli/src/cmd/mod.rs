@@ -43,6 +43,9 @@ pub async fn connect_to(global: &Global, url: &str) -> Result<Client, Failure> {
     if let Some(password) = password(global)? {
         builder = builder.password(password);
     }
+    if global.no_scripts {
+        builder = builder.without_scripts();
+    }
     if let (Some(cert), Some(key)) = (&global.tls_cert, &global.tls_key) {
         let read = |path: &std::path::Path, what: &str| {
             std::fs::read(path)

@@ -22,11 +22,11 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use super::Redlock;
 #[cfg(feature = "cluster")]
 use super::ShardedPubSub;
-#[cfg(feature = "cluster")]
-use super::bounded;
 use super::{Backend, Conn, Dedicated, Node};
 #[cfg(feature = "sentinel")]
 use super::{Connector, Failover};
+#[cfg(feature = "cluster")]
+use crate::error::bounded;
 use crate::error::{Error, Result};
 use crate::options::ClientOptions;
 
@@ -90,12 +90,18 @@ impl Connect {
 
     /// Connects to the topology and checks what can be checked now.
     pub(crate) async fn backend(&self) -> Result<Backend> {
+        if self.options.without_scripts && !self.scriptless_topology() {
+            return Err(Error::unsupported(
+                "without scripts, locks run on one server or behind Sentinel; a Redis Cluster and Redlock need scripts",
+            ));
+        }
         match &self.topology {
             Topology::Single(url) => {
                 let (node, client) = self.node(url)?;
                 let node = node
                     .with_acks(self.options.replica_acks)
-                    .with_counted_grants(self.options.counted_grants);
+                    .with_counted_grants(self.options.counted_grants)
+                    .with_scripts_forbidden(self.options.without_scripts);
                 check_server(&node).await?;
                 Ok(Backend::Single {
                     node,
@@ -117,6 +123,17 @@ impl Connect {
             Topology::Sentinel { sentinels, service } => {
                 self.sentinel_backend(sentinels, service).await
             }
+        }
+    }
+
+    /// Whether the lock runs here without scripts: one server, or Sentinel's master.
+    fn scriptless_topology(&self) -> bool {
+        match &self.topology {
+            Topology::Single(_) => true,
+            #[cfg(feature = "sentinel")]
+            Topology::Sentinel { .. } => true,
+            #[allow(unreachable_patterns)]
+            _ => false,
         }
     }
 
@@ -259,7 +276,8 @@ impl Connect {
         let failover = Failover::start(service.to_owned(), clients, connect, timeout);
         let node = Node::new(Conn::Sentinel(failover.clone()), timeout)
             .with_acks(self.options.replica_acks)
-            .with_counted_grants(self.options.counted_grants);
+            .with_counted_grants(self.options.counted_grants)
+            .with_scripts_forbidden(self.options.without_scripts);
         check_server(&node).await?;
         Ok(Backend::Single {
             node,

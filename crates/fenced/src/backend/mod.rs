@@ -9,19 +9,19 @@
 
 pub(crate) mod connect;
 mod node;
+pub(crate) mod pool;
 #[cfg(feature = "redlock")]
 mod redlock;
 #[cfg(feature = "sentinel")]
 mod sentinel;
 
-#[cfg(any(feature = "cluster", feature = "redlock", feature = "sentinel"))]
 use std::sync::Arc;
 use std::time::Duration;
 
 use redis::Value;
 use tokio::time::Instant;
 
-pub(crate) use node::{Conn, Node, bounded};
+pub(crate) use node::{Conn, Node};
 #[cfg(feature = "redlock")]
 pub(crate) use redlock::Redlock;
 #[cfg(feature = "sentinel")]
@@ -252,7 +252,20 @@ impl Backend {
     /// acknowledgements (a handed grant reaches its waiter at once, and could not be taken
     /// back if `WAIT` then fell short: `node.rs`, invariant 5).
     pub(crate) fn hands_over(&self) -> bool {
-        matches!(self, Backend::Single { node, .. } if !node.acks_replicas())
+        matches!(self, Backend::Single { node, .. } if !node.acks_replicas() && !node.scripts_forbidden())
+    }
+
+    /// With the transactions' pool, whose dedicated connections also carry the lock's steps
+    /// where scripts are forbidden (one server or Sentinel: `node/watched.rs`).
+    pub(crate) fn with_pool(self, pool: &Arc<pool::TxPool>) -> Self {
+        match self {
+            Backend::Single { node, client } => Backend::Single {
+                node: node.with_pool(Arc::clone(pool)),
+                client,
+            },
+            #[allow(unreachable_patterns)]
+            other => other,
+        }
     }
 
     /// One acquire attempt. `clean`: false when the lease may exist for this owner without a

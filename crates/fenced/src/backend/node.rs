@@ -38,6 +38,7 @@
 //!    that cannot be reached (mid-failover) must not fail a call that never goes there.
 
 mod grant;
+mod watched;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -140,6 +141,11 @@ pub(crate) struct Node {
     counted: bool,
     /// The hashes the server gave for the scripts loaded there (invariant 7).
     hashes: Arc<Hashes>,
+    /// Whether scripts are sent at all (`watched.rs`).
+    scripts: Arc<watched::Scripts>,
+    /// The dedicated connections of the lock's steps without scripts (`watched.rs`): one
+    /// server or Sentinel only.
+    pool: Option<Arc<super::pool::TxPool>>,
 }
 
 /// Whether a node runs the native twins that need a recent server (`DELIFEQ`), as learned
@@ -195,6 +201,8 @@ impl Node {
             grants: Arc::default(),
             counted: false,
             hashes: Arc::default(),
+            scripts: Arc::default(),
+            pool: None,
         }
     }
 
@@ -405,6 +413,9 @@ impl Node {
                 return Ok((value, short));
             }
         }
+        if self.scripts_forbidden() {
+            return self.run_watched(call).await;
+        }
         let body = call.lua.body(self.sharded);
         let source = body.source();
         let key = call.first_key();
@@ -448,6 +459,7 @@ impl Node {
             .await;
         let (value, acked) = match answer {
             Ok(answer) => answer,
+            Err(e) if self.learn_refusal(&e) => return self.instead_of_script(call, e).await,
             Err(e) => return Err(self.named(e.in_script(operation, source), call).await),
         };
         let acked = match acked {
@@ -478,7 +490,7 @@ impl Node {
         operation: &'static str,
         fut: impl Future<Output = Result<T, RedisError>>,
     ) -> Result<T> {
-        bounded(self.timeout, operation, fut).await
+        crate::error::bounded(self.timeout, operation, fut).await
     }
 
     /// Sends with `send` until the reply is not a cluster redirect (invariant 4). The caller
@@ -714,6 +726,11 @@ impl Node {
                     .map_err(|e| unexpected(operation, e.to_string()));
             }
         }
+        if self.scripts_forbidden() {
+            let (value, _) = self.run_watched(call).await?;
+            return redis::from_redis_value(value)
+                .map_err(|e| unexpected(operation, e.to_string()));
+        }
         let body = call.lua.body(self.sharded);
         let source = body.source();
         let key = call.first_key();
@@ -734,6 +751,11 @@ impl Node {
             .await;
         match answer {
             Ok(value) => Ok(value),
+            // Refused before it ran: once more, without a script (`watched.rs`).
+            Err(e) if self.learn_refusal(&e) => {
+                let (value, _) = self.instead_of_script(call, e).await?;
+                redis::from_redis_value(value).map_err(|e| unexpected(operation, e.to_string()))
+            }
             Err(e) => Err(self.named(e.in_script(operation, source), call).await),
         }
     }
@@ -845,12 +867,15 @@ impl Node {
         operation: &'static str,
         calls: &[ScriptCall],
     ) -> Result<Vec<Result<Value>>> {
+        if self.scripts_forbidden() {
+            return self.run_batch_watched(operation, calls).await;
+        }
         // One WAIT for the whole batch (invariant 5): renewals count only once replicated.
         let wait = self.wait_cmd();
         let wait_cmd = wait.as_ref().map(|(cmd, _)| cmd);
         let key = calls.first().and_then(ScriptCall::first_key);
         let cluster = self.is_cluster();
-        let mut replies: Vec<Result<Value, RedisError>> = self
+        let answer: Result<Vec<Result<Value, RedisError>>> = self
             .bounded(
                 operation,
                 self.resending(|mut conn| async move {
@@ -873,7 +898,15 @@ impl Node {
                     Ok(first)
                 }),
             )
-            .await?;
+            .await;
+        let mut replies = match answer {
+            Ok(replies) => replies,
+            // Refused before anything ran: once more, without scripts (`watched.rs`).
+            Err(e) if self.learn_refusal(&e) => {
+                return self.batch_instead_of_scripts(operation, calls, e).await;
+            }
+            Err(e) => return Err(e),
+        };
         if let Some((_, needed)) = wait {
             let acked = match replies.pop() {
                 Some(Ok(Value::Int(n))) => usize::try_from(n).unwrap_or(0),
@@ -884,7 +917,7 @@ impl Node {
             }
         }
         let timeout = self.timeout;
-        Ok(replies
+        let results: Vec<Result<Value>> = replies
             .into_iter()
             .zip(calls)
             .map(|(r, call)| {
@@ -897,23 +930,21 @@ impl Node {
                     }
                 })
             })
-            .collect())
-    }
-}
-
-/// Bounds `fut` by `timeout` and maps its error.
-pub(crate) async fn bounded<T>(
-    timeout: Duration,
-    operation: &'static str,
-    fut: impl Future<Output = Result<T, RedisError>>,
-) -> Result<T> {
-    match tokio::time::timeout(timeout, fut).await {
-        Ok(Ok(v)) => Ok(v),
-        Ok(Err(e)) => Err(Error::from_redis(operation, timeout, e)),
-        Err(_) => Err(Error::Timeout {
-            operation,
-            after: timeout,
-        }),
+            .collect();
+        // Every call refused as a script (`EVALSHA` outside the ACL, `SCRIPT LOAD` allowed):
+        // none ran, so once more without scripts (`watched.rs`).
+        if let Some(Err(e)) = results.first()
+            && results
+                .iter()
+                .all(|r| matches!(r, Err(e) if e.refuses_scripts()))
+            && self.learn_refusal(e)
+        {
+            let refusal = e.clone();
+            return self
+                .batch_instead_of_scripts(operation, calls, refusal)
+                .await;
+        }
+        Ok(results)
     }
 }
 

@@ -18,18 +18,9 @@
 use crate::Client;
 
 mod atomic;
-pub(crate) mod pool;
 mod transaction;
 
 pub use atomic::{CasOutcome, MAX_KEY_LEN, MAX_STOCK, Stock, Versioned, VersionedWrite};
 pub use transaction::Tx;
 
-/// A Redis Cluster hash slot: a transaction's keys share one.
-#[cfg(feature = "cluster")]
-pub(crate) use redis::cluster_routing::Slot;
-
-/// Without the `cluster` feature no transaction has a slot: a type without values keeps the
-/// signatures of the pool and the retry loop.
-#[cfg(not(feature = "cluster"))]
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub(crate) enum Slot {}
+pub(crate) use crate::backend::pool::Slot;

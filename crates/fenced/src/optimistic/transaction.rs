@@ -10,10 +10,10 @@ use redis::aio::MultiplexedConnection;
 use redis::{Cmd, FromRedisValue, RedisError, ToRedisArgs, Value};
 use tokio::time::Instant;
 
-use crate::backend::bounded;
+use crate::backend::pool::{Addr, Pooled};
 use crate::client::Client;
+use crate::error::bounded;
 use crate::error::{Error, Result};
-use crate::optimistic::pool::{Addr, Pooled};
 use crate::util::Backoff;
 use crate::wait::WaitPolicy;
 
@@ -419,7 +419,7 @@ enum Watched {
 /// broken (the server restarted, say) is replaced by a fresh one once. On a cluster, a
 /// `MOVED` reply sends the `WATCH` to the slot's master.
 async fn watch(
-    pool: &Arc<super::pool::TxPool>,
+    pool: &Arc<crate::backend::pool::TxPool>,
     keys: &[&str],
     timeout: Duration,
     slot: Option<Slot>,

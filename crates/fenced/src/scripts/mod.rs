@@ -400,7 +400,7 @@ impl ScriptCall {
         if !std::ptr::eq(self.lua, &ACQUIRE) || self.keys != 3 {
             return None;
         }
-        let [lock, fence, _tombstone, owner, ttl, _retention] = self.simple_parts()?;
+        let [lock, fence, _tombstone, owner, ttl, _retention] = self.exact_parts()?;
         let mut set = Cmd::with_capacity(6, 48 + lock.len() + owner.len());
         set.arg("SET")
             .arg(lock)
@@ -418,7 +418,7 @@ impl ScriptCall {
     /// For an acquire call of [`grant_transaction`](Self::grant_transaction): the
     /// `fence_mint.lua` call that hands out its token from the server clock.
     pub(crate) fn fence_mint(&self) -> Option<ScriptCall> {
-        let [lock, fence, _tombstone, owner, _ttl, retention] = self.simple_parts()?;
+        let [lock, fence, _tombstone, owner, _ttl, retention] = self.exact_parts()?;
         Some(
             ScriptCall::new(&FENCE_MINT)
                 .key(lock)
@@ -429,7 +429,7 @@ impl ScriptCall {
     }
 
     /// The keys, then the arguments, as bytes: exactly `N` of them, or `None`.
-    fn simple_parts<const N: usize>(&self) -> Option<[&[u8]; N]> {
+    pub(crate) fn exact_parts<const N: usize>(&self) -> Option<[&[u8]; N]> {
         let mut parts = self.parts.args_iter().map(|a| match a {
             redis::Arg::Simple(bytes) => Some(bytes),
             _ => None,
@@ -441,8 +441,7 @@ impl ScriptCall {
         parts.next().is_none().then_some(out)
     }
 
-    /// How many keys the call touches (the cluster and Redlock backends route by them).
-    #[cfg(test)]
+    /// How many keys the call touches.
     pub(crate) fn key_count(&self) -> usize {
         self.keys
     }

@@ -15,14 +15,23 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use super::Slot;
 use redis::AsyncConnectionConfig;
 use redis::aio::MultiplexedConnection;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use crate::backend::Dedicated;
+use super::Dedicated;
 use crate::error::{Error, Result};
 use crate::util::lock_unpoisoned;
+
+/// A Redis Cluster hash slot: a transaction's keys share one.
+#[cfg(feature = "cluster")]
+pub(crate) use redis::cluster_routing::Slot;
+
+/// Without the `cluster` feature no transaction has a slot: a type without values keeps the
+/// signatures of the pool and the retry loop.
+#[cfg(not(feature = "cluster"))]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum Slot {}
 
 /// A node's address, as a `MOVED` reply names it.
 pub(crate) type Addr = (String, u16);
@@ -138,7 +147,7 @@ impl TxPool {
                 let config = AsyncConnectionConfig::new()
                     .set_connection_timeout(Some(self.timeout))
                     .set_response_timeout(Some(self.timeout));
-                let mut conn = crate::backend::bounded(self.timeout, "connect", async {
+                let mut conn = crate::error::bounded(self.timeout, "connect", async {
                     let client = match (&at, &self.directory) {
                         (Some((host, port)), Some(directory)) => {
                             (directory.client_at)(host, *port)?
@@ -222,7 +231,7 @@ async fn probe(conn: &mut MultiplexedConnection, timeout: Duration) -> Result<()
     let mut pipe = redis::pipe();
     pipe.ignore_errors().cmd("MULTI").cmd("EXEC");
     let replies: Vec<redis::Value> =
-        crate::backend::bounded(timeout, "transaction probe", pipe.query_async(conn)).await?;
+        crate::error::bounded(timeout, "transaction probe", pipe.query_async(conn)).await?;
     match replies
         .into_iter()
         .find(|v| matches!(v, redis::Value::ServerError(_)))

@@ -1,0 +1,571 @@
+//! Locks where scripts are forbidden: the lock's steps as `WATCH`/`MULTI`/`EXEC` transactions,
+//! for servers and users that refuse `EVAL`/`EVALSHA` (an ACL without `@scripting`, a proxy
+//! without scripts, a server built without Lua).
+//!
+//! Invariants:
+//! 1. Same keys, same values, same replies. Each twin reads what its script reads and writes
+//!    what it writes, and answers what the script answers, so the engine cannot tell them
+//!    apart, and clients with and without scripts share a name safely.
+//! 2. Read under `WATCH`, write in `MULTI`/`EXEC`. Any change to a watched key between the
+//!    read and `EXEC` (another client's script, transaction or command) makes `EXEC` answer
+//!    nil: nothing was written, and the step reads again, within the call's timeout. So a
+//!    step acts on what it read, as the script does in one go.
+//! 3. Tokens as the acquire script makes them (`fence.lua`): the larger of the fence plus one
+//!    and the server's `TIME` in µs, read under `WATCH` with the fence and written in the same
+//!    `EXEC`. Tokens strictly increase across every grant of a name, by script or not, and
+//!    the clock keeps them increasing after a fence is lost.
+//! 4. `WATCH` belongs to a connection: each step runs on a dedicated connection of the
+//!    client's transaction pool, given back only once clean (`EXEC` or `UNWATCH` answered),
+//!    closed otherwise (a timeout mid-step), which makes the server forget its state.
+//! 5. Only the lock's steps have a twin: grant, renewal, release, abandon, force release,
+//!    the token of a grant by transaction, and the type check of a refusal. Every other call
+//!    is refused with [`Error::Unsupported`] before anything is sent, saying why. One server
+//!    or Sentinel only: a Redis Cluster's and Redlock's nodes have no pool here.
+//! 6. Chosen by the client (`ClientBuilder::without_scripts`) or learned from the first
+//!    refusal of a script (`NOPERM` for `evalsha` or `script|load`, an unknown command):
+//!    a refused script changed nothing, so its call runs again as its twin, once.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use redis::{Cmd, RedisError, Value};
+
+use super::{Node, Shortfall};
+use crate::error::{Error, Result};
+use crate::kind::unexpected;
+use crate::scripts::{
+    ABANDON, ACQUIRE, ACQUIRE_BY_SCRIPT, EXTEND, FENCE_MINT, FORCE_RELEASE, LOCK_TYPE, RELEASE,
+    ScriptCall, UNFENCED_RELEASE,
+};
+use crate::util::lock_unpoisoned;
+
+/// Whether a node sends scripts, and if not, why (invariant 6).
+#[derive(Debug, Default)]
+pub(crate) struct Scripts {
+    forbidden: AtomicBool,
+    /// Forbidden by the client's choice, not learned: never allowed again.
+    chosen: AtomicBool,
+    why: Mutex<Option<String>>,
+}
+
+impl Scripts {
+    /// Scripts again, after a refusal whose twin was refused too: the user may run neither,
+    /// and the script's refusal names what to grant. Not when the client chose.
+    fn unlearn(&self) {
+        if self.chosen.load(Ordering::Relaxed) {
+            return;
+        }
+        *lock_unpoisoned(&self.why) = None;
+        self.forbidden.store(false, Ordering::Relaxed);
+    }
+
+    /// No more scripts on this node, for the reason given (the first one is kept).
+    pub(crate) fn forbid(&self, why: impl Into<String>) {
+        let mut reason = lock_unpoisoned(&self.why);
+        if reason.is_none() {
+            *reason = Some(why.into());
+        }
+        self.forbidden.store(true, Ordering::Relaxed);
+    }
+
+    fn forbidden(&self) -> bool {
+        self.forbidden.load(Ordering::Relaxed)
+    }
+
+    fn why(&self) -> String {
+        lock_unpoisoned(&self.why)
+            .clone()
+            .unwrap_or_else(|| "scripts are off".to_owned())
+    }
+}
+
+/// One step of the lock, as the script it stands for (invariant 1).
+enum Twin<'a> {
+    /// `acquire.lua`: lock, fence, tombstone; owner, ttl, retention.
+    Acquire([&'a [u8]; 6]),
+    /// `extend.lua` without a take-over: lock, epoch key; owner, ttl, epoch.
+    Extend([&'a [u8]; 5]),
+    /// `release.lua`: lock; owner, channel, message.
+    Release([&'a [u8]; 4]),
+    /// `abandon.lua`: lock, tombstone; owner, channel, message, patience.
+    Abandon([&'a [u8]; 6]),
+    /// `force_release.lua`: lock, holds; channel, message.
+    ForceRelease([&'a [u8]; 4]),
+    /// `fence_mint.lua`: lock, fence; owner, retention.
+    FenceMint([&'a [u8]; 4]),
+    /// `lock_type.lua`: lock.
+    LockType([&'a [u8]; 1]),
+}
+
+/// What a twin decided from its reads.
+enum Decision {
+    /// The reply, with nothing to write (`UNWATCH`).
+    Answer(Value),
+    /// These writes in one `MULTI`/`EXEC`, whose results `Reply` reads.
+    Write(Vec<Cmd>, Reply),
+}
+
+/// How a twin's `EXEC` results become its script's reply.
+enum Reply {
+    /// The token, once the lock's `SET NX` (the first write) took.
+    Token(String),
+    /// 1 when the first write's integer is 1, else 0 (`DEL`, `PEXPIRE`).
+    FirstIsOne,
+    /// This value.
+    Fixed(Value),
+}
+
+impl<'a> Twin<'a> {
+    fn of(call: &'a ScriptCall) -> Option<Self> {
+        let lua = call.lua;
+        let keys = call.key_count();
+        if std::ptr::eq(lua, &ACQUIRE) || std::ptr::eq(lua, &ACQUIRE_BY_SCRIPT) {
+            // Three arguments: a Redlock proposal (a fourth) has no twin.
+            return (keys == 3).then(|| call.exact_parts().map(Twin::Acquire))?;
+        }
+        if std::ptr::eq(lua, &EXTEND) {
+            // Two keys: a take-over from a ticket (a third) has no twin.
+            return (keys == 2).then(|| call.exact_parts().map(Twin::Extend))?;
+        }
+        if std::ptr::eq(lua, &RELEASE) || std::ptr::eq(lua, &UNFENCED_RELEASE) {
+            return (keys == 1).then(|| call.exact_parts().map(Twin::Release))?;
+        }
+        if std::ptr::eq(lua, &ABANDON) {
+            return (keys == 2).then(|| call.exact_parts().map(Twin::Abandon))?;
+        }
+        if std::ptr::eq(lua, &FORCE_RELEASE) {
+            return (keys == 2).then(|| call.exact_parts().map(Twin::ForceRelease))?;
+        }
+        if std::ptr::eq(lua, &FENCE_MINT) {
+            return (keys == 2).then(|| call.exact_parts().map(Twin::FenceMint))?;
+        }
+        if std::ptr::eq(lua, &LOCK_TYPE) {
+            return (keys == 1).then(|| call.exact_parts().map(Twin::LockType))?;
+        }
+        None
+    }
+
+    /// The keys to watch, and the reads to send after `WATCH`, in one round trip. Reads go by
+    /// `MGET`, which answers nil for a key of another type where `GET` would fail.
+    fn reads(&self) -> (Vec<&'a [u8]>, Vec<Cmd>) {
+        match *self {
+            Twin::Acquire([lock, fence, tomb, ..]) => (
+                vec![lock, fence, tomb],
+                vec![
+                    mget(&[lock, fence, tomb]),
+                    cmd("PTTL", &[lock]),
+                    cmd("TIME", &[]),
+                ],
+            ),
+            Twin::Extend([lock, epoch, ..]) => (vec![lock, epoch], vec![mget(&[lock, epoch])]),
+            Twin::Release([lock, ..])
+            | Twin::Abandon([lock, ..])
+            | Twin::ForceRelease([lock, ..]) => (vec![lock], vec![mget(&[lock])]),
+            Twin::FenceMint([lock, fence, ..]) => (
+                vec![lock, fence],
+                vec![mget(&[lock, fence]), cmd("TIME", &[])],
+            ),
+            Twin::LockType([lock]) => (vec![lock], vec![cmd("PTTL", &[lock]), mget(&[lock])]),
+        }
+    }
+
+    /// What the script would do, given what it would read.
+    fn decide(&self, reads: &[Value], publish: &'static str) -> Option<Decision> {
+        let answer = |v: Value| Some(Decision::Answer(v));
+        let pair = |a: i64, b: i64| Value::Array(vec![Value::Int(a), Value::Int(b)]);
+        match *self {
+            Twin::Acquire([lock, fence, _, owner, ttl, retention]) => {
+                let [seen, Value::Int(pttl), time] = reads else {
+                    return None;
+                };
+                let [held, last, void] = strings::<3>(seen)?;
+                if held.is_some() {
+                    return answer(pair(0, *pttl));
+                }
+                if *pttl != -2 {
+                    // A key that MGET cannot read: another type.
+                    return answer(Value::Array(vec![
+                        Value::Int(0),
+                        Value::Int(-5),
+                        Value::Int(1),
+                    ]));
+                }
+                if void.is_some() {
+                    return answer(pair(0, -3));
+                }
+                let token = next_token(last.as_deref(), time)?.to_string();
+                let writes = vec![
+                    cmd("SET", &[lock, owner, b"NX", b"PX", ttl]),
+                    cmd("SET", &[fence, token.as_bytes(), b"PX", retention]),
+                ];
+                Some(Decision::Write(writes, Reply::Token(token)))
+            }
+            Twin::Extend([lock, epoch_key, owner, ttl, epoch]) => {
+                let [held, newest] = strings::<2>(reads.first()?)?;
+                if held.as_deref() != Some(owner) {
+                    return answer(Value::Int(0));
+                }
+                let epoch_n = parse(epoch)?;
+                let newest = newest.as_deref().and_then(parse).unwrap_or(0);
+                if epoch_n < newest {
+                    return answer(Value::Int(2));
+                }
+                let mut writes = vec![cmd("PEXPIRE", &[lock, ttl])];
+                if epoch_n > 0 {
+                    writes.push(cmd("SET", &[epoch_key, epoch, b"PX", ttl]));
+                }
+                Some(Decision::Write(writes, Reply::FirstIsOne))
+            }
+            Twin::Release([lock, owner, channel, message]) => {
+                let [held] = strings::<1>(reads.first()?)?;
+                if held.as_deref() != Some(owner) {
+                    return answer(Value::Int(0));
+                }
+                let mut writes = vec![cmd("DEL", &[lock])];
+                if !message.is_empty() {
+                    writes.push(cmd(publish, &[channel, message]));
+                }
+                Some(Decision::Write(writes, Reply::FirstIsOne))
+            }
+            Twin::Abandon([lock, tomb, owner, channel, message, patience]) => {
+                let [held] = strings::<1>(reads.first()?)?;
+                if held.as_deref() != Some(owner) {
+                    let writes = vec![cmd("SET", &[tomb, b"1", b"PX", patience])];
+                    return Some(Decision::Write(writes, Reply::Fixed(Value::Int(0))));
+                }
+                let mut writes = vec![cmd("DEL", &[lock])];
+                if !message.is_empty() {
+                    writes.push(cmd(publish, &[channel, message]));
+                }
+                Some(Decision::Write(writes, Reply::Fixed(Value::Int(1))))
+            }
+            Twin::ForceRelease([lock, holds, channel, message]) => {
+                let [held] = strings::<1>(reads.first()?)?;
+                let Some(owner) = held else {
+                    return answer(Value::Nil);
+                };
+                let writes = vec![
+                    cmd("DEL", &[lock, holds]),
+                    cmd(publish, &[channel, message]),
+                ];
+                Some(Decision::Write(
+                    writes,
+                    Reply::Fixed(Value::BulkString(owner)),
+                ))
+            }
+            Twin::FenceMint([_, fence, owner, retention]) => {
+                let [seen, time] = reads else {
+                    return None;
+                };
+                let [held, last] = strings::<2>(seen)?;
+                if held.as_deref() != Some(owner) {
+                    return answer(pair(0, -2));
+                }
+                let token = next_token(last.as_deref(), time)?.to_string();
+                let writes = vec![cmd("SET", &[fence, token.as_bytes(), b"PX", retention])];
+                Some(Decision::Write(
+                    writes,
+                    Reply::Fixed(Value::BulkString(token.into_bytes())),
+                ))
+            }
+            Twin::LockType(_) => {
+                let [Value::Int(pttl), seen] = reads else {
+                    return None;
+                };
+                let [held] = strings::<1>(seen)?;
+                answer(Value::Int(i64::from(*pttl != -2 && held.is_none())))
+            }
+        }
+    }
+}
+
+impl Reply {
+    fn read(self, results: &[Value]) -> Option<Value> {
+        match self {
+            Reply::Token(token) => match results.first()? {
+                Value::Okay => Some(Value::BulkString(token.into_bytes())),
+                _ => None,
+            },
+            Reply::FirstIsOne => match results.first()? {
+                Value::Int(1) => Some(Value::Int(1)),
+                Value::Int(_) => Some(Value::Int(0)),
+                _ => None,
+            },
+            Reply::Fixed(value) => Some(value),
+        }
+    }
+}
+
+fn cmd(name: &str, args: &[&[u8]]) -> Cmd {
+    let mut cmd = redis::cmd(name);
+    for arg in args {
+        cmd.arg(*arg);
+    }
+    cmd
+}
+
+fn mget(keys: &[&[u8]]) -> Cmd {
+    cmd("MGET", keys)
+}
+
+/// An `MGET` reply of `N` keys: each a string, or `None`.
+fn strings<const N: usize>(reply: &Value) -> Option<[Option<Vec<u8>>; N]> {
+    let Value::Array(items) = reply else {
+        return None;
+    };
+    let items: Vec<Option<Vec<u8>>> = items
+        .iter()
+        .map(|v| match v {
+            Value::BulkString(b) => Some(Some(b.clone())),
+            Value::Nil => Some(None),
+            _ => None,
+        })
+        .collect::<Option<_>>()?;
+    items.try_into().ok()
+}
+
+fn parse(bytes: &[u8]) -> Option<u64> {
+    std::str::from_utf8(bytes).ok()?.parse().ok()
+}
+
+/// `next_token` of `fence.lua` without a proposal: the larger of the last token plus one and
+/// the server time of `TIME`'s reply, in µs (invariant 3). A fence that is not a number counts
+/// as none, as `tonumber` makes it there.
+fn next_token(last: Option<&[u8]>, time: &Value) -> Option<u64> {
+    let Value::Array(parts) = time else {
+        return None;
+    };
+    let [Value::BulkString(secs), Value::BulkString(micros)] = &parts[..] else {
+        return None;
+    };
+    let now = parse(secs)?
+        .checked_mul(1_000_000)?
+        .checked_add(parse(micros)?)?;
+    let after = last.and_then(parse).unwrap_or(0).saturating_add(1);
+    Some(now.max(after))
+}
+
+impl Node {
+    /// Whether this node sends no scripts (invariant 6).
+    pub(crate) fn scripts_forbidden(&self) -> bool {
+        self.scripts.forbidden()
+    }
+
+    /// From now on this node sends no scripts.
+    pub(crate) fn with_scripts_forbidden(self, forbidden: bool) -> Self {
+        if forbidden {
+            self.scripts.chosen.store(true, Ordering::Relaxed);
+            self.scripts
+                .forbid("this client was built without scripts (ClientBuilder::without_scripts)");
+        }
+        self
+    }
+
+    /// With the pool whose dedicated connections carry the twins' `WATCH` (invariant 4).
+    pub(crate) fn with_pool(mut self, pool: Arc<super::super::pool::TxPool>) -> Self {
+        self.pool = Some(pool);
+        self
+    }
+
+    /// After `e`: whether it was the server refusing scripts, now remembered (invariant 6).
+    /// Such a refusal ran nothing, so the call may go again as its twin.
+    pub(crate) fn learn_refusal(&self, e: &Error) -> bool {
+        if !e.refuses_scripts() {
+            return false;
+        }
+        tracing::debug!(error = %e, "fenced: the server refuses scripts; the lock goes on without them");
+        self.scripts
+            .forbid(format!("the server refused a script: {e}"));
+        true
+    }
+
+    /// `call` as its twin, after the server refused its script with `refusal` (invariant 6).
+    /// A twin refused too (a user who may run neither scripts nor transactions) allows
+    /// scripts again, and the answer is the script's refusal, which names what to grant.
+    pub(crate) async fn instead_of_script(
+        &self,
+        call: &ScriptCall,
+        refusal: Error,
+    ) -> Result<(Value, Option<Shortfall>)> {
+        match self.run_watched(call).await {
+            Err(Error::Permission { .. }) => {
+                self.scripts.unlearn();
+                Err(refusal)
+            }
+            other => other,
+        }
+    }
+
+    /// [`run_batch_watched`](Self::run_batch_watched) after a refusal, as
+    /// [`instead_of_script`](Self::instead_of_script).
+    pub(crate) async fn batch_instead_of_scripts(
+        &self,
+        operation: &'static str,
+        calls: &[ScriptCall],
+        refusal: Error,
+    ) -> Result<Vec<Result<Value>>> {
+        let results = self.run_batch_watched(operation, calls).await?;
+        if results
+            .iter()
+            .any(|r| matches!(r, Err(Error::Permission { .. })))
+        {
+            self.scripts.unlearn();
+            return Ok(results.into_iter().map(|_| Err(refusal.clone())).collect());
+        }
+        Ok(results)
+    }
+
+    /// [`run_watched`](Self::run_watched) for each call of a renewal batch, at once: one
+    /// dedicated connection each, so the batch's round trips overlap. Too few replica
+    /// acknowledgements for any call fails the batch, as one `WAIT` after a pipeline would.
+    pub(crate) async fn run_batch_watched(
+        &self,
+        operation: &'static str,
+        calls: &[ScriptCall],
+    ) -> Result<Vec<Result<Value>>> {
+        let answers =
+            futures_util::future::join_all(calls.iter().map(|call| self.run_watched(call))).await;
+        let mut out = Vec::with_capacity(answers.len());
+        for answer in answers {
+            match answer {
+                Ok((_, Some(short))) => return Err(short.error(operation)),
+                Ok((value, None)) => out.push(Ok(value)),
+                Err(e) => out.push(Err(e)),
+            }
+        }
+        Ok(out)
+    }
+
+    /// Runs `call` as its twin (invariants 1 and 2), then `WAIT` on the same connection when
+    /// the client asks for replica acknowledgements: the script's reply, with the shortfall.
+    ///
+    /// Boxed: the callers' futures stay as large as they are with scripts.
+    pub(crate) fn run_watched<'a>(
+        &'a self,
+        call: &'a ScriptCall,
+    ) -> futures_util::future::BoxFuture<'a, Result<(Value, Option<Shortfall>)>> {
+        Box::pin(self.watched_step(call))
+    }
+
+    async fn watched_step(&self, call: &ScriptCall) -> Result<(Value, Option<Shortfall>)> {
+        let operation = call.lua.operation;
+        let refused = |what: &str| {
+            Error::unsupported(format!(
+                "{what} needs a Lua script, and this client sends none ({}); without scripts, a lock or an unfenced lock on one server or behind Sentinel works, any other primitive needs scripts",
+                self.scripts.why()
+            ))
+        };
+        let Some(pool) = &self.pool else {
+            return Err(refused("a lock on a Redis Cluster or on Redlock"));
+        };
+        let Some(twin) = Twin::of(call) else {
+            return Err(refused(&format!("this {operation}")));
+        };
+        let publish = if self.sharded { "SPUBLISH" } else { "PUBLISH" };
+        let wait = self.wait_cmd();
+        let timeout = self.timeout;
+        let redis_err = |e: RedisError| Error::from_redis(operation, timeout, e);
+        let step = async {
+            loop {
+                let mut pooled = pool.checkout(false, None).await?;
+                let mut conn = pooled.conn();
+                let (watched, reads) = twin.reads();
+                let mut pipe = redis::pipe();
+                pipe.add_command(cmd("WATCH", &watched));
+                for read in reads {
+                    pipe.add_command(read);
+                }
+                pooled.dirty();
+                let replies: Vec<Value> = pipe.query_async(&mut conn).await.map_err(redis_err)?;
+                let decision = twin
+                    .decide(replies.get(1..).unwrap_or_default(), publish)
+                    .ok_or_else(|| unexpected(operation, format!("{replies:?}")))?;
+                let (writes, reply) = match decision {
+                    Decision::Answer(value) => {
+                        let _: Value = redis::cmd("UNWATCH")
+                            .query_async(&mut conn)
+                            .await
+                            .map_err(redis_err)?;
+                        pooled.cleaned();
+                        return Ok((value, None));
+                    }
+                    Decision::Write(writes, reply) => (writes, reply),
+                };
+                let mut pipe = redis::pipe();
+                pipe.cmd("MULTI").ignore();
+                for write in writes {
+                    pipe.add_command(write).ignore();
+                }
+                pipe.cmd("EXEC");
+                if let Some((wait, _)) = &wait {
+                    pipe.add_command(wait.clone());
+                }
+                let mut replies: Vec<Value> =
+                    pipe.query_async(&mut conn).await.map_err(redis_err)?;
+                pooled.cleaned();
+                let short = match &wait {
+                    Some((_, needed)) => match replies.pop() {
+                        Some(Value::Int(acked)) => {
+                            let acked = usize::try_from(acked).unwrap_or(0);
+                            (acked < *needed).then_some(Shortfall {
+                                acked,
+                                needed: *needed,
+                            })
+                        }
+                        other => return Err(unexpected("wait", format!("{other:?}"))),
+                    },
+                    None => None,
+                };
+                match replies.pop() {
+                    // A watched key changed since it was read: nothing was written.
+                    Some(Value::Nil) => {
+                        tokio::task::yield_now().await;
+                        continue;
+                    }
+                    Some(Value::Array(results)) => {
+                        let value = reply
+                            .read(&results)
+                            .ok_or_else(|| unexpected(operation, format!("{results:?}")))?;
+                        return Ok((value, short));
+                    }
+                    other => return Err(unexpected(operation, format!("{other:?}"))),
+                }
+            }
+        };
+        match tokio::time::timeout(timeout, step).await {
+            Ok(answer) => answer,
+            Err(_) => Err(Error::Timeout {
+                operation,
+                after: timeout,
+            }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn time(secs: &str, micros: &str) -> Value {
+        Value::Array(vec![
+            Value::BulkString(secs.as_bytes().to_vec()),
+            Value::BulkString(micros.as_bytes().to_vec()),
+        ])
+    }
+
+    #[test]
+    fn a_token_is_the_larger_of_the_fence_after_the_last_and_the_server_clock() {
+        let t = time("1700000000", "42");
+        assert_eq!(next_token(None, &t), Some(1_700_000_000_000_042));
+        assert_eq!(next_token(Some(b"5"), &t), Some(1_700_000_000_000_042));
+        assert_eq!(
+            next_token(Some(b"1700000000000042"), &t),
+            Some(1_700_000_000_000_043)
+        );
+        assert_eq!(
+            next_token(Some(b"not a number"), &t),
+            Some(1_700_000_000_000_042)
+        );
+        assert_eq!(next_token(None, &Value::Nil), None);
+    }
+}

@@ -1,0 +1,231 @@
+//! Locks where scripts are forbidden: a user whose ACL leaves out `@scripting`, and a client
+//! built without scripts. The lock and the unfenced lock work (grants with increasing tokens,
+//! renewal, release, the lost signal, wake-ups) beside clients that do send scripts; every
+//! other primitive is refused before anything is sent.
+
+use std::time::Duration;
+
+use fenced::{Client, Error, WaitPolicy};
+use fenced_testkit::RedisServer;
+use tokio::time::Instant;
+
+use crate::support::{calls, client, dbsize, eventually, raw, server};
+
+/// A user who may run every command but scripts: `EVAL`, `EVALSHA`, `SCRIPT`, `FCALL`.
+async fn no_script_user(server: &RedisServer) -> String {
+    let mut conn = raw(server).await;
+    let _: () = redis::cmd("ACL")
+        .arg(&[
+            "SETUSER",
+            "noscripts",
+            "on",
+            ">pw",
+            "~*",
+            "&*",
+            "+@all",
+            "-@scripting",
+        ])
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    format!("redis://noscripts:pw@127.0.0.1:{}", server.port())
+}
+
+async fn connect(url: &str) -> Client {
+    Client::builder(url)
+        .timeout(Duration::from_millis(800))
+        .connect()
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_without_scripts_locks_with_increasing_tokens_beside_clients_with_scripts() {
+    let server = server();
+    let url = no_script_user(&server).await;
+    let without = connect(&url).await;
+    let with = client(&server).await;
+    let mut conn = raw(&server).await;
+    let mut last = None;
+    for round in 0..6 {
+        // Turn by turn, so each grant finds the other kind's fence.
+        let (holder, other) = if round % 2 == 0 {
+            (&without, &with)
+        } else {
+            (&with, &without)
+        };
+        let g = holder.lock("shared").acquire().await.unwrap();
+        let token = g.fencing_token();
+        if let Some(last) = last {
+            assert!(token > last, "round {round}: {token:?} after {last:?}");
+        }
+        last = Some(token);
+        assert!(other.lock("shared").try_acquire().await.unwrap().is_none());
+        g.extend(Duration::from_secs(20)).await.unwrap();
+        let pttl: i64 = redis::cmd("PTTL")
+            .arg("fenced:{shared}")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert!(pttl > 10_000, "round {round}: the extend took: {pttl}");
+        g.release().await.unwrap();
+    }
+    // The fence lost whole (a restart without persistence): tokens still go up, by the clock.
+    let _: () = redis::cmd("DEL")
+        .arg("fenced:{shared}:fence")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let g = without.lock("shared").acquire().await.unwrap();
+    assert!(Some(g.fencing_token()) > last, "after the fence was lost");
+    g.release().await.unwrap();
+    let u = without.lock("plain").unfenced().acquire().await.unwrap();
+    assert!(
+        with.lock("plain")
+            .unfenced()
+            .try_acquire()
+            .await
+            .unwrap()
+            .is_none()
+    );
+    u.release().await.unwrap();
+    assert!(with.lock("plain").try_acquire().await.unwrap().is_some());
+    let mut keys: Vec<String> = redis::cmd("KEYS")
+        .arg("fenced:{plain}*")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    keys.sort();
+    assert!(!keys.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_scripts_a_held_lock_is_renewed_and_its_loss_is_signalled() {
+    let server = server();
+    let url = no_script_user(&server).await;
+    let without = connect(&url).await;
+    let mut conn = raw(&server).await;
+    let g = without
+        .lock("renewed")
+        .with_ttl(Duration::from_millis(600))
+        .acquire()
+        .await
+        .unwrap();
+    // Three leases long: alive only if renewed.
+    let until = Instant::now() + Duration::from_millis(1800);
+    while Instant::now() < until {
+        let owner: Option<String> = redis::cmd("GET")
+            .arg("fenced:{renewed}")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert!(owner.is_some(), "the lease ran out while held");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(without.stats().renewed > 0);
+    // Taken away: the next renewal finds another owner and says the lease is lost.
+    let _: () = redis::cmd("SET")
+        .arg(&["fenced:{renewed}", "somebody-else", "PX", "10000"])
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    tokio::time::timeout(Duration::from_secs(3), g.lost())
+        .await
+        .expect("the loss is signalled");
+    assert!(matches!(
+        g.release().await,
+        Err(Error::LeaseLost { .. }) | Ok(_)
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_scripts_a_release_wakes_a_waiter_of_another_client() {
+    let server = server();
+    let url = no_script_user(&server).await;
+    let holder = connect(&url).await;
+    let waiter = connect(&url).await;
+    let g = holder.lock("handed").acquire().await.unwrap();
+    let waiting = tokio::spawn(async move {
+        waiter
+            .lock("handed")
+            // Polling alone would wake it within seconds: only the announcement is this fast.
+            .with_wait(WaitPolicy::up_to(Duration::from_secs(10)))
+            .acquire()
+            .await
+            .map(|g| g.fencing_token())
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let first = g.fencing_token();
+    let released = Instant::now();
+    g.release().await.unwrap();
+    let next = tokio::time::timeout(Duration::from_secs(5), waiting)
+        .await
+        .expect("the waiter woke")
+        .unwrap()
+        .unwrap();
+    assert!(next > first);
+    assert!(
+        released.elapsed() < Duration::from_millis(900),
+        "woken by polling, not by the release: {:?}",
+        released.elapsed()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_built_without_scripts_sends_none_and_refuses_other_primitives_before_sending() {
+    let server = server();
+    let c = Client::builder(&server.url())
+        .timeout(Duration::from_millis(800))
+        .without_scripts()
+        .connect()
+        .await
+        .unwrap();
+    let mut conn = raw(&server).await;
+    let g = c.lock("quiet").acquire().await.unwrap();
+    g.extend(Duration::from_secs(5)).await.unwrap();
+    g.release().await.unwrap();
+    let u = c.lock("quiet").unfenced().acquire().await.unwrap();
+    u.release().await.unwrap();
+    assert_eq!(calls(&mut conn, "evalsha").await, 0);
+    assert_eq!(calls(&mut conn, "script|load").await, 0);
+    let before = dbsize(&mut conn).await;
+    let refused = [
+        c.semaphore("pool", 2).try_acquire().await.map(|_| ()),
+        c.reentrant_lock("re").try_acquire().await.map(|_| ()),
+        c.fair_lock("fifo").try_acquire().await.map(|_| ()),
+    ];
+    for r in refused {
+        match r {
+            Err(Error::Unsupported(why)) => assert!(why.contains("script"), "{why}"),
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(dbsize(&mut conn).await, before, "a refused primitive wrote");
+    assert_eq!(calls(&mut conn, "evalsha").await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_without_scripts_is_told_which_primitives_need_them_and_the_lock_still_works() {
+    let server = server();
+    let url = no_script_user(&server).await;
+    let c = connect(&url).await;
+    let started = Instant::now();
+    let r = c
+        .semaphore("pool", 2)
+        .with_wait(WaitPolicy::up_to(Duration::from_secs(10)))
+        .acquire()
+        .await;
+    assert!(matches!(&r, Err(Error::Unsupported(_))), "{r:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "the wait went on"
+    );
+    let g = c.lock("still").acquire().await.unwrap();
+    g.release().await.unwrap();
+    assert!(
+        eventually(Duration::from_secs(2), || async {
+            c.lock("still").try_acquire().await.unwrap().is_some()
+        })
+        .await
+    );
+}
