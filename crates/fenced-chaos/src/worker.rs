@@ -31,9 +31,10 @@ pub enum Workload {
     /// The lock workload with waiters woken by keyspace events, and releases that do not
     /// publish (`ClientBuilder::keyspace_events`; the server is started with the events on).
     LockEvents,
-    /// The lock workload with half the workers granted by script and half by transaction
-    /// (`ClientBuilder::counted_grants`: `INCR` on the fence): tokens must still increase
-    /// across every holder of a key.
+    /// The lock workload with a third of the workers granted by script, a third by
+    /// transaction (`ClientBuilder::counted_grants`: `INCR` on the fence) and a third without
+    /// scripts (`ClientBuilder::without_scripts`: every step a `WATCH` transaction): tokens
+    /// must still increase across every holder of a key.
     LockMixed,
     /// The same over Redlock on three masters.
     Redlock,
@@ -239,9 +240,13 @@ async fn connect(config: &Config, commands: &Commands) -> Option<(Client, Store)
         } else {
             Client::builder(config.lock_urls.first().map_or("", String::as_str))
         };
+        // The mixed workload's workers, in turn: by transaction, by script, without scripts.
+        let mixed = config.workload == Workload::LockMixed;
+        let mut lock = lock.counted_grants(mixed && config.id % 3 == 0);
+        if mixed && config.id % 3 == 2 {
+            lock = lock.without_scripts();
+        }
         let lock = lock
-            // Even workers of the mixed workload grant by transaction, odd ones by script.
-            .counted_grants(config.workload == Workload::LockMixed && config.id.is_multiple_of(2))
             .timeout(timeout)
             .default_ttl(ttl)
             .keyspace_events(config.workload == Workload::LockEvents)
