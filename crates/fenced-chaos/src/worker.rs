@@ -242,7 +242,7 @@ async fn connect(config: &Config, commands: &Commands) -> Option<(Client, Store)
         };
         // The mixed workload's workers, in turn: by transaction, by script, without scripts.
         let mixed = config.workload == Workload::LockMixed;
-        let mut lock = lock.counted_grants(mixed && config.id % 3 == 0);
+        let mut lock = lock.counted_grants(mixed && config.id.is_multiple_of(3));
         if mixed && config.id % 3 == 2 {
             lock = lock.without_scripts();
         }
