@@ -37,6 +37,7 @@ impl Locker {
         Ok(match library {
             Library::Fenced => Locker::Fenced(env.fenced.lock(name).with_ttl(TTL)),
             Library::FencedCounted => Locker::Fenced(env.counted.lock(name).with_ttl(TTL)),
+            Library::FencedNoScripts => Locker::Fenced(env.no_scripts.lock(name).with_ttl(TTL)),
             Library::FencedUnfenced => {
                 Locker::Unfenced(env.fenced.lock(name).with_ttl(TTL).unfenced())
             }

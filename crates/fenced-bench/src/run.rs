@@ -126,9 +126,15 @@ impl Scenario {
     pub fn libraries(self) -> &'static [Library] {
         use Library::*;
         match self {
-            Scenario::Uncontended1 | Scenario::Uncontended32 | Scenario::Contended8 => {
-                &[Fenced, FencedCounted, FencedUnfenced, Raw, Rslock, Redlock]
-            }
+            Scenario::Uncontended1 | Scenario::Uncontended32 | Scenario::Contended8 => &[
+                Fenced,
+                FencedCounted,
+                FencedNoScripts,
+                FencedUnfenced,
+                Raw,
+                Rslock,
+                Redlock,
+            ],
             Scenario::Waiters1000 => &[Fenced, FencedUnfenced, Raw, Rslock],
             Scenario::Renew10000
             | Scenario::Semaphore4of16
@@ -223,6 +229,9 @@ pub enum Library {
     Fenced,
     /// This project's lock on a client with `counted_grants`: granted by transaction.
     FencedCounted,
+    /// This project's lock on a client built without scripts (`without_scripts`): each step
+    /// a `WATCH`/`MULTI`/`EXEC` transaction.
+    FencedNoScripts,
     /// This project's unfenced lock (`Lock::unfenced`): no fencing token.
     FencedUnfenced,
     /// The hand-written redis-rs lock floor.
@@ -245,9 +254,10 @@ pub enum Library {
 
 impl Library {
     /// Every library.
-    pub const ALL: [Library; 11] = [
+    pub const ALL: [Library; 12] = [
         Library::Fenced,
         Library::FencedCounted,
+        Library::FencedNoScripts,
         Library::FencedUnfenced,
         Library::Raw,
         Library::Rslock,
@@ -264,6 +274,7 @@ impl Library {
         match self {
             Library::Fenced => "fenced",
             Library::FencedCounted => "fenced-counted",
+            Library::FencedNoScripts => "fenced-noscripts",
             Library::FencedUnfenced => "fenced-unfenced",
             Library::Raw => "raw",
             Library::Rslock => "rslock",
@@ -319,6 +330,8 @@ pub(crate) struct Env {
     pub(crate) fenced: fenced::Client,
     /// A client that grants the lock by transaction (`counted_grants`).
     pub(crate) counted: fenced::Client,
+    /// A client that sends no scripts (`without_scripts`).
+    pub(crate) no_scripts: fenced::Client,
     pub(crate) raw: MultiplexedConnection,
 }
 
@@ -335,6 +348,11 @@ pub async fn run(config: &Config, url: &str) -> Result<Report, BoxError> {
         counted: fenced::Client::builder(url)
             .keyspace_events(config.keyspace_events)
             .counted_grants(true)
+            .connect()
+            .await?,
+        no_scripts: fenced::Client::builder(url)
+            .keyspace_events(config.keyspace_events)
+            .without_scripts()
             .connect()
             .await?,
         raw: redis_client.get_multiplexed_async_connection().await?,

@@ -463,11 +463,11 @@ impl ClientBuilder {
     /// Without scripts, [`Lock`](crate::Lock) and [`UnfencedLock`](crate::UnfencedLock) work
     /// on one server or behind Sentinel: grants with fencing tokens, renewal, release, the
     /// lost signal, wake-ups. Each of the lock's steps is a `WATCH`/`MULTI`/`EXEC`
-    /// transaction on a connection of the transactions' pool
-    /// ([`transaction_connections`](Self::transaction_connections)) instead of one script: a
-    /// round trip more per grant, renewal and release (none where the server has `DELIFEQ`
-    /// for releases), the same keys and tokens, so clients with and without scripts share a
-    /// name. Every other primitive, a ticket's take-over and a local handover need scripts
+    /// transaction instead of one script: a round trip more per grant, renewal and release
+    /// (none for a release where the server has `DELIFEQ`), the same keys and tokens, so
+    /// clients with and without scripts share a name. These steps have dedicated connections
+    /// of their own, as many as [`transaction_connections`](Self::transaction_connections)
+    /// allows. Every other primitive, a ticket's take-over and a local handover need scripts
     /// and answer [`Error::Unsupported`] before sending anything; so does
     /// [`connect`](Self::connect) for a Redis Cluster or Redlock.
     ///
@@ -546,7 +546,15 @@ impl ClientBuilder {
             options.transaction_connections,
             options.timeout,
         ));
-        let backend = backend.with_pool(&tx_pool);
+        // The lock's steps where scripts are forbidden get connections of their own: a user's
+        // transactions, which hold theirs while their closure runs, must not starve renewals.
+        let lock_steps = Arc::new(TxPool::new(
+            backend.dedicated(),
+            None,
+            options.transaction_connections,
+            options.timeout,
+        ));
+        let backend = backend.with_pool(&lock_steps);
         Ok(Client {
             core: Core::start(backend, options, client_id, key_events),
             tx_pool,

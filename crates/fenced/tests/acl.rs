@@ -45,9 +45,8 @@ const SPEED_COMMANDS: [&str; 8] = [
 /// operations guide, "Least privilege"): each step of the lock is a `WATCH`/`MULTI`/`EXEC`
 /// transaction. `subscribe` and `unsubscribe` only make it faster, as above; `delifeq`
 /// (Valkey 9) releases in one round trip instead of a transaction.
-pub(crate) const NO_SCRIPT_COMMANDS: [&str; 12] = [
-    "ping", "set", "mget", "del", "pexpire", "pttl", "time", "publish", "watch", "unwatch",
-    "multi", "exec",
+pub(crate) const NO_SCRIPT_COMMANDS: [&str; 11] = [
+    "ping", "set", "mget", "del", "pexpire", "pttl", "time", "publish", "watch", "multi", "exec",
 ];
 
 /// Everything a lock does, end to end: the first error, if any.

@@ -300,3 +300,63 @@ async fn an_election_follows_the_master_and_its_observers_never_go_backwards() {
     }
     heir.resign().await.unwrap();
 }
+
+/// Without scripts, each lock step runs on a dedicated connection to the master: after a
+/// failover, one made for the old master is never used again, even while that old master,
+/// paused through the failover and not yet told, still takes writes on it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_scripts_a_lock_follows_the_master_and_never_renews_on_a_demoted_one() {
+    let mut set = sentinels(2);
+    let a = Client::sentinel_builder(&set.sentinel_urls(), "mymaster")
+        .timeout(Duration::from_millis(800))
+        .without_scripts()
+        .connect()
+        .await
+        .expect("connect through Sentinel");
+    // Long enough for a failover's time on a loaded machine, without renewal.
+    let ttl = Duration::from_secs(30);
+    let g = a
+        .lock("payroll")
+        .with_ttl(ttl)
+        .with_auto_renew(false)
+        .acquire()
+        .await
+        .unwrap();
+    // Leaves a dedicated connection to the old master idle.
+    g.extend(ttl).await.unwrap();
+    tokio::task::block_in_place(|| set.wait_synced()).unwrap();
+    let old = set.master().unwrap();
+    set.node(old).pause().unwrap();
+    let new = tokio::task::block_in_place(|| set.wait_for_new_master(old)).unwrap();
+    // The client's main connection finds the new master.
+    let _probe = riding_out(|| {
+        let l = a.lock("probe").unfenced();
+        async move { l.try_acquire().await }
+    })
+    .await
+    .expect("the probe's name is free");
+    // Back, and still a master until the sentinels tell it otherwise: the idle connection
+    // to it is open, and it would take the extend.
+    set.node(old).resume().unwrap();
+    riding_out(|| g.extend(Duration::from_secs(120))).await;
+    let pttl = |url: String| async move {
+        let mut conn = redis::Client::open(url)
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap();
+        redis::cmd("PTTL")
+            .arg("fenced:{payroll}")
+            .query_async::<i64>(&mut conn)
+            .await
+            .unwrap()
+    };
+    assert!(
+        pttl(set.node(new).url()).await > 60_000,
+        "the extend did not reach the new master"
+    );
+    assert!(
+        pttl(set.node(old).url()).await < 60_000,
+        "the extend went to the demoted master"
+    );
+}

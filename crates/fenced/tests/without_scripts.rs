@@ -229,3 +229,37 @@ async fn a_user_without_scripts_is_told_which_primitives_need_them_and_the_lock_
         .await
     );
 }
+
+/// A lock key of another type (another program wrote it): without scripts, each step answers
+/// as its script does, a typed `WrongType` naming the key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_scripts_a_key_of_another_type_is_a_typed_error_as_with_scripts() {
+    let server = server();
+    let mut conn = raw(&server).await;
+    let _: () = redis::cmd("HSET")
+        .arg(&["fenced:{hostile}", "field", "value"])
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let with = client(&server).await;
+    let without = Client::builder(&server.url())
+        .timeout(Duration::from_millis(800))
+        .without_scripts()
+        .connect()
+        .await
+        .unwrap();
+    for c in [&with, &without] {
+        let r = c.lock("hostile").try_acquire().await;
+        assert!(
+            matches!(&r, Err(Error::WrongType { key, .. }) if key == "fenced:{hostile}"),
+            "{r:?}"
+        );
+        let r = c.lock("hostile").unfenced().try_acquire().await;
+        assert!(matches!(&r, Err(Error::WrongType { .. })), "{r:?}");
+        let r = c.lock("hostile").force_release().await;
+        assert!(
+            matches!(&r, Err(Error::WrongType { key, .. }) if key == "fenced:{hostile}"),
+            "{r:?}"
+        );
+    }
+}

@@ -382,8 +382,13 @@ pub async fn acquire(
     match guard {
         Ok(g) => Ok(Hold::Lock(g)),
         // The server refuses scripts (learned from this refusal, which sent nothing else):
-        // a plain lock, as with --no-scripts.
+        // a plain lock, as with --no-scripts, said once since a `fenced run` of this name
+        // under CMD now waits for it instead of entering it.
         Err(fenced::Error::Unsupported(why)) if why.contains("script") => {
+            eprintln!(
+                "fenced: the server refuses scripts; holding {:?} as a plain lock (a fenced run of the same name under the command would wait for it)",
+                args.name
+            );
             plain_lock(client, global, args, policy).await
         }
         Err(e) => Err(fail(e)),

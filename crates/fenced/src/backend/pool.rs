@@ -5,7 +5,11 @@
 //! commands would land inside the transaction). Each transaction checks out a connection of
 //! its own and gives it back only when it is clean: no `WATCH` or `MULTI` pending. A
 //! connection whose transaction was interrupted (its future dropped, a timeout) is closed
-//! instead, which makes the server forget its state.
+//! instead, and the server forgets its state with it (commands already written to it may
+//! still arrive first; the `WATCH` before them still guards their `EXEC`).
+//!
+//! Behind Sentinel, a connection goes to the master located when it was made, and is used
+//! again only while that is still the master the client knows.
 //!
 //! On a Redis Cluster, a transaction's keys share one hash slot, and its connection goes to
 //! that slot's master. The pool learns each slot's master from the `MOVED` replies (a
@@ -98,6 +102,12 @@ impl TxPool {
         lock_unpoisoned(&directory.owners).get(&slot).cloned()
     }
 
+    /// Closes every idle connection: after one failed as a whole (a restart, a failover), the
+    /// others made at the same time are likely dead too, and each would fail one step.
+    pub(crate) fn clear_idle(&self) {
+        self.idle().clear();
+    }
+
     /// A `MOVED` reply said `slot` is served at `addr` (`host:port`, or `:port` for the
     /// node that answered). False when the address cannot be used.
     pub(crate) fn moved(&self, slot: Slot, addr: &str, answered_by: Option<&Addr>) -> bool {
@@ -132,7 +142,18 @@ impl TxPool {
             .acquire_owned()
             .await
             .map_err(|_| Error::invalid("the transaction pool is closed"))?;
-        let at = self.owner(slot);
+        // On a cluster, the slot's master; behind Sentinel, the master now, so that no
+        // connection made for a master that was since replaced is used again (a demoted
+        // master that has not been told yet would still take writes).
+        let (at, sentinel) = match (self.owner(slot), self.directory.is_some()) {
+            (Some(node), _) => (Some(node), None),
+            (None, true) => (None, None),
+            (None, false) => {
+                let (client, master) =
+                    crate::error::bounded(self.timeout, "connect", self.client.target()).await?;
+                (master, Some(client))
+            }
+        };
         let reused = if fresh {
             None
         } else {
@@ -152,8 +173,11 @@ impl TxPool {
                         (Some((host, port)), Some(directory)) => {
                             (directory.client_at)(host, *port)?
                         }
-                        // Through Sentinel, the master is located now (a failover moves it).
-                        _ => self.client.client().await?,
+                        // Through Sentinel, the master located above (a failover moves it).
+                        _ => match sentinel {
+                            Some(client) => client,
+                            None => self.client.client().await?,
+                        },
                     };
                     client
                         .get_multiplexed_async_connection_with_config(&config)

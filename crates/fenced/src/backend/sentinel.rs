@@ -142,9 +142,12 @@ impl Failover {
         &self.service
     }
 
-    /// A client of the master now, for a dedicated connection (invariant 3).
-    pub(crate) async fn client(&self) -> RedisResult<redis::Client> {
-        Ok(self.master().await?.client)
+    /// A client of the master now, for a dedicated connection (invariant 3), and where it is:
+    /// a dedicated connection made for a master that is no longer the one must not be used
+    /// again (`backend/pool.rs`).
+    pub(crate) async fn client(&self) -> RedisResult<(redis::Client, (String, u16))> {
+        let m = self.master().await?;
+        Ok((m.client, m.addr))
     }
 
     /// Reads an error of a command sent to the master at `addr` (invariant 2).

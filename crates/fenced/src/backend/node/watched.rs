@@ -6,30 +6,41 @@
 //! 1. Same keys, same values, same replies. Each twin reads what its script reads and writes
 //!    what it writes, and answers what the script answers, so the engine cannot tell them
 //!    apart, and clients with and without scripts share a name safely.
-//! 2. Read under `WATCH`, write in `MULTI`/`EXEC`. Any change to a watched key between the
-//!    read and `EXEC` (another client's script, transaction or command) makes `EXEC` answer
-//!    nil: nothing was written, and the step reads again, within the call's timeout. So a
-//!    step acts on what it read, as the script does in one go.
+//! 2. Read under `WATCH`, then `MULTI`/`EXEC`: the writes, or nothing for a step that only
+//!    answers. Any change to a watched key between the read and `EXEC` (another client's
+//!    script, transaction or command, an expiry on Redis 7) makes `EXEC` answer nil: nothing
+//!    was written, and the step reads again, within the call's timeout. So a step acts on
+//!    reads that were still true when it acted, as the script's are; an answer without
+//!    writes too (an empty `EXEC` vouches for its reads, several commands read apart).
 //! 3. Tokens as the acquire script makes them (`fence.lua`): the larger of the fence plus one
 //!    and the server's `TIME` in µs, read under `WATCH` with the fence and written in the same
 //!    `EXEC`. Tokens strictly increase across every grant of a name, by script or not, and
 //!    the clock keeps them increasing after a fence is lost.
-//! 4. `WATCH` belongs to a connection: each step runs on a dedicated connection of the
-//!    client's transaction pool, given back only once clean (`EXEC` or `UNWATCH` answered),
-//!    closed otherwise (a timeout mid-step), which makes the server forget its state.
+//! 4. `WATCH` belongs to a connection: each step runs on a dedicated connection of a pool
+//!    of the lock's own (the user's transactions cannot starve renewals), given back only
+//!    once clean (`EXEC` answered), closed otherwise (a timeout mid-step). A closed
+//!    connection may still deliver a step already written to it; its `WATCH` still guards
+//!    it. Behind Sentinel, a connection is used only while its master is the master, and
+//!    its errors tell the client to ask Sentinel again, as the main connection's do.
 //! 5. Only the lock's steps have a twin: grant, renewal, release, abandon, force release,
 //!    the token of a grant by transaction, and the type check of a refusal. Every other call
 //!    is refused with [`Error::Unsupported`] before anything is sent, saying why. One server
 //!    or Sentinel only: a Redis Cluster's and Redlock's nodes have no pool here.
 //! 6. Chosen by the client (`ClientBuilder::without_scripts`) or learned from the first
-//!    refusal of a script (`NOPERM` for `evalsha` or `script|load`, an unknown command):
-//!    a refused script changed nothing, so its call runs again as its twin, once.
+//!    refusal of a script (`NOPERM` for `evalsha` or `script|load`, an unknown command) on
+//!    a node that has twins: a refused script changed nothing, so its call runs again as its
+//!    twin, once. A twin refused before it wrote (a user who may run neither) un-learns it:
+//!    scripts again, and the answer is the script's refusal, which names what to grant.
+//! 7. A lock key of another type: the twins answer as their scripts do, a refusal where the
+//!    script reads it by `MGET`, `WrongType` where by `GET` (release, abandon, force
+//!    release).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use redis::{Cmd, RedisError, Value};
 
+use super::super::pool::TxPool;
 use super::{Node, Shortfall};
 use crate::error::{Error, Result};
 use crate::kind::unexpected;
@@ -49,8 +60,8 @@ pub(crate) struct Scripts {
 }
 
 impl Scripts {
-    /// Scripts again, after a refusal whose twin was refused too: the user may run neither,
-    /// and the script's refusal names what to grant. Not when the client chose.
+    /// Scripts again, after a refusal whose twin was refused too (invariant 6). Not when
+    /// the client chose.
     fn unlearn(&self) {
         if self.chosen.load(Ordering::Relaxed) {
             return;
@@ -97,13 +108,9 @@ enum Twin<'a> {
     LockType([&'a [u8]; 1]),
 }
 
-/// What a twin decided from its reads.
-enum Decision {
-    /// The reply, with nothing to write (`UNWATCH`).
-    Answer(Value),
-    /// These writes in one `MULTI`/`EXEC`, whose results `Reply` reads.
-    Write(Vec<Cmd>, Reply),
-}
+/// What a twin decided from its reads: these writes (none for a step that only answers) in
+/// one `MULTI`/`EXEC`, whose results the reply reads.
+type Decision = (Vec<Cmd>, Reply);
 
 /// How a twin's `EXEC` results become its script's reply.
 enum Reply {
@@ -113,9 +120,24 @@ enum Reply {
     FirstIsOne,
     /// This value.
     Fixed(Value),
+    /// The lock key holds another type, which the script's `GET` fails on (invariant 7).
+    WrongType,
 }
 
 impl<'a> Twin<'a> {
+    /// The lock key: every twin's first.
+    fn lock_key(&self) -> &'a [u8] {
+        match *self {
+            Twin::Acquire([lock, ..])
+            | Twin::Extend([lock, ..])
+            | Twin::Release([lock, ..])
+            | Twin::Abandon([lock, ..])
+            | Twin::ForceRelease([lock, ..])
+            | Twin::FenceMint([lock, ..])
+            | Twin::LockType([lock]) => lock,
+        }
+    }
+
     fn of(call: &'a ScriptCall) -> Option<Self> {
         let lua = call.lua;
         let keys = call.key_count();
@@ -158,9 +180,12 @@ impl<'a> Twin<'a> {
                 ],
             ),
             Twin::Extend([lock, epoch, ..]) => (vec![lock, epoch], vec![mget(&[lock, epoch])]),
+            // `PTTL` tells a free key from one of another type (invariant 7).
             Twin::Release([lock, ..])
             | Twin::Abandon([lock, ..])
-            | Twin::ForceRelease([lock, ..]) => (vec![lock], vec![mget(&[lock])]),
+            | Twin::ForceRelease([lock, ..]) => {
+                (vec![lock], vec![mget(&[lock]), cmd("PTTL", &[lock])])
+            }
             Twin::FenceMint([lock, fence, ..]) => (
                 vec![lock, fence],
                 vec![mget(&[lock, fence]), cmd("TIME", &[])],
@@ -171,7 +196,7 @@ impl<'a> Twin<'a> {
 
     /// What the script would do, given what it would read.
     fn decide(&self, reads: &[Value], publish: &'static str) -> Option<Decision> {
-        let answer = |v: Value| Some(Decision::Answer(v));
+        let answer = |v: Value| Some((Vec::new(), Reply::Fixed(v)));
         let pair = |a: i64, b: i64| Value::Array(vec![Value::Int(a), Value::Int(b)]);
         match *self {
             Twin::Acquire([lock, fence, _, owner, ttl, retention]) => {
@@ -198,7 +223,7 @@ impl<'a> Twin<'a> {
                     cmd("SET", &[lock, owner, b"NX", b"PX", ttl]),
                     cmd("SET", &[fence, token.as_bytes(), b"PX", retention]),
                 ];
-                Some(Decision::Write(writes, Reply::Token(token)))
+                Some((writes, Reply::Token(token)))
             }
             Twin::Extend([lock, epoch_key, owner, ttl, epoch]) => {
                 let [held, newest] = strings::<2>(reads.first()?)?;
@@ -214,10 +239,13 @@ impl<'a> Twin<'a> {
                 if epoch_n > 0 {
                     writes.push(cmd("SET", &[epoch_key, epoch, b"PX", ttl]));
                 }
-                Some(Decision::Write(writes, Reply::FirstIsOne))
+                Some((writes, Reply::FirstIsOne))
             }
             Twin::Release([lock, owner, channel, message]) => {
-                let [held] = strings::<1>(reads.first()?)?;
+                let held = match string_key(reads)? {
+                    Ok(held) => held,
+                    Err(wrong) => return Some(wrong),
+                };
                 if held.as_deref() != Some(owner) {
                     return answer(Value::Int(0));
                 }
@@ -225,22 +253,28 @@ impl<'a> Twin<'a> {
                 if !message.is_empty() {
                     writes.push(cmd(publish, &[channel, message]));
                 }
-                Some(Decision::Write(writes, Reply::FirstIsOne))
+                Some((writes, Reply::FirstIsOne))
             }
             Twin::Abandon([lock, tomb, owner, channel, message, patience]) => {
-                let [held] = strings::<1>(reads.first()?)?;
+                let held = match string_key(reads)? {
+                    Ok(held) => held,
+                    Err(wrong) => return Some(wrong),
+                };
                 if held.as_deref() != Some(owner) {
                     let writes = vec![cmd("SET", &[tomb, b"1", b"PX", patience])];
-                    return Some(Decision::Write(writes, Reply::Fixed(Value::Int(0))));
+                    return Some((writes, Reply::Fixed(Value::Int(0))));
                 }
                 let mut writes = vec![cmd("DEL", &[lock])];
                 if !message.is_empty() {
                     writes.push(cmd(publish, &[channel, message]));
                 }
-                Some(Decision::Write(writes, Reply::Fixed(Value::Int(1))))
+                Some((writes, Reply::Fixed(Value::Int(1))))
             }
             Twin::ForceRelease([lock, holds, channel, message]) => {
-                let [held] = strings::<1>(reads.first()?)?;
+                let held = match string_key(reads)? {
+                    Ok(held) => held,
+                    Err(wrong) => return Some(wrong),
+                };
                 let Some(owner) = held else {
                     return answer(Value::Nil);
                 };
@@ -248,10 +282,7 @@ impl<'a> Twin<'a> {
                     cmd("DEL", &[lock, holds]),
                     cmd(publish, &[channel, message]),
                 ];
-                Some(Decision::Write(
-                    writes,
-                    Reply::Fixed(Value::BulkString(owner)),
-                ))
+                Some((writes, Reply::Fixed(Value::BulkString(owner))))
             }
             Twin::FenceMint([_, fence, owner, retention]) => {
                 let [seen, time] = reads else {
@@ -263,10 +294,7 @@ impl<'a> Twin<'a> {
                 }
                 let token = next_token(last.as_deref(), time)?.to_string();
                 let writes = vec![cmd("SET", &[fence, token.as_bytes(), b"PX", retention])];
-                Some(Decision::Write(
-                    writes,
-                    Reply::Fixed(Value::BulkString(token.into_bytes())),
-                ))
+                Some((writes, Reply::Fixed(Value::BulkString(token.into_bytes()))))
             }
             Twin::LockType(_) => {
                 let [Value::Int(pttl), seen] = reads else {
@@ -292,8 +320,15 @@ impl Reply {
                 _ => None,
             },
             Reply::Fixed(value) => Some(value),
+            Reply::WrongType => None,
         }
     }
+}
+
+/// A twin refused before it wrote anything: any refusal but `WAIT`'s, which comes after
+/// `EXEC` (a refused write is queued in `MULTI`, and `EXEC` then runs nothing).
+fn refused_before_writing(e: &Error) -> bool {
+    matches!(e, Error::Permission { command, .. } if command != "wait")
 }
 
 fn cmd(name: &str, args: &[&[u8]]) -> Cmd {
@@ -322,6 +357,19 @@ fn strings<const N: usize>(reply: &Value) -> Option<[Option<Vec<u8>>; N]> {
         })
         .collect::<Option<_>>()?;
     items.try_into().ok()
+}
+
+/// The lock key as `MGET` and `PTTL` read it: its string (or none, when free), or
+/// [`Reply::WrongType`] for a key of another type.
+fn string_key(reads: &[Value]) -> Option<std::result::Result<Option<Vec<u8>>, Decision>> {
+    let [seen, Value::Int(pttl)] = reads else {
+        return None;
+    };
+    let [held] = strings::<1>(seen)?;
+    Some(match held {
+        None if *pttl != -2 => Err((Vec::new(), Reply::WrongType)),
+        held => Ok(held),
+    })
 }
 
 fn parse(bytes: &[u8]) -> Option<u64> {
@@ -361,8 +409,22 @@ impl Node {
         self
     }
 
+    /// After a dedicated connection failed: on a lost connection the pool's other idle ones
+    /// go too, and behind Sentinel the client asks for the master again (invariant 4).
+    fn dedicated_failed(&self, pool: &TxPool, at: Option<&(String, u16)>, e: &RedisError) {
+        if e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() {
+            pool.clear_idle();
+        }
+        #[cfg(feature = "sentinel")]
+        if let (super::Conn::Sentinel(failover), Some(at)) = (&self.conn, at) {
+            failover.saw(at, e);
+        }
+        #[cfg(not(feature = "sentinel"))]
+        let _ = at;
+    }
+
     /// With the pool whose dedicated connections carry the twins' `WATCH` (invariant 4).
-    pub(crate) fn with_pool(mut self, pool: Arc<super::super::pool::TxPool>) -> Self {
+    pub(crate) fn with_pool(mut self, pool: Arc<TxPool>) -> Self {
         self.pool = Some(pool);
         self
     }
@@ -370,7 +432,9 @@ impl Node {
     /// After `e`: whether it was the server refusing scripts, now remembered (invariant 6).
     /// Such a refusal ran nothing, so the call may go again as its twin.
     pub(crate) fn learn_refusal(&self, e: &Error) -> bool {
-        if !e.refuses_scripts() {
+        // Without a pool (a cluster's or Redlock's node) no call has a twin: the refusal stays
+        // the answer, and the node may send scripts again once the ACL allows them.
+        if self.pool.is_none() || !e.refuses_scripts() {
             return false;
         }
         tracing::debug!(error = %e, "fenced: the server refuses scripts; the lock goes on without them");
@@ -388,7 +452,7 @@ impl Node {
         refusal: Error,
     ) -> Result<(Value, Option<Shortfall>)> {
         match self.run_watched(call).await {
-            Err(Error::Permission { .. }) => {
+            Err(e) if refused_before_writing(&e) => {
                 self.scripts.unlearn();
                 Err(refusal)
             }
@@ -407,7 +471,7 @@ impl Node {
         let results = self.run_batch_watched(operation, calls).await?;
         if results
             .iter()
-            .any(|r| matches!(r, Err(Error::Permission { .. })))
+            .any(|r| matches!(r, Err(e) if refused_before_writing(e)))
         {
             self.scripts.unlearn();
             return Ok(results.into_iter().map(|_| Err(refusal.clone())).collect());
@@ -464,10 +528,14 @@ impl Node {
         let publish = if self.sharded { "SPUBLISH" } else { "PUBLISH" };
         let wait = self.wait_cmd();
         let timeout = self.timeout;
-        let redis_err = |e: RedisError| Error::from_redis(operation, timeout, e);
         let step = async {
             loop {
                 let mut pooled = pool.checkout(false, None).await?;
+                let at = pooled.at().cloned();
+                let failed = |e: RedisError| {
+                    self.dedicated_failed(pool, at.as_ref(), &e);
+                    Error::from_redis(operation, timeout, e)
+                };
                 let mut conn = pooled.conn();
                 let (watched, reads) = twin.reads();
                 let mut pipe = redis::pipe();
@@ -476,34 +544,24 @@ impl Node {
                     pipe.add_command(read);
                 }
                 pooled.dirty();
-                let replies: Vec<Value> = pipe.query_async(&mut conn).await.map_err(redis_err)?;
-                let decision = twin
+                let replies: Vec<Value> = pipe.query_async(&mut conn).await.map_err(failed)?;
+                let (writes, reply) = twin
                     .decide(replies.get(1..).unwrap_or_default(), publish)
                     .ok_or_else(|| unexpected(operation, format!("{replies:?}")))?;
-                let (writes, reply) = match decision {
-                    Decision::Answer(value) => {
-                        let _: Value = redis::cmd("UNWATCH")
-                            .query_async(&mut conn)
-                            .await
-                            .map_err(redis_err)?;
-                        pooled.cleaned();
-                        return Ok((value, None));
-                    }
-                    Decision::Write(writes, reply) => (writes, reply),
-                };
+                // Only writes wait for replicas; an answer's empty EXEC vouches for its reads.
+                let wait = wait.as_ref().filter(|_| !writes.is_empty());
                 let mut pipe = redis::pipe();
                 pipe.cmd("MULTI").ignore();
                 for write in writes {
                     pipe.add_command(write).ignore();
                 }
                 pipe.cmd("EXEC");
-                if let Some((wait, _)) = &wait {
+                if let Some((wait, _)) = wait {
                     pipe.add_command(wait.clone());
                 }
-                let mut replies: Vec<Value> =
-                    pipe.query_async(&mut conn).await.map_err(redis_err)?;
+                let mut replies: Vec<Value> = pipe.query_async(&mut conn).await.map_err(failed)?;
                 pooled.cleaned();
-                let short = match &wait {
+                let short = match wait {
                     Some((_, needed)) => match replies.pop() {
                         Some(Value::Int(acked)) => {
                             let acked = usize::try_from(acked).unwrap_or(0);
@@ -521,6 +579,12 @@ impl Node {
                     Some(Value::Nil) => {
                         tokio::task::yield_now().await;
                         continue;
+                    }
+                    Some(Value::Array(_)) if matches!(reply, Reply::WrongType) => {
+                        return Err(Error::WrongType {
+                            key: String::from_utf8_lossy(twin.lock_key()).into_owned(),
+                            operation,
+                        });
                     }
                     Some(Value::Array(results)) => {
                         let value = reply
