@@ -69,7 +69,10 @@ pub const TABLE: &[(&str, &str)] = &[
         "77",
         "authentication failed (a wrong or missing password), or the Redis user lacks a permission fenced needs (the command is named)",
     ),
-    ("78", "this deployment does not support what was asked"),
+    (
+        "78",
+        "this deployment does not support what was asked (a primitive that needs Lua where scripts are refused, say)",
+    ),
     (
         "124",
         "the command ran past --max-hold: it was stopped (SIGTERM, then SIGKILL after --kill-after) and the lock released (with --hand-off, left to the ticket's holder)",
