@@ -2445,6 +2445,15 @@ async fn without_scripts_runs_work_and_what_needs_scripts_exits_78() {
             .holder
             .is_none()
     );
+    // Inspecting works too: what only a script reads is left out.
+    for args in [
+        &["status", "job"][..],
+        &["list"][..],
+        &["release", "job", "--force"][..],
+    ] {
+        let done = finish(fenced(&url, args), Duration::from_secs(10)).await;
+        assert_eq!(done.code, Some(0), "{args:?}: {}", done.stderr);
+    }
     let latch = finish(
         fenced(&url, &["--no-scripts", "latch", "go", "arm", "2"]),
         Duration::from_secs(10),

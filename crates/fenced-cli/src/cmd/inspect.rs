@@ -18,22 +18,25 @@ pub async fn status(global: &Global, name: &str) -> Result<u8, Failure> {
         return Ok(by_node(global, name, &nodes));
     }
     let status = client.lock(name).status().await.map_err(fail)?;
-    let permits = client.semaphore(name, 1).status().await.map_err(fail)?;
-    let rw = client.rw_lock(name).status().await.map_err(fail)?;
+    // Where scripts are refused, what only a script reads is left out (null in JSON).
+    let permits = unless_unsupported(client.semaphore(name, 1).status().await).map_err(fail)?;
+    let rw = unless_unsupported(client.rw_lock(name).status().await).map_err(fail)?;
     let latch = client.latch(name).count().await.map_err(fail)?;
     let queued = client.fair_lock(name).queued().await.map_err(fail)?;
-    let election = client.election(name).status().await.map_err(fail)?;
+    let election = unless_unsupported(client.election(name).status().await).map_err(fail)?;
     if global.json {
         let mut value = to_json(&status);
-        value["semaphore"] = semaphore_json(&permits);
-        value["readers"] = json!(rw.readers);
-        value["waiting_writers"] = json!(rw.waiting_writers);
+        value["semaphore"] = permits.as_ref().map_or(Value::Null, semaphore_json);
+        value["readers"] = json!(rw.as_ref().map(|rw| rw.readers));
+        value["waiting_writers"] = json!(rw.as_ref().map(|rw| rw.waiting_writers));
         value["latch_count"] = json!(latch);
         value["fair_queue"] = json!(queued);
-        value["election"] = json!({
-            "leader": election.leader.as_ref().map(|l| l.value.clone()),
-            "term": election.leader.as_ref().map(|l| l.term.get()),
-            "candidates": election.candidates,
+        value["election"] = election.as_ref().map_or(Value::Null, |election| {
+            json!({
+                "leader": election.leader.as_ref().map(|l| l.value.clone()),
+                "term": election.leader.as_ref().map(|l| l.term.get()),
+                "candidates": election.candidates,
+            })
         });
         value["node"] = json!(nodes.first().map(|n| n.node.clone()));
         say!("{value}");
@@ -59,7 +62,10 @@ pub async fn status(global: &Global, name: &str) -> Result<u8, Failure> {
             say!("holds:    {} (re-entered)", status.holds);
         }
         say!("waiting:  {} client(s)", status.waiting_clients);
-        if rw.readers > 0 || rw.waiting_writers > 0 {
+        if let Some(rw) = rw
+            .as_ref()
+            .filter(|rw| rw.readers > 0 || rw.waiting_writers > 0)
+        {
             say!(
                 "readers:  {} reading, {} writer(s) waiting",
                 rw.readers,
@@ -69,16 +75,18 @@ pub async fn status(global: &Global, name: &str) -> Result<u8, Failure> {
         if queued > 0 {
             say!("queue:    {queued} fair waiter(s), served in order");
         }
-        if let Some(l) = &election.leader {
-            say!(
-                "election: led by {:?} in term {}, {} of its lease left; {} candidate(s)",
-                l.value,
-                l.term,
-                show(l.lease_left),
-                election.candidates
-            );
-        } else if election.candidates > 0 {
-            say!("election: no leader; {} candidate(s)", election.candidates);
+        if let Some(election) = &election {
+            if let Some(l) = &election.leader {
+                say!(
+                    "election: led by {:?} in term {}, {} of its lease left; {} candidate(s)",
+                    l.value,
+                    l.term,
+                    show(l.lease_left),
+                    election.candidates
+                );
+            } else if election.candidates > 0 {
+                say!("election: no leader; {} candidate(s)", election.candidates);
+            }
         }
         if let Some(left) = latch {
             say!(
@@ -90,7 +98,7 @@ pub async fn status(global: &Global, name: &str) -> Result<u8, Failure> {
                 }
             );
         }
-        if permits.holders > 0 {
+        if let Some(permits) = permits.as_ref().filter(|p| p.holders > 0) {
             say!(
                 "permits:  {} held by {} holder(s) of the semaphore {:?}{}",
                 permits.held,
@@ -104,6 +112,15 @@ pub async fn status(global: &Global, name: &str) -> Result<u8, Failure> {
         }
     }
     Ok(exit::OK)
+}
+
+/// `Ok(None)` for what this deployment cannot read: a status only a script reads, where
+/// scripts are refused.
+fn unless_unsupported<T>(r: fenced::Result<T>) -> fenced::Result<Option<T>> {
+    match r {
+        Err(fenced::Error::Unsupported(_)) => Ok(None),
+        other => other.map(Some),
+    }
 }
 
 /// `fenced status` on several masters (Redlock): one line per master, then who holds the
