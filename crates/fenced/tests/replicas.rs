@@ -291,3 +291,42 @@ async fn a_take_over_short_of_the_replicas_is_repeated_as_itself_once_they_are_b
     drop(guard);
     worker.flush().await;
 }
+
+/// Without scripts, each of the lock's writes is followed by `WAIT` on its own connection,
+/// as a script is: with the replica frozen, a grant and an extend say `NotReplicated`, and
+/// with it back they go through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_scripts_grants_and_extends_wait_for_the_replicas() {
+    let mut set = master_and_replica();
+    let c = Client::builder(&set.node(0).url())
+        .timeout(Duration::from_millis(800))
+        .replica_acks(1, Duration::from_millis(100))
+        .without_scripts()
+        .connect()
+        .await
+        .unwrap();
+    let guard = c
+        .lock("ledger")
+        .with_auto_renew(false)
+        .acquire()
+        .await
+        .unwrap();
+    guard.extend(Duration::from_secs(20)).await.unwrap();
+    freeze_replica(&mut set);
+    short("acquire", c.lock("fresh").try_acquire().await);
+    short("extend", guard.extend(Duration::from_secs(25)).await);
+    set.node(1).resume().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match c.lock("after").try_acquire().await {
+            Ok(Some(g)) => {
+                g.release().await.unwrap();
+                break;
+            }
+            Err(_) if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            other => panic!("the replica is back: {other:?}"),
+        }
+    }
+}
