@@ -488,7 +488,9 @@ impl ClientBuilder {
 
     /// How many dedicated connections transactions may use at once (default 16). A
     /// transaction needs a connection of its own for its `WATCH`; when all are busy, the next
-    /// one waits its turn.
+    /// one waits its turn. Where scripts are forbidden, the lock's steps have as many again
+    /// of their own ([`without_scripts`](Self::without_scripts)); no connection is opened
+    /// before it is needed.
     pub fn transaction_connections(mut self, n: usize) -> Self {
         self.connect.options.transaction_connections = n;
         self

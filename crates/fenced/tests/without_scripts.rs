@@ -263,3 +263,27 @@ async fn without_scripts_a_key_of_another_type_is_a_typed_error_as_with_scripts(
         );
     }
 }
+
+/// A refused script of a primitive that has no way without scripts teaches the client
+/// nothing: once the ACL allows scripts, the same client's next call runs its script.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refusal_for_a_primitive_without_a_twin_is_not_remembered() {
+    let server = server();
+    let url = no_script_user(&server).await;
+    let c = connect(&url).await;
+    let r = c.semaphore("pool", 2).try_acquire().await;
+    assert!(matches!(&r, Err(Error::Unsupported(_))), "{r:?}");
+    let mut conn = raw(&server).await;
+    let _: () = redis::cmd("ACL")
+        .arg(&["SETUSER", "noscripts", "+@scripting"])
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let permit = c.semaphore("pool", 2).try_acquire().await.unwrap();
+    assert!(permit.is_some(), "the script ran once allowed");
+    // The lock goes by script too.
+    let before = calls(&mut conn, "evalsha").await;
+    let g = c.lock("plain").acquire().await.unwrap();
+    g.release().await.unwrap();
+    assert!(calls(&mut conn, "evalsha").await > before);
+}

@@ -266,8 +266,8 @@ impl Backend {
         matches!(self, Backend::Single { node, .. } if !node.acks_replicas() && !node.scripts_forbidden())
     }
 
-    /// With the transactions' pool, whose dedicated connections also carry the lock's steps
-    /// where scripts are forbidden (one server or Sentinel: `node/watched.rs`).
+    /// With the pool whose dedicated connections carry the lock's steps where scripts are
+    /// forbidden (one server or Sentinel: `node/watched.rs`).
     pub(crate) fn with_pool(self, pool: &Arc<pool::TxPool>) -> Self {
         match self {
             Backend::Single { node, client } => Backend::Single {

@@ -413,8 +413,10 @@ impl Node {
                 return Ok((value, short));
             }
         }
-        if self.scripts_forbidden() {
-            return self.run_watched(call).await;
+        if self.scripts_forbidden()
+            && let Some(answer) = self.while_forbidden(call).await
+        {
+            return answer;
         }
         let body = call.lua.body(self.sharded);
         let source = body.source();
@@ -459,8 +461,7 @@ impl Node {
             .await;
         let (value, acked) = match answer {
             Ok(answer) => answer,
-            Err(e) if self.learn_refusal(&e) => return self.instead_of_script(call, e).await,
-            Err(e) => return Err(self.named(e.in_script(operation, source), call).await),
+            Err(e) => return self.after_script_error(call, e, source).await,
         };
         let acked = match acked {
             Value::Int(n) => usize::try_from(n).unwrap_or(0),
@@ -726,8 +727,10 @@ impl Node {
                     .map_err(|e| unexpected(operation, e.to_string()));
             }
         }
-        if self.scripts_forbidden() {
-            let (value, _) = self.run_watched(call).await?;
+        if self.scripts_forbidden()
+            && let Some(answer) = self.while_forbidden(call).await
+        {
+            let (value, _) = answer?;
             return redis::from_redis_value(value)
                 .map_err(|e| unexpected(operation, e.to_string()));
         }
@@ -752,11 +755,10 @@ impl Node {
         match answer {
             Ok(value) => Ok(value),
             // Refused before it ran: once more, without a script (`watched.rs`).
-            Err(e) if self.learn_refusal(&e) => {
-                let (value, _) = self.instead_of_script(call, e).await?;
+            Err(e) => {
+                let (value, _) = self.after_script_error(call, e, source).await?;
                 redis::from_redis_value(value).map_err(|e| unexpected(operation, e.to_string()))
             }
-            Err(e) => Err(self.named(e.in_script(operation, source), call).await),
         }
     }
 
@@ -867,8 +869,10 @@ impl Node {
         operation: &'static str,
         calls: &[ScriptCall],
     ) -> Result<Vec<Result<Value>>> {
-        if self.scripts_forbidden() {
-            return self.run_batch_watched(operation, calls).await;
+        if self.scripts_forbidden()
+            && let Some(answer) = self.batch_while_forbidden(operation, calls).await
+        {
+            return answer;
         }
         // One WAIT for the whole batch (invariant 5): renewals count only once replicated.
         let wait = self.wait_cmd();
@@ -902,10 +906,12 @@ impl Node {
         let mut replies = match answer {
             Ok(replies) => replies,
             // Refused before anything ran: once more, without scripts (`watched.rs`).
-            Err(e) if self.learn_refusal(&e) => {
-                return self.batch_instead_of_scripts(operation, calls, e).await;
+            Err(e) => {
+                return match self.batch_after_refusal(operation, calls, &e).await {
+                    Some(answer) => answer,
+                    None => Err(e),
+                };
             }
-            Err(e) => return Err(e),
         };
         if let Some((_, needed)) = wait {
             let acked = match replies.pop() {
@@ -937,12 +943,12 @@ impl Node {
             && results
                 .iter()
                 .all(|r| matches!(r, Err(e) if e.refuses_scripts()))
-            && self.learn_refusal(e)
         {
-            let refusal = e.clone();
-            return self
-                .batch_instead_of_scripts(operation, calls, refusal)
-                .await;
+            let e = e.clone();
+            return match self.batch_after_refusal(operation, calls, &e).await {
+                Some(answer) => answer,
+                None => Ok(results),
+            };
         }
         Ok(results)
     }

@@ -96,7 +96,8 @@ impl TxPool {
         lock_unpoisoned(&self.idle)
     }
 
-    /// The node serving `slot`, as last learned (`None`: the server, or the first seed).
+    /// The node serving `slot`, as last learned (`None`: the server, or a cluster's first
+    /// seed).
     fn owner(&self, slot: Option<Slot>) -> Option<Addr> {
         let (directory, slot) = (self.directory.as_ref()?, slot?);
         lock_unpoisoned(&directory.owners).get(&slot).cloned()
@@ -148,9 +149,18 @@ impl TxPool {
         let (at, sentinel) = match (self.owner(slot), self.directory.is_some()) {
             (Some(node), _) => (Some(node), None),
             (None, true) => (None, None),
+            // Unbounded here: locating the master asks each sentinel within the timeout in
+            // turn, and the caller bounds the whole.
             (None, false) => {
-                let (client, master) =
-                    crate::error::bounded(self.timeout, "connect", self.client.target()).await?;
+                let (client, master) = self
+                    .client
+                    .target()
+                    .await
+                    .map_err(|e| Error::from_redis("connect", self.timeout, e))?;
+                if master.is_some() {
+                    // Connections made for a master since replaced are never used again.
+                    self.idle().retain(|(node, _)| *node == master);
+                }
                 (master, Some(client))
             }
         };
@@ -201,7 +211,8 @@ impl TxPool {
 /// A checked-out connection. Back to the pool on drop if clean, closed otherwise.
 pub(crate) struct Pooled {
     conn: MultiplexedConnection,
-    /// The node it goes to (`None`: the server, or the first seed).
+    /// The node it goes to: a cluster's node, or the master behind Sentinel (`None`: the
+    /// server, or a cluster's first seed).
     at: Option<Addr>,
     pool: Arc<TxPool>,
     clean: bool,
@@ -214,7 +225,8 @@ impl Pooled {
         self.conn.clone()
     }
 
-    /// The node it goes to (`None`: the server, or the first seed).
+    /// The node it goes to: a cluster's node, or the master behind Sentinel (`None`: the
+    /// server, or a cluster's first seed).
     pub(crate) fn at(&self) -> Option<&Addr> {
         self.at.as_ref()
     }

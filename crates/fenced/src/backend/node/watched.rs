@@ -27,10 +27,13 @@
 //!    is refused with [`Error::Unsupported`] before anything is sent, saying why. One server
 //!    or Sentinel only: a Redis Cluster's and Redlock's nodes have no pool here.
 //! 6. Chosen by the client (`ClientBuilder::without_scripts`) or learned from the first
-//!    refusal of a script (`NOPERM` for `evalsha` or `script|load`, an unknown command) on
-//!    a node that has twins: a refused script changed nothing, so its call runs again as its
-//!    twin, once. A twin refused before it wrote (a user who may run neither) un-learns it:
-//!    scripts again, and the answer is the script's refusal, which names what to grant.
+//!    refusal of a script (`NOPERM` for `evalsha` or `script|load`, an unknown command) of a
+//!    call that has a twin, on a node that has twins: a refused script changed nothing, so
+//!    its call runs again as its twin, once. A refused call without a twin answers
+//!    `Unsupported` quoting the refusal, and nothing is learned. A twin refused before it
+//!    wrote (a user who may run neither) un-learns it: scripts again, and the answer is the
+//!    script's refusal, which names what to grant; so does a lock step while learned, whose
+//!    call then goes by script (an ACL may allow scripts by now).
 //! 7. A lock key of another type: the twins answer as their scripts do, a refusal where the
 //!    script reads it by `MGET`, `WrongType` where by `GET` (release, abandon, force
 //!    release).
@@ -61,13 +64,14 @@ pub(crate) struct Scripts {
 
 impl Scripts {
     /// Scripts again, after a refusal whose twin was refused too (invariant 6). Not when
-    /// the client chose.
-    fn unlearn(&self) {
+    /// the client chose: false then.
+    fn unlearn(&self) -> bool {
         if self.chosen.load(Ordering::Relaxed) {
-            return;
+            return false;
         }
         *lock_unpoisoned(&self.why) = None;
         self.forbidden.store(false, Ordering::Relaxed);
+        true
     }
 
     /// No more scripts on this node, for the reason given (the first one is kept).
@@ -106,6 +110,16 @@ enum Twin<'a> {
     FenceMint([&'a [u8]; 4]),
     /// `lock_type.lua`: lock.
     LockType([&'a [u8]; 1]),
+}
+
+/// What a refused script means for its call (`Node::after_refusal`).
+enum Refusal {
+    /// Not a refusal of scripts: the error stands.
+    NotOne,
+    /// Remembered; the call goes again as its twin.
+    Learned,
+    /// The call has no twin: this error ([`Error::Unsupported`]) is its answer.
+    NoTwin(Error),
 }
 
 /// What a twin decided from its reads: these writes (none for a step that only answers) in
@@ -429,24 +443,45 @@ impl Node {
         self
     }
 
-    /// After `e`: whether it was the server refusing scripts, now remembered (invariant 6).
-    /// Such a refusal ran nothing, so the call may go again as its twin.
-    pub(crate) fn learn_refusal(&self, e: &Error) -> bool {
-        // Without a pool (a cluster's or Redlock's node) no call has a twin: the refusal stays
-        // the answer, and the node may send scripts again once the ACL allows them.
+    /// After `e`, an error of `call`'s script: whether it was the server refusing scripts
+    /// (invariant 6). A refusal ran nothing. For a call with a twin it is remembered, and the
+    /// call may go again as its twin; for one without, the answer is
+    /// [`Error::Unsupported`] quoting it, and nothing is remembered: the next call tries its
+    /// script again.
+    fn after_refusal(&self, e: &Error, call: &ScriptCall) -> Refusal {
+        // Without a pool (a cluster's or Redlock's node) no call has a twin.
         if self.pool.is_none() || !e.refuses_scripts() {
-            return false;
+            return Refusal::NotOne;
+        }
+        if Twin::of(call).is_none() {
+            return Refusal::NoTwin(Error::unsupported(format!(
+                "this {} needs a Lua script, and the server refused one ({e}); without scripts, a lock or an unfenced lock on one server or behind Sentinel works, any other primitive needs scripts",
+                call.lua.operation
+            )));
         }
         tracing::debug!(error = %e, "fenced: the server refuses scripts; the lock goes on without them");
         self.scripts
             .forbid(format!("the server refused a script: {e}"));
-        true
+        Refusal::Learned
+    }
+
+    /// [`after_refusal`](Self::after_refusal) for a batch: learned when any of its calls has
+    /// a twin (a renewal batch mixes the kinds of every lease on the node; the calls without
+    /// one then answer `Unsupported`, each).
+    fn after_batch_refusal(&self, e: &Error, calls: &[ScriptCall]) -> Refusal {
+        match calls.iter().find(|call| Twin::of(call).is_some()) {
+            Some(call) => self.after_refusal(e, call),
+            None => match calls.first() {
+                Some(call) => self.after_refusal(e, call),
+                None => Refusal::NotOne,
+            },
+        }
     }
 
     /// `call` as its twin, after the server refused its script with `refusal` (invariant 6).
     /// A twin refused too (a user who may run neither scripts nor transactions) allows
     /// scripts again, and the answer is the script's refusal, which names what to grant.
-    pub(crate) async fn instead_of_script(
+    async fn instead_of_script(
         &self,
         call: &ScriptCall,
         refusal: Error,
@@ -460,23 +495,105 @@ impl Node {
         }
     }
 
+    /// After `e`, an error of `call`'s script (whose text is `source`): its twin's answer if
+    /// the server refuses scripts, [`Error::Unsupported`] for a call without a twin, else the
+    /// error as it is, named (invariant 6).
+    pub(crate) async fn after_script_error(
+        &self,
+        call: &ScriptCall,
+        e: Error,
+        source: &str,
+    ) -> Result<(Value, Option<Shortfall>)> {
+        match self.after_refusal(&e, call) {
+            Refusal::Learned => self.instead_of_script(call, e).await,
+            Refusal::NoTwin(unsupported) => Err(unsupported),
+            Refusal::NotOne => Err(self
+                .named(e.in_script(call.lua.operation, source), call)
+                .await),
+        }
+    }
+
+    /// After `e`, an error of a whole batch or of each of its calls: the batch's answer if it
+    /// was the server refusing scripts (as [`after_script_error`](Self::after_script_error),
+    /// per call), `None` otherwise.
+    pub(crate) async fn batch_after_refusal(
+        &self,
+        operation: &'static str,
+        calls: &[ScriptCall],
+        e: &Error,
+    ) -> Option<Result<Vec<Result<Value>>>> {
+        match self.after_batch_refusal(e, calls) {
+            Refusal::Learned => Some(
+                self.batch_instead_of_scripts(operation, calls, e.clone())
+                    .await,
+            ),
+            Refusal::NoTwin(unsupported) => {
+                Some(Ok(calls.iter().map(|_| Err(unsupported.clone())).collect()))
+            }
+            Refusal::NotOne => None,
+        }
+    }
+
+    /// `call` as its twin, on a node that sends no scripts; `None` when the twin was refused
+    /// before it wrote and the node had only learned that scripts are refused: scripts are
+    /// allowed again, and the caller sends the script (an ACL may allow it by now; refused,
+    /// its refusal names what to grant).
+    pub(crate) async fn while_forbidden(
+        &self,
+        call: &ScriptCall,
+    ) -> Option<Result<(Value, Option<Shortfall>)>> {
+        match self.run_watched(call).await {
+            Err(e) if refused_before_writing(&e) && self.scripts.unlearn() => {
+                tracing::debug!(error = %e, "fenced: a step without scripts was refused; trying scripts again");
+                None
+            }
+            other => Some(other),
+        }
+    }
+
+    /// [`while_forbidden`](Self::while_forbidden) for a renewal batch: `None` sends the whole
+    /// batch by script (renewals are idempotent, so a twin that applied may apply again).
+    pub(crate) async fn batch_while_forbidden(
+        &self,
+        operation: &'static str,
+        calls: &[ScriptCall],
+    ) -> Option<Result<Vec<Result<Value>>>> {
+        let results = self.run_batch_watched(operation, calls).await;
+        if let Ok(results) = &results
+            && results
+                .iter()
+                .any(|r| matches!(r, Err(e) if refused_before_writing(e)))
+            && self.scripts.unlearn()
+        {
+            return None;
+        }
+        Some(results)
+    }
+
     /// [`run_batch_watched`](Self::run_batch_watched) after a refusal, as
-    /// [`instead_of_script`](Self::instead_of_script).
-    pub(crate) async fn batch_instead_of_scripts(
+    /// [`instead_of_script`](Self::instead_of_script): each twin refused before writing
+    /// answers the script's refusal, the others what they did.
+    async fn batch_instead_of_scripts(
         &self,
         operation: &'static str,
         calls: &[ScriptCall],
         refusal: Error,
     ) -> Result<Vec<Result<Value>>> {
         let results = self.run_batch_watched(operation, calls).await?;
-        if results
+        if !results
             .iter()
             .any(|r| matches!(r, Err(e) if refused_before_writing(e)))
         {
-            self.scripts.unlearn();
-            return Ok(results.into_iter().map(|_| Err(refusal.clone())).collect());
+            return Ok(results);
         }
-        Ok(results)
+        self.scripts.unlearn();
+        Ok(results
+            .into_iter()
+            .map(|r| match r {
+                Err(e) if refused_before_writing(&e) => Err(refusal.clone()),
+                other => other,
+            })
+            .collect())
     }
 
     /// [`run_watched`](Self::run_watched) for each call of a renewal batch, at once: one
@@ -529,8 +646,19 @@ impl Node {
         let wait = self.wait_cmd();
         let timeout = self.timeout;
         let step = async {
+            // A connection that failed before the step wrote anything (an idle one the server
+            // closed, say, after a restart) is replaced once, on a fresh one.
+            let mut fresh = false;
             loop {
-                let mut pooled = pool.checkout(false, None).await?;
+                let mut pooled = match pool.checkout(fresh, None).await {
+                    Ok(pooled) => pooled,
+                    Err(e) => {
+                        if e.is_transient() {
+                            pool.clear_idle();
+                        }
+                        return Err(e);
+                    }
+                };
                 let at = pooled.at().cloned();
                 let failed = |e: RedisError| {
                     self.dedicated_failed(pool, at.as_ref(), &e);
@@ -544,7 +672,15 @@ impl Node {
                     pipe.add_command(read);
                 }
                 pooled.dirty();
-                let replies: Vec<Value> = pipe.query_async(&mut conn).await.map_err(failed)?;
+                let replies: Vec<Value> = match pipe.query_async(&mut conn).await {
+                    Ok(replies) => replies,
+                    Err(e) if !fresh && (e.is_io_error() || e.is_connection_dropped()) => {
+                        self.dedicated_failed(pool, at.as_ref(), &e);
+                        fresh = true;
+                        continue;
+                    }
+                    Err(e) => return Err(failed(e)),
+                };
                 let (writes, reply) = twin
                     .decide(replies.get(1..).unwrap_or_default(), publish)
                     .ok_or_else(|| unexpected(operation, format!("{replies:?}")))?;
@@ -598,10 +734,15 @@ impl Node {
         };
         match tokio::time::timeout(timeout, step).await {
             Ok(answer) => answer,
-            Err(_) => Err(Error::Timeout {
-                operation,
-                after: timeout,
-            }),
+            // The connection's own timeout is the same, so this fires first: the idle ones,
+            // made at the same time, may be as stuck.
+            Err(_) => {
+                pool.clear_idle();
+                Err(Error::Timeout {
+                    operation,
+                    after: timeout,
+                })
+            }
         }
     }
 }
