@@ -113,21 +113,10 @@ pub(crate) enum Dedicated {
 impl Dedicated {
     /// A client of the server to connect to now.
     pub(crate) async fn client(&self) -> redis::RedisResult<redis::Client> {
-        Ok(self.target().await?.0)
-    }
-
-    /// A client of the server to connect to now, and, behind Sentinel, the master's address:
-    /// what a dedicated connection made now goes to.
-    pub(crate) async fn target(
-        &self,
-    ) -> redis::RedisResult<(redis::Client, Option<(String, u16)>)> {
         match self {
-            Dedicated::Fixed(c) => Ok((c.clone(), None)),
+            Dedicated::Fixed(c) => Ok(c.clone()),
             #[cfg(feature = "sentinel")]
-            Dedicated::Sentinel(f) => {
-                let (client, addr) = f.client().await?;
-                Ok((client, Some(addr)))
-            }
+            Dedicated::Sentinel(f) => Ok(f.client().await?.0),
         }
     }
 }

@@ -146,23 +146,22 @@ impl TxPool {
         // On a cluster, the slot's master; behind Sentinel, the master now, so that no
         // connection made for a master that was since replaced is used again (a demoted
         // master that has not been told yet would still take writes).
-        let (at, sentinel) = match (self.owner(slot), self.directory.is_some()) {
+        let (at, sentinel) = match (self.owner(slot), &self.client) {
             (Some(node), _) => (Some(node), None),
-            (None, true) => (None, None),
             // Unbounded here: locating the master asks each sentinel within the timeout in
             // turn, and the caller bounds the whole.
-            (None, false) => {
-                let (client, master) = self
-                    .client
-                    .target()
+            #[cfg(feature = "sentinel")]
+            (None, Dedicated::Sentinel(failover)) => {
+                let (client, master) = failover
+                    .client()
                     .await
                     .map_err(|e| Error::from_redis("connect", self.timeout, e))?;
-                if master.is_some() {
-                    // Connections made for a master since replaced are never used again.
-                    self.idle().retain(|(node, _)| *node == master);
-                }
-                (master, Some(client))
+                // Connections made for a master since replaced are never used again.
+                self.idle()
+                    .retain(|(node, _)| node.as_ref() == Some(&master));
+                (Some(master), Some(client))
             }
+            (None, _) => (None, None),
         };
         let reused = if fresh {
             None
