@@ -53,7 +53,7 @@ impl Default for ClientOptions {
             transaction_connections: 16,
             replica_acks: None,
             keyspace_events: false,
-            counted_grants: false,
+            counted_grants: true,
             metrics_by_name: false,
             without_scripts: false,
         }

@@ -89,10 +89,11 @@ async fn bad_lock_arguments_are_refused_before_any_redis_call() {
     );
     g.release().await.unwrap();
     tried += 1;
-    // Nothing but the one valid lock's fence counter ever reached Redis.
+    // Nothing but the one valid lock's fence counter (and the replication ID it counts
+    // under) ever reached Redis.
     let keys = all_keys(&mut conn).await;
     assert!(
-        keys == ["fenced:{held}:fence"],
+        keys == ["fenced:{held}:fence", "fenced:{held}:fence:replid"],
         "{tried} bad inputs tried; keys left behind: {keys:?}"
     );
 }

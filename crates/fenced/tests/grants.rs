@@ -1,19 +1,27 @@
-//! The fenced grant by transaction (`ClientBuilder::counted_grants`: `MULTI`, `SET NX PX`,
-//! `INCR`, `PTTL`, `EXEC`): no script on the way in, tokens that increase across clients
-//! granting either way, and a fence that is lost, or replaced by a program, never sends tokens
-//! backwards.
+//! The fenced grant by transaction, the default (`MULTI`, `SET NX PX`, `INCR`, `PTTL`, `GET`,
+//! `INFO replication`, `EXEC`): no script on the way in, tokens that increase across clients
+//! granting either way, and a fence that is lost, replaced by a program, restored from a
+//! snapshot or resynchronised from an older copy never sends tokens backwards.
+
+use std::time::Duration;
 
 use fenced::Client;
 use fenced_testkit::RedisServer;
+use tokio::time::Instant;
 
 use crate::acl::LOCK_COMMANDS;
 use crate::acl_family::user;
-use crate::support::{calls, client, raw, server};
+use crate::support::{calls, client, eventually, raw, server};
 
-/// A client that grants by transaction.
+/// A client that grants by transaction: any client, by default.
 async fn counted(server: &RedisServer) -> Client {
+    client(server).await
+}
+
+/// A client that grants by script only.
+async fn by_script(server: &RedisServer) -> Client {
     Client::builder(&server.url())
-        .counted_grants(true)
+        .counted_grants(false)
         .connect()
         .await
         .unwrap()
@@ -63,15 +71,11 @@ async fn a_grant_runs_no_script_once_the_name_has_a_fence() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tokens_increase_across_holders_granted_by_script_and_by_transaction() {
     let server = server();
-    // A user without `multi`, `exec` and `incr`: its client grants by script even when it
-    // asks for transactions; so does a client that does not ask.
+    // A user without `multi`, `exec`, `incr` and `info`: its client grants by script; so
+    // does a client that turned transactions off.
     let scripted_url = user(&server, "scripted", &LOCK_COMMANDS).await;
-    let scripted = Client::builder(&scripted_url)
-        .counted_grants(true)
-        .connect()
-        .await
-        .unwrap();
-    let by_default = client(&server).await;
+    let scripted = Client::connect(&scripted_url).await.unwrap();
+    let by_script = by_script(&server).await;
     let counted = counted(&server).await;
     let mut conn = raw(&server).await;
     let exec_before = calls(&mut conn, "exec").await;
@@ -79,7 +83,7 @@ async fn tokens_increase_across_holders_granted_by_script_and_by_transaction() {
     for i in 0..40 {
         let c = match i % 3 {
             0 => &scripted,
-            1 => &by_default,
+            1 => &by_script,
             _ => &counted,
         };
         let g = c.lock("mixed").acquire().await.unwrap();
@@ -129,9 +133,9 @@ async fn tokens_never_go_backwards_when_the_fence_is_lost_or_overwritten() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_client_grants_by_script_unless_it_asks_for_transactions() {
+async fn a_client_with_counted_grants_off_grants_by_script() {
     let server = server();
-    let c = client(&server).await;
+    let c = by_script(&server).await;
     let mut conn = raw(&server).await;
     let exec = calls(&mut conn, "exec").await;
     for _ in 0..3 {
@@ -143,9 +147,132 @@ async fn a_client_grants_by_script_unless_it_asks_for_transactions() {
             .await
             .unwrap();
     }
+    assert_eq!(calls(&mut conn, "exec").await, exec, "no transaction");
+}
+
+/// Grants `n` times; the tokens, in order.
+async fn grants(c: &Client, name: &str, n: usize) -> Vec<u64> {
+    let mut tokens = Vec::new();
+    for _ in 0..n {
+        let g = c.lock(name).acquire().await.unwrap();
+        tokens.push(g.fencing_token().get());
+        g.release().await.unwrap();
+    }
+    tokens
+}
+
+/// A grant of `name`, retried while the server comes back.
+async fn grant_when_back(c: &Client, name: &str) -> u64 {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match c.lock(name).try_acquire().await {
+            Ok(Some(g)) => {
+                let token = g.fencing_token().get();
+                g.release().await.unwrap();
+                return token;
+            }
+            Ok(None) => panic!("nobody holds {name}"),
+            Err(e) => assert!(Instant::now() < deadline, "the server never came back: {e}"),
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn fence(conn: &mut redis::aio::MultiplexedConnection, name: &str) -> Option<String> {
+    redis::cmd("GET")
+        .arg(format!("fenced:{{{name}}}:fence"))
+        .query_async(conn)
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fence_restored_older_by_a_restart_from_a_snapshot_never_repeats_a_token() {
+    let mut server = server();
+    let c = counted(&server).await;
+    let mut conn = raw(&server).await;
+    let before = grants(&c, "restored", 3).await;
+    let saved = fence(&mut conn, "restored").await;
+    command(&mut conn, &["SAVE"]).await;
+    // Counted after the snapshot, then lost with the restart: the snapshot's fence is older.
+    let after = grants(&c, "restored", 5).await;
+    let exec = calls(&mut conn, "exec").await;
+    assert!(
+        exec >= 5,
+        "the grants after the first counted by transaction"
+    );
+    server.restart().unwrap();
+    let mut conn = raw(&server).await;
     assert_eq!(
-        calls(&mut conn, "exec").await,
-        exec,
-        "no transaction by default"
+        fence(&mut conn, "restored").await,
+        saved,
+        "the restart loaded the snapshot"
+    );
+    let next = grant_when_back(&c, "restored").await;
+    let last = *after.last().unwrap();
+    assert!(
+        next > last,
+        "a token after the restart ({next}) must exceed every earlier one ({before:?} {after:?})"
+    );
+    // And counting goes on from there.
+    let more = grants(&c, "restored", 3).await;
+    assert!(
+        more[0] > next && more[1] > more[0] && more[2] > more[1],
+        "{more:?}"
+    );
+}
+
+/// `REPLICAOF` `master` on `replica`, until the replica has loaded the master's data.
+async fn replicate(replica: &RedisServer, master: &RedisServer) {
+    let mut conn = raw(replica).await;
+    command(
+        &mut conn,
+        &["REPLICAOF", "127.0.0.1", &master.port().to_string()],
+    )
+    .await;
+    let synced = eventually(Duration::from_secs(10), || {
+        let mut conn = conn.clone();
+        async move {
+            let info: String = redis::cmd("INFO")
+                .arg("replication")
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            info.contains("master_link_status:up") && info.contains("master_sync_in_progress:0")
+        }
+    })
+    .await;
+    assert!(synced, "the replica never synchronised");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_master_resynchronised_from_an_older_copy_and_promoted_again_never_repeats_a_token() {
+    let (a, b) = (server(), server());
+    // One client, connected to `a` throughout.
+    let c = counted(&a).await;
+    let mut on_a = raw(&a).await;
+    let mut on_b = raw(&b).await;
+    replicate(&b, &a).await;
+    let before = grants(&c, "ledger", 3).await;
+    let acked: i64 = redis::cmd("WAIT")
+        .arg(1)
+        .arg(5000)
+        .query_async(&mut on_a)
+        .await
+        .unwrap();
+    assert_eq!(acked, 1, "the replica has the first grants");
+    // `b` leaves with the fence as it was; `a` counts on.
+    command(&mut on_b, &["REPLICAOF", "NO", "ONE"]).await;
+    let older = fence(&mut on_b, "ledger").await;
+    let after = grants(&c, "ledger", 5).await;
+    // `a` becomes `b`'s replica (its data replaced by the older copy), then a master again.
+    replicate(&a, &b).await;
+    assert_eq!(fence(&mut on_a, "ledger").await, older, "a holds b's copy");
+    command(&mut on_a, &["REPLICAOF", "NO", "ONE"]).await;
+    let next = grant_when_back(&c, "ledger").await;
+    let last = *after.last().unwrap();
+    assert!(
+        next > last,
+        "a token after the resynchronisation ({next}) must exceed every earlier one ({before:?} {after:?})"
     );
 }

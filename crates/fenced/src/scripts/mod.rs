@@ -394,9 +394,10 @@ impl ScriptCall {
     }
 
     /// The plain lock's grant as one transaction, where this is its acquire call (three keys,
-    /// three arguments: no Redlock proposal): `MULTI`, `SET lock owner NX PX ttl`, `INCR fence`,
-    /// `PTTL lock`, `EXEC` (`backend/grant.rs`).
-    pub(crate) fn grant_transaction(&self) -> Option<[Cmd; 5]> {
+    /// three arguments: no Redlock proposal): `MULTI`, `SET lock owner NX PX ttl`,
+    /// `INCR fence`, `PTTL lock`, `GET fence:replid`, `INFO replication`, `EXEC`
+    /// (`backend/node/grant.rs`).
+    pub(crate) fn grant_transaction(&self) -> Option<[Cmd; 7]> {
         if !std::ptr::eq(self.lua, &ACQUIRE) || self.keys != 3 {
             return None;
         }
@@ -412,19 +413,34 @@ impl ScriptCall {
         incr.arg("INCR").arg(fence);
         let mut pttl = Cmd::with_capacity(2, 8 + lock.len());
         pttl.arg("PTTL").arg(lock);
-        Some([redis::cmd("MULTI"), set, incr, pttl, redis::cmd("EXEC")])
+        let mut history = Cmd::with_capacity(2, 16 + fence.len());
+        history.arg("GET").arg(replid_key(fence));
+        let mut info = Cmd::with_capacity(2, 24);
+        info.arg("INFO").arg("replication");
+        Some([
+            redis::cmd("MULTI"),
+            set,
+            incr,
+            pttl,
+            history,
+            info,
+            redis::cmd("EXEC"),
+        ])
     }
 
     /// For an acquire call of [`grant_transaction`](Self::grant_transaction): the
-    /// `fence_mint.lua` call that hands out its token from the server clock.
-    pub(crate) fn fence_mint(&self) -> Option<ScriptCall> {
+    /// `fence_mint.lua` call that hands out its token from the server clock, and records
+    /// `replid` (the server's replication ID, or empty when unknown) as the fence's.
+    pub(crate) fn fence_mint(&self, replid: &str) -> Option<ScriptCall> {
         let [lock, fence, _tombstone, owner, _ttl, retention] = self.exact_parts()?;
         Some(
             ScriptCall::new(&FENCE_MINT)
                 .key(lock)
                 .key(fence)
+                .key(replid_key(fence))
                 .arg(owner)
-                .arg(retention),
+                .arg(retention)
+                .arg(replid),
         )
     }
 
@@ -445,6 +461,15 @@ impl ScriptCall {
     pub(crate) fn key_count(&self) -> usize {
         self.keys
     }
+}
+
+/// The key beside a fence that holds the replication ID under which the fence counts
+/// (`backend/node/grant.rs`, invariant 3): `<fence>:replid`.
+fn replid_key(fence: &[u8]) -> Vec<u8> {
+    let mut key = Vec::with_capacity(fence.len() + 7);
+    key.extend_from_slice(fence);
+    key.extend_from_slice(b":replid");
+    key
 }
 
 #[cfg(test)]

@@ -1,8 +1,8 @@
-//! The plain lock's grant by transaction, for clients that ask for it
-//! (`ClientBuilder::counted_grants`): `MULTI`, `SET lock owner NX PX ttl`, `INCR fence`,
-//! `PTTL lock`, `EXEC`, for about what a bare `SET NX PX` costs the server. The script
-//! (`acquire.lua`) reads `TIME`, the fence and the tombstone and writes the fence on every
-//! grant, which doubles a grant's server time.
+//! The plain lock's grant by transaction, the default on one server and behind Sentinel:
+//! `MULTI`, `SET lock owner NX PX ttl`, `INCR fence`, `PTTL lock`, `GET fence:replid`,
+//! `INFO replication`, `EXEC`, for a little more than what a bare `SET NX PX` costs the server.
+//! The script (`acquire.lua`) reads `TIME`, the fence and the tombstone and writes the fence on
+//! every grant, which doubles a grant's server time.
 //!
 //! Invariants:
 //! 1. Tokens strictly increase across holders of a name, whichever way each grant went,
@@ -18,10 +18,22 @@
 //!    lag behind it unless a name is granted more than once a microsecond), so the minted one
 //!    is above them all. `MIN_COUNTED` tells a count from a lost one: no token below it was
 //!    ever read from a clock.
-//! 3. What it trusts, and the script does not: a fence is kept or lost whole. A fence
-//!    restored OLDER than it was (a failover to a replica that missed the last grants, a
-//!    restart from a snapshot that lost them) counts on from its old value, and can hand out
-//!    a token again. That is why the transaction is the client's choice, never the default.
+//! 3. A fence restored OLDER than it was never sends tokens backwards either. A count is
+//!    trusted only under the replication ID it was minted under: the mint writes the
+//!    server's `master_replid` beside the fence (`fence:replid`), and the transaction reads
+//!    it back with the server's own, atomically with the `INCR`; on a master whose ID differs,
+//!    or on a server that is not a master, the count is not used and the token is minted
+//!    (invariant 2). Why that is enough: a server draws a new random replication ID whenever
+//!    its data may have come from elsewhere or from the past: at every start (a restart from
+//!    a snapshot or an append-only file) and at every promotion (a failover to a replica
+//!    that missed the last grants; a master demoted, resynchronised from an older copy and
+//!    promoted again). Between two such moments a master's data changes only by the commands
+//!    it runs, so its fence only grows, or is lost whole. A mint under ID `R` leaves the
+//!    fence above every earlier token, and only a master whose ID is `R` trusts counts after
+//!    it: the same master, in the same term, whose fence has only grown since. A mint whose
+//!    ID changed after the transaction read it writes an ID that is no longer any master's,
+//!    which costs a mint later, never a token. The ID is read in every transaction, not once
+//!    per connection: a connection outlives a demotion and a promotion of its server.
 //! 4. The tombstone of an abandoned attempt is not read: an attempt of unknown outcome that
 //!    reaches Redis after its abandon holds the name for its ttl, owned by nobody, as an
 //!    unfenced lease's does (`kind/unfenced.rs`). Exclusion and tokens are not at stake.
@@ -31,9 +43,10 @@
 //! 6. Learned per node. Before the first grant, `MULTI` is tried alone (then `DISCARD`): a
 //!    server or ACL that refuses it gets the script, since the commands after a refused
 //!    `MULTI` would run outside any transaction. A transaction refused before `EXEC` (an ACL
-//!    without `INCR` or `PTTL`) changed nothing and gets the script too. Redis Cluster and
-//!    Redlock grant by script: the cluster connection does not route a transaction, and
-//!    Redlock's masters agree on a token the script proposes.
+//!    without `INCR`, `PTTL`, `GET` or `INFO`) changed nothing and gets the script too. Redis
+//!    Cluster and Redlock grant by script: the cluster connection does not route a
+//!    transaction, and Redlock's masters agree on a token the script proposes. A client
+//!    built with `counted_grants(false)` always sends the script.
 //! 7. With replica acknowledgements, `WAIT` follows `EXEC` in the same pipeline, as after a
 //!    script (`node.rs`, invariant 5); the mint waits as any script does.
 
@@ -83,9 +96,9 @@ impl Node {
             )
             .await?;
         let mut replies = replies.into_iter();
-        // MULTI, three QUEUED, then EXEC's array.
+        // MULTI, five QUEUED, then EXEC's array.
         let mut exec = None;
-        for (i, reply) in replies.by_ref().take(5).enumerate() {
+        for (i, reply) in replies.by_ref().take(7).enumerate() {
             match reply {
                 // `MULTI` refused after all (an ACL changed since the probe): the commands ran
                 // outside a transaction. The error leaves the attempt to be abandoned, which
@@ -106,8 +119,16 @@ impl Node {
                 }
                 // Refused at `EXEC` (out of memory, a failed save): nothing ran.
                 Err(e) if e.code() == Some("EXECABORT") => return Ok(None),
+                // `EXEC` itself refused (an ACL changed since the probe): the transaction is
+                // still open on the shared connection; close it before anything else queues.
+                Err(e) if i == 6 => {
+                    self.grants.learned(false);
+                    let _ = self.query::<Value>(operation, &redis::cmd("DISCARD")).await;
+                    tracing::warn!(error = %e, "fenced: EXEC refused; granting by script from now on");
+                    return Ok(None);
+                }
                 Err(e) => return Err(Error::from_redis(operation, self.timeout, e)),
-                Ok(value) if i == 4 => exec = Some(value),
+                Ok(value) if i == 6 => exec = Some(value),
                 Ok(_) => {}
             }
         }
@@ -115,20 +136,28 @@ impl Node {
         let Some(Value::Array(results)) = exec else {
             return Err(unexpected(operation, format!("{exec:?}")));
         };
-        let [set, incr, pttl] = &results[..] else {
+        let [set, incr, pttl, counted_under, info] = &results[..] else {
             return Err(unexpected(operation, format!("{results:?}")));
         };
         match (set, incr, pttl) {
-            // Granted, counted on a fence that holds (invariant 1).
-            (Value::Okay, Value::Int(token), _) if *token >= MIN_COUNTED => Ok(Some((
-                Value::BulkString(token.to_string().into_bytes()),
-                short,
-            ))),
-            // Granted on a fence that did not hold (invariant 2): the clock's token, by the
-            // script that takes the larger of the fence and the clock.
-            (Value::Okay, _, _) => {
+            (Value::Okay, incr, _) => {
+                let replid = master_replid(info);
+                // Granted, counted on a fence that holds, in this master's term
+                // (invariants 1 and 3).
+                if let (Value::Int(token), Some(replid)) = (incr, replid)
+                    && *token >= MIN_COUNTED
+                    && matches!(counted_under, Value::BulkString(b) if b == replid.as_bytes())
+                {
+                    return Ok(Some((
+                        Value::BulkString(token.to_string().into_bytes()),
+                        short,
+                    )));
+                }
+                // Granted on a fence whose count cannot be trusted (invariants 2 and 3): the
+                // clock's token, by the script that takes the larger of the fence and the
+                // clock, and the fence counts under this master's ID from now on.
                 let mint = call
-                    .fence_mint()
+                    .fence_mint(replid.unwrap_or_default())
                     .ok_or_else(|| unexpected(operation, "no mint for this call".into()))?;
                 let (value, mint_short) = self.run_acked(&mint).await?;
                 Ok(Some((value, short.or(mint_short))))
@@ -143,16 +172,51 @@ impl Node {
         }
     }
 
-    /// Whether the server lets this client open a transaction: `MULTI` alone, then
-    /// `DISCARD`, once per node (invariant 6).
+    /// Whether the server lets this client run the grant's transaction, once per node
+    /// (invariant 6): `MULTI`, `INFO replication`, `EXEC` on a dedicated connection (the pool
+    /// tries an empty `MULTI`/`EXEC` first), never on the shared one, where a `MULTI` whose
+    /// `EXEC` is refused would stay open and swallow other callers' commands.
     async fn transactions_allowed(&self, operation: &'static str) -> Result<bool> {
-        let mut probe = redis::pipe();
-        probe.ignore_errors().cmd("MULTI").cmd("DISCARD");
-        let replies: Vec<std::result::Result<Value, RedisError>> =
-            self.query_pipe(operation, &probe).await?;
-        let allowed = matches!(replies.first(), Some(Ok(_)));
+        let Some(pool) = &self.pool else {
+            self.grants.learned(false);
+            return Ok(false);
+        };
+        let checkout = tokio::time::timeout(self.timeout, pool.checkout(true, None));
+        let pooled = match checkout.await {
+            Ok(Ok(pooled)) => Some(pooled),
+            // `MULTI` or `EXEC` refused, or unknown (a proxy): that connection is closed
+            // already.
+            Ok(Err(Error::Permission { .. } | Error::Redis(_))) => None,
+            Ok(Err(e)) => return Err(e),
+            Err(_) => {
+                return Err(Error::Timeout {
+                    operation,
+                    after: self.timeout,
+                });
+            }
+        };
+        let allowed = match pooled {
+            None => false,
+            Some(mut pooled) => {
+                // Closed after the probe: a client keeps one connection for its commands, and
+                // a transaction may be open until `EXEC` answers.
+                pooled.dirty();
+                let mut probe = redis::pipe();
+                probe
+                    .ignore_errors()
+                    .cmd("MULTI")
+                    .cmd("INFO")
+                    .arg("replication")
+                    .cmd("EXEC");
+                let mut conn = pooled.conn();
+                let replies: Vec<Value> = self
+                    .bounded(operation, probe.query_async(&mut conn))
+                    .await?;
+                matches!(replies.last(), Some(Value::Array(_)))
+            }
+        };
         if !allowed {
-            tracing::debug!("fenced: MULTI refused; granting by script");
+            tracing::debug!("fenced: MULTI, EXEC or INFO refused; granting by script");
         }
         self.grants.learned(allowed);
         Ok(allowed)
@@ -173,5 +237,50 @@ impl Node {
             (Some(_), Some(Err(e))) => Err(Error::from_redis("wait", self.timeout, e)),
             (Some(_), other) => Err(unexpected("wait", format!("{other:?}"))),
         }
+    }
+}
+
+/// The replication ID of `INFO replication`'s reply, when the server is a master; `None`
+/// for a replica or a reply without one (invariant 3).
+fn master_replid(info: &Value) -> Option<&str> {
+    let text = match info {
+        Value::BulkString(bytes) => std::str::from_utf8(bytes).ok()?,
+        Value::VerbatimString { text, .. } => text,
+        _ => return None,
+    };
+    let mut master = false;
+    let mut replid = None;
+    for line in text.lines() {
+        if let Some(role) = line.strip_prefix("role:") {
+            master = role.trim_end() == "master";
+        } else if let Some(id) = line.strip_prefix("master_replid:") {
+            let id = id.trim_end();
+            // Forty hex digits; anything else is not an ID this rule can rely on.
+            if id.len() == 40 && id.bytes().all(|b| b.is_ascii_hexdigit()) {
+                replid = Some(id);
+            }
+        }
+    }
+    replid.filter(|_| master)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_masters_forty_digit_replication_id_counts() {
+        let id = "d4f19b68cd3d6a928bb8eb46b11575e1e850e0f8";
+        let reply = |text: String| Value::BulkString(text.into_bytes());
+        let master = format!(
+            "# Replication\r\nrole:master\r\nconnected_slaves:0\r\nmaster_replid:{id}\r\nmaster_replid2:0000000000000000000000000000000000000000\r\n"
+        );
+        assert_eq!(master_replid(&reply(master.clone())), Some(id));
+        let replica = master.replace("role:master", "role:slave");
+        assert_eq!(master_replid(&reply(replica)), None);
+        let short = master.replace(id, "d4f19b");
+        assert_eq!(master_replid(&reply(short)), None);
+        assert_eq!(master_replid(&reply("role:master\r\n".into())), None);
+        assert_eq!(master_replid(&Value::Nil), None);
     }
 }

@@ -106,8 +106,8 @@ enum Twin<'a> {
     Abandon([&'a [u8]; 6]),
     /// `force_release.lua`: lock, holds; channel, message.
     ForceRelease([&'a [u8]; 4]),
-    /// `fence_mint.lua`: lock, fence; owner, retention.
-    FenceMint([&'a [u8]; 4]),
+    /// `fence_mint.lua`: lock, fence, replid key; owner, retention, replication ID.
+    FenceMint([&'a [u8]; 6]),
     /// `lock_type.lua`: lock.
     LockType([&'a [u8]; 1]),
 }
@@ -173,7 +173,7 @@ impl<'a> Twin<'a> {
             return (keys == 2).then(|| call.exact_parts().map(Twin::ForceRelease))?;
         }
         if std::ptr::eq(lua, &FENCE_MINT) {
-            return (keys == 2).then(|| call.exact_parts().map(Twin::FenceMint))?;
+            return (keys == 3).then(|| call.exact_parts().map(Twin::FenceMint))?;
         }
         if std::ptr::eq(lua, &LOCK_TYPE) {
             return (keys == 1).then(|| call.exact_parts().map(Twin::LockType))?;
@@ -298,7 +298,7 @@ impl<'a> Twin<'a> {
                 ];
                 Some((writes, Reply::Fixed(Value::BulkString(owner))))
             }
-            Twin::FenceMint([_, fence, owner, retention]) => {
+            Twin::FenceMint([_, fence, replid_key, owner, retention, replid]) => {
                 let [seen, time] = reads else {
                     return None;
                 };
@@ -307,7 +307,10 @@ impl<'a> Twin<'a> {
                     return answer(pair(0, -2));
                 }
                 let token = next_token(last.as_deref(), time)?.to_string();
-                let writes = vec![cmd("SET", &[fence, token.as_bytes(), b"PX", retention])];
+                let mut writes = vec![cmd("SET", &[fence, token.as_bytes(), b"PX", retention])];
+                if !replid.is_empty() {
+                    writes.push(cmd("SET", &[replid_key, replid, b"PX", retention]));
+                }
                 Some((writes, Reply::Fixed(Value::BulkString(token.into_bytes()))))
             }
             Twin::LockType(_) => {
