@@ -36,7 +36,7 @@ struct Args {
     /// reentrant-depth-3, striped-1, striped-16, striped-256, striped-1024, fair-8, rw-reads, latch-1000, multi-3, waiters-1000, renew-10000, seckill, counter-contended, stampede-1000, redlock-3, redlock-5, redlock-5-slow, cluster-uncontended-32, election-failover).
     #[arg(long, value_delimiter = ',')]
     scenarios: Vec<Scenario>,
-    /// Only these libraries (fenced, fenced-counted, fenced-noscripts, fenced-unfenced, raw, rslock, redlock, fenced-tx, fenced-script,
+    /// Only these libraries (fenced, fenced-scripted, fenced-noscripts, fenced-unfenced, raw, rslock, redlock, fenced-tx, fenced-script,
     /// fenced-lock, fenced-cache, cache-aside).
     #[arg(long, value_delimiter = ',')]
     libraries: Vec<Library>,

@@ -36,7 +36,7 @@ impl Locker {
     ) -> Result<Self, BoxError> {
         Ok(match library {
             Library::Fenced => Locker::Fenced(env.fenced.lock(name).with_ttl(TTL)),
-            Library::FencedCounted => Locker::Fenced(env.counted.lock(name).with_ttl(TTL)),
+            Library::FencedScripted => Locker::Fenced(env.scripted.lock(name).with_ttl(TTL)),
             Library::FencedNoScripts => Locker::Fenced(env.no_scripts.lock(name).with_ttl(TTL)),
             Library::FencedUnfenced => {
                 Locker::Unfenced(env.fenced.lock(name).with_ttl(TTL).unfenced())

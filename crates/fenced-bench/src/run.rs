@@ -128,7 +128,7 @@ impl Scenario {
         match self {
             Scenario::Uncontended1 | Scenario::Uncontended32 | Scenario::Contended8 => &[
                 Fenced,
-                FencedCounted,
+                FencedScripted,
                 FencedNoScripts,
                 FencedUnfenced,
                 Raw,
@@ -227,8 +227,8 @@ impl FromStr for Scenario {
 pub enum Library {
     /// This project's lock.
     Fenced,
-    /// This project's lock on a client with `counted_grants`: granted by transaction.
-    FencedCounted,
+    /// This project's lock on a client with `counted_grants(false)`: granted by script.
+    FencedScripted,
     /// This project's lock on a client built without scripts (`without_scripts`): each step
     /// a `WATCH`/`MULTI`/`EXEC` transaction.
     FencedNoScripts,
@@ -256,7 +256,7 @@ impl Library {
     /// Every library.
     pub const ALL: [Library; 12] = [
         Library::Fenced,
-        Library::FencedCounted,
+        Library::FencedScripted,
         Library::FencedNoScripts,
         Library::FencedUnfenced,
         Library::Raw,
@@ -273,7 +273,7 @@ impl Library {
     pub fn name(self) -> &'static str {
         match self {
             Library::Fenced => "fenced",
-            Library::FencedCounted => "fenced-counted",
+            Library::FencedScripted => "fenced-scripted",
             Library::FencedNoScripts => "fenced-noscripts",
             Library::FencedUnfenced => "fenced-unfenced",
             Library::Raw => "raw",
@@ -328,8 +328,8 @@ pub struct Config {
 pub(crate) struct Env {
     pub(crate) url: String,
     pub(crate) fenced: fenced::Client,
-    /// A client that grants the lock by transaction (`counted_grants`).
-    pub(crate) counted: fenced::Client,
+    /// A client that grants the lock by script (`counted_grants(false)`).
+    pub(crate) scripted: fenced::Client,
     /// A client that sends no scripts (`without_scripts`).
     pub(crate) no_scripts: fenced::Client,
     pub(crate) raw: MultiplexedConnection,
@@ -345,9 +345,9 @@ pub async fn run(config: &Config, url: &str) -> Result<Report, BoxError> {
             .keyspace_events(config.keyspace_events)
             .connect()
             .await?,
-        counted: fenced::Client::builder(url)
+        scripted: fenced::Client::builder(url)
             .keyspace_events(config.keyspace_events)
-            .counted_grants(true)
+            .counted_grants(false)
             .connect()
             .await?,
         no_scripts: fenced::Client::builder(url)

@@ -476,10 +476,12 @@ impl ClientBuilder {
     ///
     /// Without scripts, [`Lock`](crate::Lock) and [`UnfencedLock`](crate::UnfencedLock) work
     /// on one server or behind Sentinel: grants with fencing tokens, renewal, release, the
-    /// lost signal, wake-ups. Each of the lock's steps is a `WATCH`/`MULTI`/`EXEC`
-    /// transaction instead of one script: a round trip more per grant, renewal and release
-    /// (none for a release where the server has `DELIFEQ`), the same keys and tokens, so
-    /// clients with and without scripts share a name. These steps have dedicated connections
+    /// lost signal, wake-ups. A grant is the transaction of
+    /// [`counted_grants`](Self::counted_grants), as with scripts (a round trip more when its
+    /// token comes from the server clock); the other steps are `WATCH`/`MULTI`/`EXEC`
+    /// transactions instead of scripts, a round trip more each (none for a release where the
+    /// server has `DELIFEQ`), with the same keys and tokens, so clients with and without
+    /// scripts share a name. These steps have dedicated connections
     /// of their own, as many as [`transaction_connections`](Self::transaction_connections)
     /// allows. Every other primitive, a ticket's take-over and a local handover need scripts
     /// and answer [`Error::Unsupported`] before sending anything; so does
