@@ -3,7 +3,7 @@
 //! and connecting cancel out.
 //!
 //! ```text
-//! cycle_cost fenced|unfenced|raw CYCLES REDIS_URL
+//! cycle_cost fenced|scripted|unfenced|raw CYCLES REDIS_URL
 //! ```
 //!
 //! `fenced`: `Lock::try_acquire` then `LockGuard::release`, with the default settings
@@ -18,7 +18,7 @@ type BoxError = Box<dyn Error + Send + Sync>;
 fn main() -> Result<(), BoxError> {
     let mut args = std::env::args().skip(1);
     let (Some(library), Some(cycles), Some(url)) = (args.next(), args.next(), args.next()) else {
-        return Err("usage: cycle_cost fenced|unfenced|raw CYCLES REDIS_URL".into());
+        return Err("usage: cycle_cost fenced|scripted|unfenced|raw CYCLES REDIS_URL".into());
     };
     let cycles: u64 = cycles.parse()?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -27,8 +27,11 @@ fn main() -> Result<(), BoxError> {
         .build()?;
     runtime.block_on(async move {
         match library.as_str() {
-            "fenced" => {
-                let client = fenced::Client::connect(&url).await?;
+            "fenced" | "scripted" => {
+                let client = fenced::Client::builder(&url)
+                    .counted_grants(library == "fenced")
+                    .connect()
+                    .await?;
                 let lock = client.lock("cycle-cost").with_ttl(Duration::from_secs(30));
                 tokio::spawn(async move {
                     for _ in 0..cycles {
@@ -70,7 +73,9 @@ fn main() -> Result<(), BoxError> {
                 })
                 .await?
             }
-            other => Err(format!("unknown library {other:?}: fenced, unfenced or raw").into()),
+            other => {
+                Err(format!("unknown library {other:?}: fenced, scripted, unfenced or raw").into())
+            }
         }
     })
 }

@@ -241,24 +241,27 @@ impl Node {
 }
 
 /// The replication ID of `INFO replication`'s reply, when the server is a master; `None`
-/// for a replica or a reply without one (invariant 3).
+/// for a replica or a reply without one (invariant 3). Read as bytes, line by line: this runs
+/// on every grant, and the reply is a few hundred bytes.
 fn master_replid(info: &Value) -> Option<&str> {
-    let text = match info {
-        Value::BulkString(bytes) => std::str::from_utf8(bytes).ok()?,
-        Value::VerbatimString { text, .. } => text,
+    let text: &[u8] = match info {
+        Value::BulkString(bytes) => bytes,
+        Value::VerbatimString { text, .. } => text.as_bytes(),
         _ => return None,
     };
     let mut master = false;
     let mut replid = None;
-    for line in text.lines() {
-        if let Some(role) = line.strip_prefix("role:") {
-            master = role.trim_end() == "master";
-        } else if let Some(id) = line.strip_prefix("master_replid:") {
-            let id = id.trim_end();
+    for line in text.split(|b| *b == b'\n') {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        if let Some(role) = line.strip_prefix(b"role:") {
+            master = role == b"master";
+        } else if let Some(id) = line.strip_prefix(b"master_replid:") {
             // Forty hex digits; anything else is not an ID this rule can rely on.
-            if id.len() == 40 && id.bytes().all(|b| b.is_ascii_hexdigit()) {
-                replid = Some(id);
+            if id.len() == 40 && id.iter().all(u8::is_ascii_hexdigit) {
+                replid = std::str::from_utf8(id).ok();
             }
+            // The role comes first; nothing after the ID matters.
+            break;
         }
     }
     replid.filter(|_| master)
