@@ -449,6 +449,24 @@ impl Lab {
                 }
                 servers_label(&targets)
             }
+            Nemesis::RestoreRedis => {
+                let targets = self.server_targets();
+                for &i in &targets {
+                    snapshot(&self.servers[i].url()).await?;
+                }
+                // Grants go on, and raise the fences past the snapshot's.
+                tokio::time::sleep(ttl).await;
+                for &i in &targets {
+                    self.servers[i].kill()?;
+                }
+                for &i in &targets {
+                    // Starts from the snapshot in its directory, then forgets it, so that a
+                    // later restart without persistence still loses every key.
+                    self.servers[i].restart()?;
+                    forget_snapshot(&self.servers[i].url()).await?;
+                }
+                servers_label(&targets)
+            }
             Nemesis::Partition => {
                 let Some((w, _)) = self.holder().await else {
                     return Ok(None);
@@ -642,6 +660,34 @@ async fn connection(url: &str) -> Result<redis::aio::MultiplexedConnection, LabE
 
 async fn bounded<T>(f: impl Future<Output = redis::RedisResult<T>>) -> Result<T, LabError> {
     Ok(tokio::time::timeout(Duration::from_secs(5), f).await??)
+}
+
+/// Writes the server's data to its snapshot file (`SAVE`).
+async fn snapshot(url: &str) -> Result<(), LabError> {
+    let mut conn = connection(url).await?;
+    let _: () = bounded(redis::cmd("SAVE").query_async(&mut conn)).await?;
+    Ok(())
+}
+
+/// Removes the snapshot a restart just loaded (`CONFIG GET dir`, `dbfilename`).
+async fn forget_snapshot(url: &str) -> Result<(), LabError> {
+    let mut conn = connection(url).await?;
+    let mut path = std::path::PathBuf::new();
+    for parameter in ["dir", "dbfilename"] {
+        let pair: Vec<String> = bounded(
+            redis::cmd("CONFIG")
+                .arg("GET")
+                .arg(parameter)
+                .query_async(&mut conn),
+        )
+        .await?;
+        let value = pair.get(1).cloned().unwrap_or_default();
+        path.push(value);
+    }
+    match std::fs::remove_file(&path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e.into()),
+        _ => Ok(()),
+    }
 }
 
 /// The simulated clock step: every lease on this server ends now.

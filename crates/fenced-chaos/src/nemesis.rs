@@ -21,6 +21,10 @@ pub enum Nemesis {
     RestartRedis,
     /// The same, with the server down for 1.5 ttl before it comes back.
     RestartRedisDelayed,
+    /// Snapshot redis-server (`SAVE`), let the work go on for a ttl, then kill it and start it
+    /// again from the snapshot: every write since is lost, and each fence goes back to an
+    /// older value (a restart from a snapshot, a failover to a replica that missed writes).
+    RestoreRedis,
     /// Cut the holder off from Redis (every byte dropped, connections open) for 2.5 ttl.
     Partition,
     /// Delay every reply to every worker by ttl / 8 for 3 ttl.
@@ -36,13 +40,14 @@ pub enum Nemesis {
 
 impl Nemesis {
     /// Every kind, in the order a round-robin schedule takes them.
-    pub const ALL: [Nemesis; 10] = [
+    pub const ALL: [Nemesis; 11] = [
         Nemesis::PauseHolder,
         Nemesis::StarveRenewal,
         Nemesis::KillHolder,
         Nemesis::PauseRedis,
         Nemesis::RestartRedis,
         Nemesis::RestartRedisDelayed,
+        Nemesis::RestoreRedis,
         Nemesis::Partition,
         Nemesis::Latency,
         Nemesis::Reset,
@@ -58,6 +63,7 @@ impl Nemesis {
             Nemesis::PauseRedis => "pause-redis",
             Nemesis::RestartRedis => "restart-redis",
             Nemesis::RestartRedisDelayed => "restart-redis-delayed",
+            Nemesis::RestoreRedis => "restore-redis",
             Nemesis::Partition => "partition",
             Nemesis::Latency => "latency",
             Nemesis::Reset => "reset",
@@ -89,6 +95,7 @@ impl Nemesis {
                 Nemesis::StarveRenewal
                     | Nemesis::RestartRedis
                     | Nemesis::RestartRedisDelayed
+                    | Nemesis::RestoreRedis
                     | Nemesis::ClockStep
             )
     }

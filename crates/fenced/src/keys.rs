@@ -6,7 +6,7 @@
 //! | key | type | what it holds |
 //! |---|---|---|
 //! | `<ns>{<name>}` | string | the owner token of the current holder, with `PX` = the lease |
-//! | `<ns>{<name>}:fence` | string | the last fencing token handed out, kept for the fence retention after the last grant |
+//! | `<ns>{<name>}:fence` | string | the last fencing token handed out, kept for the fence retention after the last grant by script or clock token |
 //! | `<ns>{<name>}:fence:replid` | string | the server's replication ID under which the fence counts (a grant by transaction trusts its count only under it), kept for the fence retention after the last mint |
 //! | `<ns>{<name>}:released` | pub/sub channel | one message per release, payload = `<client id> <wake>` (the releasing client's id, so it can skip its own echo, and whom to wake: `1`, `N` or `all`; see `docs/protocol.md`) |
 //! | `<ns>{<name>}:void:<owner>` | string | tombstone of an abandoned acquire attempt, until the attempt can no longer arrive |

@@ -276,3 +276,100 @@ async fn a_master_resynchronised_from_an_older_copy_and_promoted_again_never_rep
         "a token after the resynchronisation ({next}) must exceed every earlier one ({before:?} {after:?})"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_grant_leaves_no_fence_without_an_expiry() {
+    let server = server();
+    let c = counted(&server).await;
+    let mut conn = raw(&server).await;
+    // Held by a plain `SET NX PX` (another library, say): no fence yet.
+    command(
+        &mut conn,
+        &["SET", "fenced:{elsewhere}", "someone", "PX", "60000"],
+    )
+    .await;
+    for _ in 0..3 {
+        assert!(c.lock("elsewhere").try_acquire().await.unwrap().is_none());
+    }
+    let pttl: i64 = redis::cmd("PTTL")
+        .arg("fenced:{elsewhere}:fence")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert!(
+        pttl > 0 || pttl == -2,
+        "the refused grants' count needs an expiry (PTTL {pttl})"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_permission_taken_away_later_sends_grants_by_script_with_increasing_tokens() {
+    let server = server();
+    let mut conn = raw(&server).await;
+    let mut last = 0;
+    for (i, refused) in ["exec", "multi"].into_iter().enumerate() {
+        let commands: Vec<&str> = LOCK_COMMANDS
+            .iter()
+            .copied()
+            .chain(["multi", "exec", "incr", "info"])
+            .collect();
+        let name = format!("later{i}");
+        let url = user(&server, &name, &commands).await;
+        let c = Client::connect(&url).await.unwrap();
+        // Learned: grants by transaction.
+        let exec = calls(&mut conn, "exec").await;
+        for token in grants(&c, "ledger", 2).await {
+            assert!(token > last);
+            last = token;
+        }
+        assert!(
+            calls(&mut conn, "exec").await >= exec + 2,
+            "granted by transaction"
+        );
+        command(
+            &mut conn,
+            &["ACL", "SETUSER", &name, &format!("-{refused}")],
+        )
+        .await;
+        // The first grant after it meets the refusal and still answers a token; the next ones
+        // go by script and send no transaction.
+        for token in grants(&c, "ledger", 2).await {
+            assert!(token > last, "without {refused}: {token} after {last}");
+            last = token;
+        }
+        let multi = calls(&mut conn, "multi").await;
+        for token in grants(&c, "ledger", 3).await {
+            assert!(token > last);
+            last = token;
+        }
+        assert_eq!(
+            calls(&mut conn, "multi").await,
+            multi,
+            "without {refused}, no more transactions"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_first_grants_of_a_client_probe_the_server_once() {
+    let server = server();
+    let c = counted(&server).await;
+    let mut conn = raw(&server).await;
+    let multi = calls(&mut conn, "multi").await;
+    let tasks: Vec<_> = (0..16)
+        .map(|i| {
+            let lock = c.lock(format!("first{i}"));
+            tokio::spawn(async move { lock.acquire().await.unwrap().release().await.unwrap() })
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    // The probe: the pool's empty transaction on a new connection, then the grant's; then
+    // one transaction a grant.
+    assert_eq!(
+        calls(&mut conn, "multi").await - multi,
+        2 + 16,
+        "one probe and one transaction a grant"
+    );
+}

@@ -678,6 +678,7 @@ async fn check_server(node: &Node) -> Result<()> {
         }
         Err(e) => return Err(e),
     };
+    node.learn_counting(&info);
     match server_version(&info) {
         Some(v) if (v.0, v.1) < MIN_SERVER_VERSION => Err(Error::unsupported(format!(
             "Redis {}.{}.{} is older than {}.{}, the oldest fenced supports",

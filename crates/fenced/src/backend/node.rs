@@ -137,6 +137,8 @@ pub(crate) struct Node {
     natives: Arc<NativeSupport>,
     /// Whether the server grants the plain lock by transaction (`grant.rs`).
     grants: Arc<NativeSupport>,
+    /// Held while the transaction's probe runs, so that a node probes once (`grant.rs`).
+    grant_probe: Arc<tokio::sync::Mutex<()>>,
     /// Whether the client asked for grants by transaction (`ClientBuilder::counted_grants`).
     counted: bool,
     /// The hashes the server gave for the scripts loaded there (invariant 7).
@@ -199,6 +201,7 @@ impl Node {
             sharded: false,
             natives: Arc::default(),
             grants: Arc::default(),
+            grant_probe: Arc::default(),
             counted: false,
             hashes: Arc::default(),
             scripts: Arc::default(),

@@ -395,13 +395,23 @@ impl ScriptCall {
 
     /// The plain lock's grant as one transaction, where this is its acquire call (three keys,
     /// three arguments: no Redlock proposal): `MULTI`, `SET lock owner NX PX ttl`,
-    /// `INCR fence`, `PTTL lock`, `GET fence:replid`, `INFO replication`, `EXEC`
-    /// (`backend/node/grant.rs`).
-    pub(crate) fn grant_transaction(&self) -> Option<[Cmd; 7]> {
+    /// `SET fence 0 NX PX retention`, `INCR fence`, `PTTL lock`, `GET fence:replid`,
+    /// `INFO replication`, `EXEC` (`backend/node/grant.rs`).
+    pub(crate) fn grant_transaction(&self) -> Option<[Cmd; 8]> {
         if !std::ptr::eq(self.lua, &ACQUIRE) || self.keys != 3 {
             return None;
         }
-        let [lock, fence, _tombstone, owner, ttl, _retention] = self.exact_parts()?;
+        let [lock, fence, _tombstone, owner, ttl, retention] = self.exact_parts()?;
+        // A missing fence starts at 0 with the retention as its expiry, so that an `INCR` of
+        // a refused grant leaves no key without one; a count from 0 is never used.
+        let mut floor = Cmd::with_capacity(6, 32 + fence.len() + retention.len());
+        floor
+            .arg("SET")
+            .arg(fence)
+            .arg("0")
+            .arg("NX")
+            .arg("PX")
+            .arg(retention);
         let mut set = Cmd::with_capacity(6, 48 + lock.len() + owner.len());
         set.arg("SET")
             .arg(lock)
@@ -420,6 +430,7 @@ impl ScriptCall {
         Some([
             redis::cmd("MULTI"),
             set,
+            floor,
             incr,
             pttl,
             history,
