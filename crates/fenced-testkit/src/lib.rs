@@ -378,7 +378,8 @@ impl RedisServer {
         Ok(())
     }
 
-    /// Kills the process if it runs, and starts a fresh one on the same port with empty data.
+    /// Kills the process if it runs, and starts a fresh one on the same port: with empty data,
+    /// or with the snapshot in its directory when one was written (`SAVE`).
     pub fn restart(&mut self) -> Result<(), TestkitError> {
         self.kill()?;
         self.spawn()

@@ -438,7 +438,7 @@ impl ClientBuilder {
 
     /// Grant the plain [`Lock`] by a `MULTI`/`EXEC` transaction that counts its fencing token
     /// with `INCR` on the fence (default on), instead of the acquire script: a lock cycle costs
-    /// the server less (and the client more: seven replies to read instead of one). On one
+    /// the server less (and the client more: eight replies to read instead of one). On one
     /// server and behind Sentinel, on Redis and Valkey; a cluster, Redlock, a cache entry's
     /// lock, and a server or ACL without `MULTI`, `EXEC`, `INFO`, `INCR`, `PTTL` or `GET` grant
     /// by script.

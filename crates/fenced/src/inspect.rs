@@ -629,7 +629,9 @@ impl Client {
 pub struct GrantStatus {
     /// The name.
     pub name: String,
-    /// The fencing token of its last grant.
+    /// The fence: at least the fencing token of its last grant (a refused grant by
+    /// transaction counts on it too; a name whose grants were all refused shows a small
+    /// count).
     pub last_fencing_token: FencingToken,
     /// Whether these are a semaphore's permits, whose tokens count apart from a lock of the
     /// same name's.

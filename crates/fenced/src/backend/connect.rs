@@ -674,6 +674,8 @@ async fn check_server(node: &Node) -> Result<()> {
         Ok(info) => info,
         Err(Error::Permission { .. } | Error::Redis(_) | Error::UnexpectedReply { .. }) => {
             let _: String = node.query("ping", &redis::cmd("PING")).await?;
+            // A server that cannot be named is not trusted to renew its replication ID.
+            node.learn_counting("");
             return Ok(());
         }
         Err(e) => return Err(e),

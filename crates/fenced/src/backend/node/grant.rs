@@ -60,6 +60,7 @@
 //! 7. With replica acknowledgements, `WAIT` follows `EXEC` in the same pipeline, as after a
 //!    script (`node.rs`, invariant 5); the mint waits as any script does.
 
+use futures_util::future::BoxFuture;
 use redis::{RedisError, Value};
 
 use super::{Node, Shortfall, lacks_command};
@@ -89,6 +90,7 @@ impl Node {
         if self.grants.unknown() && !self.transactions_allowed(operation).await? {
             return Ok(None);
         }
+
         let mut pipe = redis::pipe();
         pipe.ignore_errors();
         for cmd in commands {
@@ -109,8 +111,10 @@ impl Node {
         if let Some(Err(e)) = replies.first() {
             // `MULTI` refused after all (an ACL changed since the probe): the commands ran one
             // by one, outside a transaction (invariant 6).
-            tracing::warn!(error = %e, "fenced: MULTI refused; granting by script from now on");
-            self.grants.learned(false);
+            if lacks_command(e) {
+                tracing::warn!(error = %e, "fenced: MULTI refused; granting by script from now on");
+                self.grants.learned(false);
+            }
             return match replies.get(1) {
                 // The lock was taken: its token is the clock's, by the mint, which checks
                 // that the lease is still this owner's.
@@ -125,7 +129,7 @@ impl Node {
             match reply {
                 // A key or channel outside the user's patterns: the script says so in its
                 // own words; and the transaction stays worth trying for other keys.
-                Err(e) if lacks_command(&e) && !e.to_string().contains("run the") => {
+                Err(e) if e.code() == Some("NOPERM") && !e.to_string().contains("run the") => {
                     return Ok(None);
                 }
                 Err(e) if lacks_command(&e) => {
@@ -187,33 +191,45 @@ impl Node {
     }
 
     /// The token of a lease granted by transaction whose count is not used: `fence_mint.lua`
-    /// (invariant 2), recording `replid` as the fence's (invariant 3).
-    async fn mint(
-        &self,
-        call: &ScriptCall,
-        replid: &str,
+    /// (invariant 2), recording `replid` as the fence's (invariant 3). Boxed, as the probe
+    /// is: the grant's future would otherwise nest them, and a caller's `async` block around
+    /// an acquire would pass the compiler's default type depth.
+    fn mint<'a>(
+        &'a self,
+        call: &'a ScriptCall,
+        replid: &'a str,
         short: Option<Shortfall>,
-    ) -> Result<(Value, Option<Shortfall>)> {
-        let mint = call
-            .fence_mint(replid)
-            .ok_or_else(|| unexpected(call.lua.operation, "no mint for this call".into()))?;
-        let (value, mint_short) = self.run_acked(&mint).await?;
-        Ok((value, short.or(mint_short)))
+    ) -> BoxFuture<'a, Result<(Value, Option<Shortfall>)>> {
+        Box::pin(async move {
+            let mint = call
+                .fence_mint(replid)
+                .ok_or_else(|| unexpected(call.lua.operation, "no mint for this call".into()))?;
+            let (value, mint_short) = self.run_acked(&mint).await?;
+            Ok((value, short.or(mint_short)))
+        })
     }
 
     /// Whether the server lets this client run the grant's transaction (invariant 6):
     /// `MULTI`, `INFO replication`, `EXEC` on a dedicated connection (the pool tries an empty
     /// `MULTI`/`EXEC` first), never on the shared one, where a `MULTI` refused or unknown
-    /// would let the commands behind it run one by one. One probe per node: the first grants
-    /// wait for it. Only a refusal is remembered; a probe that could not run (no connection
+    /// would let the commands behind it run one by one. One probe per node at a time: the
+    /// grants that come while it runs go by script. Only a refusal is remembered; a probe that could not run (no connection
     /// in time, a server that is busy) sends this grant by script and the next one probes
     /// again.
-    async fn transactions_allowed(&self, operation: &'static str) -> Result<bool> {
+    fn transactions_allowed(&self, operation: &'static str) -> BoxFuture<'_, Result<bool>> {
+        Box::pin(self.probe_transactions(operation))
+    }
+
+    /// [`transactions_allowed`](Self::transactions_allowed), unboxed.
+    async fn probe_transactions(&self, operation: &'static str) -> Result<bool> {
         let Some(pool) = &self.pool else {
             self.grants.learned(false);
             return Ok(false);
         };
-        let _one = self.grant_probe.lock().await;
+        // While another grant probes, this one goes by script rather than wait its turn.
+        let Ok(_one) = self.grant_probe.try_lock() else {
+            return Ok(false);
+        };
         if !self.grants.unknown() {
             return Ok(self.grants.worth_trying());
         }
