@@ -9,7 +9,7 @@ use fenced::resource::FencedWrite;
 use fenced::{Client, Error, WaitPolicy};
 use fenced_testkit::{RedisCluster, Reply, key_slot};
 
-use crate::support::{cluster, cluster_client, sharded_cluster};
+use crate::support::{cluster, cluster_client, raw, sharded_cluster};
 use tokio::time::Instant;
 
 /// Lock names whose keys land on `n` different masters' slots, one per master.
@@ -417,8 +417,16 @@ async fn after_a_master_dies_its_replica_serves_and_tokens_still_increase() {
     let held = g.fencing_token();
     let owner = c.owner_of(slot, 0).unwrap();
     let replica = c.replicas_of(owner).unwrap()[0];
-    // Let replication carry the grant, then kill the master: its replica takes over.
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // The replica has the grant (`WAIT` on the master), then the master dies: its replica
+    // takes over.
+    let mut on_owner = raw(c.node(owner)).await;
+    let acked: i64 = redis::cmd("WAIT")
+        .arg(1)
+        .arg(10_000)
+        .query_async(&mut on_owner)
+        .await
+        .unwrap();
+    assert_eq!(acked, 1, "the replica never acknowledged the grant");
     c.node(owner).kill().unwrap();
     let asker = (0..3).find(|&m| m != owner).unwrap();
     let deadline = Instant::now() + Duration::from_secs(20);
