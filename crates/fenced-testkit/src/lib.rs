@@ -21,7 +21,7 @@
 
 use std::future::Future;
 use std::io::{BufRead, BufReader, Write};
-use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -33,6 +33,7 @@ use nix::unistd::Pid;
 mod binary;
 mod cluster;
 mod latency;
+mod ports;
 mod proxy;
 mod sentinel;
 
@@ -40,6 +41,8 @@ pub use binary::{Capability, Flavour, ServerBinary, server_binary};
 
 pub use cluster::{RedisCluster, Reply, SLOTS, command, key_slot};
 pub use latency::LatencyProxy;
+use ports::PortHold;
+pub use ports::free_port;
 pub use proxy::{Fault, Proxy};
 pub use sentinel::RedisSentinels;
 
@@ -94,6 +97,8 @@ pub struct RedisServer {
     /// A configuration file in `dir`, given first on the command line (a sentinel needs one
     /// it can rewrite).
     config_file: Option<String>,
+    /// While killed: the port, held so that no other test's server takes it (`ports.rs`).
+    hold: Option<PortHold>,
 }
 
 impl RedisServer {
@@ -205,6 +210,7 @@ impl RedisServer {
                 paused: false,
                 tls_ca: tls_ca.clone(),
                 config_file: config_file.clone(),
+                hold: None,
             };
             match server.spawn() {
                 Ok(()) => return Ok(server),
@@ -233,6 +239,8 @@ impl RedisServer {
     }
 
     fn spawn(&mut self) -> Result<(), TestkitError> {
+        // The port comes back to the server (the check below catches the moment between).
+        self.hold = None;
         let log = self.log_path();
         // A fresh log: readiness (and any error report) must come from this run alone.
         let _ = std::fs::remove_file(&log);
@@ -253,6 +261,9 @@ impl RedisServer {
         }
         cmd.args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
             .args(["--daemonize", "no"])
+            // A replica syncs at once: since Redis 7 a master waits 5 s for more replicas
+            // before a diskless sync.
+            .args(["--repl-diskless-sync-delay", "0"])
             .arg("--dir")
             .arg(self.dir.path())
             .arg("--logfile")
@@ -368,21 +379,33 @@ impl RedisServer {
         self.paused
     }
 
-    /// Kills the process (SIGKILL) and reaps it; all data is gone.
+    /// Kills the process (SIGKILL) and reaps it; all data is gone. Until it starts again
+    /// the port stays this server's: connections to it are closed at once, and no other
+    /// server can take it.
     pub fn kill(&mut self) -> Result<(), TestkitError> {
-        if let Some(mut child) = self.child.take() {
-            child.kill()?;
-            child.wait()?;
+        let was_running = self.child.is_some();
+        self.stop()?;
+        if was_running {
+            self.hold = PortHold::take(self.port);
         }
-        self.paused = false;
         Ok(())
     }
 
     /// Kills the process if it runs, and starts a fresh one on the same port: with empty data,
     /// or with the snapshot in its directory when one was written (`SAVE`).
     pub fn restart(&mut self) -> Result<(), TestkitError> {
-        self.kill()?;
+        self.stop()?;
         self.spawn()
+    }
+
+    /// SIGKILL and reap, leaving the port free.
+    fn stop(&mut self) -> Result<(), TestkitError> {
+        if let Some(mut child) = self.child.take() {
+            child.kill()?;
+            child.wait()?;
+        }
+        self.paused = false;
+        Ok(())
     }
 
     /// The server's log so far.
@@ -409,7 +432,7 @@ impl RedisServer {
 impl Drop for RedisServer {
     fn drop(&mut self) {
         // SIGKILL works on a stopped process too; errors here leave nothing we could fix.
-        let _ = self.kill();
+        let _ = self.stop();
     }
 }
 
@@ -552,13 +575,6 @@ pub fn redis_server_binary() -> Option<PathBuf> {
             .find(|p| p.is_file())
             .map(Path::to_path_buf)
     })
-}
-
-/// A TCP port on 127.0.0.1 that was free a moment ago.
-pub fn free_port() -> std::io::Result<u16> {
-    Ok(TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?
-        .local_addr()?
-        .port())
 }
 
 /// Sends `PING` over a fresh TCP connection; `Ok` when the server answers at all (an

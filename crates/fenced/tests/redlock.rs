@@ -300,7 +300,8 @@ async fn a_partial_grant_is_given_back() {
 async fn renewal_keeps_the_lease_on_a_majority_and_the_lost_signal_fires_without_one() {
     let mut s = servers(3);
     let c = redlock(&urls(&s)).await;
-    let ttl = Duration::from_millis(400);
+    // Long enough that a renewal delayed by a loaded machine still lands in time.
+    let ttl = Duration::from_secs(1);
     let g = c.lock("report").with_ttl(ttl).acquire().await.unwrap();
     // Well past its ttl, still ours everywhere (renewed on every node).
     tokio::time::sleep(ttl * 3).await;
@@ -314,7 +315,7 @@ async fn renewal_keeps_the_lease_on_a_majority_and_the_lost_signal_fires_without
     assert!(!g.lease().is_lost(), "lost with a majority still up");
     // Two down: no majority can renew; the lost signal fires once the validity runs out.
     s[1].kill().unwrap();
-    tokio::time::timeout(Duration::from_secs(3), g.lost())
+    tokio::time::timeout(Duration::from_secs(5), g.lost())
         .await
         .expect("the lost signal did not fire");
 }
@@ -389,7 +390,7 @@ async fn what_needs_one_server_is_refused_with_a_typed_error() {
 async fn a_restarted_master_does_not_vote_until_its_grace_has_passed() {
     let mut s = servers(3);
     let urls = urls(&s);
-    let grace = Duration::from_millis(1500);
+    let grace = Duration::from_secs(3);
     // The contender knows every master's run_id from its connect.
     let contender = Client::redlock_builder(&urls)
         .timeout(Duration::from_millis(500))
@@ -411,21 +412,20 @@ async fn a_restarted_master_does_not_vote_until_its_grace_has_passed() {
     let restarted = Instant::now();
     let mut answered_attempts = 0;
     while restarted.elapsed() < grace / 2 {
-        // The first attempts may meet reset connections; the later ones reach the restarted
-        // masters, which grant, and must not count.
-        assert!(
-            contender
-                .lock("report")
-                .try_acquire()
-                .await
-                .is_ok_and(|g| g.is_none())
-                || restarted.elapsed() < Duration::from_millis(200),
-            "a restarted master's vote gave the lock to a second holder"
-        );
-        answered_attempts += 1;
+        // Attempts may meet reset connections (an error, never a grant) for as long as the
+        // restarted masters take to come back; the others reach them, and their votes must
+        // not count.
+        match contender.lock("report").try_acquire().await {
+            Ok(Some(_)) => panic!("a restarted master's vote gave the lock to a second holder"),
+            Ok(None) => answered_attempts += 1,
+            Err(_) => {}
+        }
         tokio::task::yield_now().await;
     }
-    assert!(answered_attempts > 1);
+    assert!(
+        answered_attempts > 1,
+        "the contender was not answered during the grace"
+    );
     // The holder cannot renew on a majority any more: its lease is lost.
     tokio::time::timeout(Duration::from_secs(5), held.lost())
         .await
