@@ -187,8 +187,9 @@ impl Client {
     ///
     /// Replication is asynchronous: a failover can lose the last writes of the old master,
     /// a grant among them, and two holders may then overlap until the first one's renewal
-    /// reaches the new master and fails. Fencing tokens still increase (the `TIME` floor), so
-    /// a fenced resource refuses the older holder. [`ClientBuilder::replica_acks`] narrows the
+    /// reaches the new master and fails. Fencing tokens still increase (a promoted master has
+    /// a new replication ID, so its first grant of a name takes its token from the server
+    /// clock), so a fenced resource refuses the older holder. [`ClientBuilder::replica_acks`] narrows the
     /// window: a grant counts only once replicas have it.
     ///
     /// ```
@@ -349,9 +350,10 @@ impl ClientBuilder {
         self
     }
 
-    /// How long a lock's fencing counter outlives its last grant, at least (default 24h; up to
-    /// 1001 s more, since a busy name's grants set the counter's expiry once per 1000 s
-    /// window, not every time). Clients that grant one name with different retentions keep
+    /// How long a lock's fencing counter outlives its last grant by script or its last token
+    /// from the server clock, at least (default 24h; up to 1001 s more, since a busy name's
+    /// grants set the counter's expiry once per 1000 s window, not every time; a grant by
+    /// transaction keeps the expiry as it is). Clients that grant one name with different retentions keep
     /// its counter for at least the shortest of them. Fencing tokens keep increasing after
     /// that too, as long as the server clock has not stepped back by more than this period;
     /// see the crate documentation.
@@ -481,8 +483,8 @@ impl ClientBuilder {
     /// Without scripts, [`Lock`](crate::Lock) and [`UnfencedLock`](crate::UnfencedLock) work
     /// on one server or behind Sentinel: grants with fencing tokens, renewal, release, the
     /// lost signal, wake-ups. A grant is the transaction of
-    /// [`counted_grants`](Self::counted_grants), as with scripts (a round trip more when its
-    /// token comes from the server clock); the other steps are `WATCH`/`MULTI`/`EXEC`
+    /// [`counted_grants`](Self::counted_grants), as with scripts (when its token comes from
+    /// the server clock, two round trips more: a `WATCH` and its reads, then `MULTI`/`EXEC`); the other steps are `WATCH`/`MULTI`/`EXEC`
     /// transactions instead of scripts, a round trip more each (none for a release where the
     /// server has `DELIFEQ`), with the same keys and tokens, so clients with and without
     /// scripts share a name. These steps have dedicated connections

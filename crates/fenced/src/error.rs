@@ -125,8 +125,8 @@ pub enum Error {
         needed: usize,
     },
     /// The Redis user may not run a command `fenced` needs (an ACL without it). The command is
-    /// named even when it runs inside one of `fenced`'s scripts; the README's "Least
-    /// privilege" lists what each feature needs.
+    /// named even when it runs inside one of `fenced`'s scripts; "Least privilege" in
+    /// `docs/operations.md` lists what each feature needs.
     ///
     /// A user who may run the command but not on `fenced`'s keys or channels (their ACL
     /// patterns, `~fenced:*` and `&fenced:*` for the default namespace) is refused too: the
@@ -172,8 +172,9 @@ pub enum Error {
     /// another type [`Error::WrongType`].
     #[error("Redis returned an error: {0}")]
     Redis(#[source] redis::RedisError),
-    /// A script answered in a shape this version of `fenced` does not understand.
-    #[error("unexpected reply from the {script} script: {detail}")]
+    /// A script or a transaction answered in a shape this version of `fenced` does not
+    /// understand.
+    #[error("unexpected reply to {script}: {detail}")]
     UnexpectedReply {
         /// Which script answered.
         script: &'static str,

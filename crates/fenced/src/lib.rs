@@ -86,16 +86,24 @@
 //!
 //! ## Fencing tokens, precisely
 //!
-//! A token is `max(last + 1, server time in µs)`, computed by the acquire script on the Redis
-//! server. It is strictly greater than every token handed out before for the same name on
-//! that server, including after leases expired. The counter key expires after
+//! A token is strictly greater than every token handed out before for the same name on that
+//! server, including after leases expired. On one server and behind Sentinel a grant is a
+//! `MULTI`/`EXEC` transaction whose `INCR` on the name's fence counts the token; the count is
+//! used only while the fence has counted under the server's current replication ID, which
+//! Redis and Valkey draw anew at every start and every promotion. Otherwise (a new name, a
+//! fence past its retention, a restart, a failover to a replica that missed the last grants)
+//! the token is `max(last + 1, server time in µs)`, computed by a script on the server, as on
+//! a Redis Cluster, with Redlock and with
+//! [`counted_grants(false)`](ClientBuilder::counted_grants). The fence expires after
 //! [`fence_retention`](ClientBuilder::fence_retention) (24h by default, plus at most 1001 s)
-//! without a grant, so
-//! keys do not pile up; from then on the server clock, which has moved on by at least that
-//! period, keeps tokens increasing. They stop increasing only if the server's clock steps
-//! back by more than the retention period, or if a replica that missed recent grants is
-//! promoted (asynchronous replication loses writes on failover; a single-master lock cannot
-//! promise anything across failover).
+//! without a grant by script or a token from the clock, so keys do not pile up; from then on
+//! the server clock, which has moved on by at least that period, keeps tokens increasing.
+//! They stop increasing only if the server's clock steps back by more than the retention
+//! period, or if an operator puts an older copy of a fence back on a running master (see
+//! [`counted_grants`](ClientBuilder::counted_grants)). A failover can still lose a grant
+//! (replication is asynchronous) and let two holders overlap until the first one hears of
+//! it; their tokens still increase, and
+//! [`replica_acks`](ClientBuilder::replica_acks) narrows that window.
 //!
 //! # Redis keys
 //!

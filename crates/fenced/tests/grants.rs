@@ -222,6 +222,41 @@ async fn a_fence_restored_older_by_a_restart_from_a_snapshot_never_repeats_a_tok
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_older_fence_put_back_on_a_running_master_never_repeats_a_token_granted_by_script() {
+    // What no replication ID records: an operator restores an older dump of the fence on a
+    // running master. A client built with `counted_grants(false)` is the documented answer.
+    let server = server();
+    let c = by_script(&server).await;
+    let mut conn = raw(&server).await;
+    let key = "fenced:{put-back}:fence";
+    let before = grants(&c, "put-back", 3).await;
+    let dump: Vec<u8> = redis::cmd("DUMP")
+        .arg(key)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let after = grants(&c, "put-back", 5).await;
+    let _: () = redis::cmd("RESTORE")
+        .arg(key)
+        .arg(60_000)
+        .arg(dump)
+        .arg("REPLACE")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(
+        fence(&mut conn, "put-back").await,
+        Some(before[2].to_string()),
+        "the fence is the older one again"
+    );
+    let next = grants(&c, "put-back", 1).await[0];
+    assert!(
+        next > *after.last().unwrap(),
+        "a token after the older fence came back ({next}) must exceed every earlier one ({before:?} {after:?})"
+    );
+}
+
 /// `REPLICAOF` `master` on `replica`, until the replica has loaded the master's data.
 async fn replicate(replica: &RedisServer, master: &RedisServer) {
     let mut conn = raw(replica).await;

@@ -139,11 +139,23 @@ async fn a_held_lock_and_a_transaction_follow_the_master_through_failovers() {
 async fn without_wait_a_failover_can_lose_a_grant_and_with_wait_no_holder_relies_on_one() {
     // Without WAIT: the only replica is frozen and cut off while A is granted the lock, the
     // master dies, the replica (which never saw the grant) is promoted, and B is granted the
-    // same lock while A still believes it holds it. Fencing tokens still increase.
+    // same lock while A still believes it holds it. Fencing tokens still increase: the
+    // replica holds the name's fence as it was a few grants earlier, and the promoted master's
+    // new replication ID keeps that older count from being used.
     let mut set = sentinels(1);
+    let acked = through(&set, Some(1)).await;
+    for _ in 0..3 {
+        let g = acked.lock("x").acquire().await.unwrap();
+        g.release().await.unwrap();
+    }
     let a = through(&set, None).await;
     set.node(1).pause().unwrap();
     set.cut_replicas(0).unwrap();
+    // Counted on past what the replica has.
+    for _ in 0..2 {
+        let g = a.lock("x").acquire().await.unwrap();
+        g.release().await.unwrap();
+    }
     let a_guard = a
         .lock("x")
         .with_ttl(Duration::from_secs(30))
@@ -165,7 +177,9 @@ async fn without_wait_a_failover_can_lose_a_grant_and_with_wait_no_holder_relies
     assert!(overlap, "A still believes it holds the lock: two holders");
     assert!(
         b_guard.fencing_token() > a_guard.fencing_token(),
-        "the TIME floor keeps tokens increasing across the lost grant"
+        "a count on the promoted replica's older fence repeated a token: {} after {}",
+        b_guard.fencing_token(),
+        a_guard.fencing_token()
     );
     // A fenced resource refuses A, and A learns it lost the lease at its next renewal.
     let res = b.resource("ledger");
