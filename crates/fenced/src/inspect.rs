@@ -8,7 +8,7 @@ use std::time::Duration;
 use redis::cluster_routing::Slot;
 use redis::{RedisError, Value};
 
-use crate::backend::Node;
+use crate::backend::{MIN_COUNTED, Node};
 use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::keys::{LockKeys, validate_name};
@@ -38,8 +38,10 @@ pub struct LockStatus {
     /// Who holds it, or `None` when it is free.
     pub holder: Option<Holder>,
     /// The fence: at least the last fencing token handed out for this name, if the counter
-    /// still exists. Refused attempts may have counted past the last grant's token (a grant
-    /// counts with `INCR`, which a refused one still runs), so the next token is above it.
+    /// still exists and a token was handed out under it (`None` for a name whose every
+    /// grant was refused). Refused attempts may have counted past the last grant's token (a
+    /// grant counts with `INCR`, which a refused one still runs), so the next token is above
+    /// it.
     pub last_fencing_token: Option<FencingToken>,
     /// How many clients (processes, usually) are subscribed to this lock's releases, that is,
     /// have a waiter for it.
@@ -233,7 +235,11 @@ async fn inspect(
             Ok(Inspection {
                 owner,
                 pttl,
-                last_token: last.0.map(|b| parse_token("inspect", &b)).transpose()?,
+                last_token: last
+                    .0
+                    .map(|b| parse_token("inspect", &b))
+                    .transpose()?
+                    .and_then(handed_out),
                 subscribers: numsub.1,
                 // The hash holds `token` and one field per hold.
                 holds: hlen.saturating_sub(1),
@@ -609,11 +615,13 @@ impl Client {
             }
             let tokens: Vec<Option<Vec<u8>>> = node.query("grants", &mget).await?;
             for ((name, _, semaphore), token) in chunk.iter().zip(tokens) {
-                // Gone since the scan (its retention ended): not listed.
-                if let Some(token) = token {
+                // Gone since the scan (its retention ended), or no token handed out under
+                // it: not listed.
+                let Some(token) = token else { continue };
+                if let Some(last_fencing_token) = handed_out(parse_token("grants", &token)?) {
                     out.push(GrantStatus {
                         name: (*name).clone(),
-                        last_fencing_token: parse_token("grants", &token)?,
+                        last_fencing_token,
                         semaphore: *semaphore,
                     });
                 }
@@ -623,6 +631,14 @@ impl Client {
     }
 }
 
+/// A fence as a token handed out, or `None` for the count of a fence under which every grant
+/// was refused: counts start from 0 (the grant by transaction), and every token handed out is
+/// at least [`MIN_COUNTED`] (the server clock's microseconds since 1970, past it since 2001, or
+/// a count above them).
+fn handed_out(fence: FencingToken) -> Option<FencingToken> {
+    (fence.get() >= MIN_COUNTED.unsigned_abs()).then_some(fence)
+}
+
 /// A name's last grant, as [`Client::list`] finds it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -630,8 +646,7 @@ pub struct GrantStatus {
     /// The name.
     pub name: String,
     /// The fence: at least the fencing token of its last grant (a refused grant by
-    /// transaction counts on it too; a name whose grants were all refused shows a small
-    /// count).
+    /// transaction counts on it too).
     pub last_fencing_token: FencingToken,
     /// Whether these are a semaphore's permits, whose tokens count apart from a lock of the
     /// same name's.

@@ -276,3 +276,63 @@ async fn a_listing_names_keys_of_another_type_and_lists_the_rest() {
     one.release().await.unwrap();
     two.release().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_name_whose_every_grant_was_refused_shows_no_token() {
+    let server = server();
+    let c = client(&server).await;
+    let mut conn = crate::support::raw(&server).await;
+    // Held by a plain `SET NX PX` (another program, say): every grant is refused, and each
+    // refusal still counts on the fence.
+    let _: () = redis::cmd("SET")
+        .arg("fenced:{refused}")
+        .arg("someone")
+        .arg("PX")
+        .arg(60_000)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let lock = c.lock("refused");
+    for _ in 0..3 {
+        assert!(lock.try_acquire().await.unwrap().is_none());
+    }
+    let fence: Option<u64> = redis::cmd("GET")
+        .arg("fenced:{refused}:fence")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert!(
+        fence.is_some_and(|n| n > 0),
+        "the refusals counted: {fence:?}"
+    );
+    let status = lock.status().await.unwrap();
+    assert!(status.holder.is_some());
+    assert_eq!(status.last_fencing_token, None, "no token was handed out");
+    let listed = c.list("*").await.unwrap();
+    assert!(
+        listed.grants.iter().all(|g| g.name != "refused"),
+        "{:?}",
+        listed.grants
+    );
+    // Once granted, the token shows.
+    let _: () = redis::cmd("DEL")
+        .arg("fenced:{refused}")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let guard = lock.try_acquire().await.unwrap().expect("free now");
+    assert_eq!(
+        lock.status().await.unwrap().last_fencing_token,
+        Some(guard.fencing_token())
+    );
+    let listed = c.list("*").await.unwrap();
+    assert!(
+        listed
+            .grants
+            .iter()
+            .any(|g| g.name == "refused" && g.last_fencing_token == guard.fencing_token()),
+        "{:?}",
+        listed.grants
+    );
+    guard.release().await.unwrap();
+}

@@ -38,6 +38,8 @@
 //!    that cannot be reached (mid-failover) must not fail a call that never goes there.
 
 mod grant;
+
+pub(crate) use grant::MIN_COUNTED;
 mod watched;
 
 use std::sync::Arc;
