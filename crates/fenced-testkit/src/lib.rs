@@ -387,6 +387,13 @@ impl RedisServer {
         self.stop()?;
         if was_running {
             self.hold = PortHold::take(self.port);
+            if self.hold.is_none() {
+                // Not fatal: the restart finds out whether a stranger took the port.
+                eprintln!(
+                    "fenced-testkit: could not hold port {} after a kill",
+                    self.port
+                );
+            }
         }
         Ok(())
     }
