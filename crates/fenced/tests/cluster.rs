@@ -644,3 +644,42 @@ async fn a_master_back_from_a_pause_serves_its_locks_again() {
         "the master back from its pause: {answered:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_script_flushed_between_its_reload_and_its_call_is_sent_again() {
+    // What a failover does between the client's `SCRIPT LOAD` and its `EVALSHA` (the slot's
+    // new master never had the script), done here by flushing the scripts of the slot's
+    // master every millisecond, so that some flushes land between a reload and its call: a call
+    // that meets `NOSCRIPT` after its reload did not run, and goes out again, loaded once
+    // more; the caller never sees it.
+    let mut c = cluster(3, 0);
+    let a = cluster_client(&c).await;
+    let owner = c.owner_of(key_slot("fenced:{flushed}"), 0).unwrap();
+    let mut on_owner = raw(c.node(owner)).await;
+    let stop = tokio_util::sync::CancellationToken::new();
+    let flusher = {
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            let mut flushes = 0u64;
+            while !stop.is_cancelled() {
+                let _: () = redis::cmd("SCRIPT")
+                    .arg("FLUSH")
+                    .query_async(&mut on_owner)
+                    .await
+                    .unwrap();
+                flushes += 1;
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            flushes
+        })
+    };
+    let mut last = 0;
+    for _ in 0..500 {
+        let g = a.lock("flushed").acquire().await.unwrap();
+        assert!(g.fencing_token().get() > last);
+        last = g.fencing_token().get();
+        g.release().await.unwrap();
+    }
+    stop.cancel();
+    assert!(flusher.await.unwrap() > 0);
+}

@@ -14,7 +14,9 @@
 //!    would resend a command whose connection broke after the server ran it: a reentrant
 //!    hold counted twice, a stock decremented twice. Here a command is sent again only when
 //!    the cluster's reply says it did not run (`not_run`: `MOVED`, `ASK`, `TRYAGAIN`,
-//!    `CLUSTERDOWN`), after the client has refreshed its slot map, within the timeout.
+//!    `CLUSTERDOWN`, and a `NOSCRIPT` that outlived the script's reload: mid-failover the
+//!    slot's master changed between the load and the call), after the client has refreshed
+//!    its slot map, within the timeout.
 //! 5. Replica acknowledgements: with `replica_acks`, a write that must survive a failover
 //!    is followed by `WAIT` in the SAME pipeline, on the same connection, so the count covers
 //!    that write. `WAIT` holds the connection on the server until the replicas answer or its
@@ -894,7 +896,15 @@ impl Node {
                         // The script cache was emptied (restart, failover, SCRIPT FLUSH): a
                         // pipeline cannot fall back by itself, so load its scripts and resend.
                         let pipe = self.batch_pipe(&conn, calls, wait_cmd, key, true).await?;
-                        return pipe.query_async(&mut conn).await;
+                        let again: Vec<Result<Value, RedisError>> =
+                            pipe.query_async(&mut conn).await?;
+                        if cluster
+                            && let Some(Err(e)) =
+                                again.iter().find(|r| matches!(r, Err(e) if not_run(e)))
+                        {
+                            return Err(e.clone());
+                        }
+                        return Ok(again);
                     }
                     // A slot that moved answers every call with a redirect: the calls did not
                     // run, and renewals may be sent again (invariant 4).
@@ -972,13 +982,16 @@ fn is_noscript(e: &RedisError) -> bool {
 
 /// Errors by which a cluster says it did NOT run the command: a redirect (`MOVED`, `ASK`), a
 /// slot in the middle of a migration (`TRYAGAIN`), a cluster that cannot serve the slot
-/// (`CLUSTERDOWN`), or no connection to the slot's node yet. Only these are sent again; a
-/// command whose connection broke may have run, and goes back to the caller as unknown.
+/// (`CLUSTERDOWN`), or no connection to the slot's node yet; and a script the node does not
+/// have (`NOSCRIPT`) where the caller has reloaded it already: the slot's master changed
+/// between the load and the call (a failover), and the next try loads it there. Only these
+/// are sent again; a command whose connection broke may have run, and goes back to the
+/// caller as unknown.
 fn not_run(e: &RedisError) -> bool {
     use redis::ServerErrorKind as S;
     matches!(
         e.kind(),
-        redis::ErrorKind::Server(S::Moved | S::Ask | S::TryAgain | S::ClusterDown)
+        redis::ErrorKind::Server(S::Moved | S::Ask | S::TryAgain | S::ClusterDown | S::NoScript)
             | redis::ErrorKind::ClusterConnectionNotFound
     )
 }
