@@ -41,7 +41,6 @@ pub use binary::{Capability, Flavour, ServerBinary, server_binary};
 
 pub use cluster::{RedisCluster, Reply, SLOTS, command, key_slot};
 pub use latency::LatencyProxy;
-use ports::PortHold;
 pub use ports::free_port;
 pub use proxy::{Fault, Proxy};
 pub use sentinel::RedisSentinels;
@@ -97,8 +96,6 @@ pub struct RedisServer {
     /// A configuration file in `dir`, given first on the command line (a sentinel needs one
     /// it can rewrite).
     config_file: Option<String>,
-    /// While killed: the port, held so that no other test's server takes it (`ports.rs`).
-    hold: Option<PortHold>,
 }
 
 impl RedisServer {
@@ -210,7 +207,6 @@ impl RedisServer {
                 paused: false,
                 tls_ca: tls_ca.clone(),
                 config_file: config_file.clone(),
-                hold: None,
             };
             match server.spawn() {
                 Ok(()) => return Ok(server),
@@ -239,8 +235,6 @@ impl RedisServer {
     }
 
     fn spawn(&mut self) -> Result<(), TestkitError> {
-        // The port comes back to the server (the check below catches the moment between).
-        self.hold = None;
         let log = self.log_path();
         // A fresh log: readiness (and any error report) must come from this run alone.
         let _ = std::fs::remove_file(&log);
@@ -379,23 +373,10 @@ impl RedisServer {
         self.paused
     }
 
-    /// Kills the process (SIGKILL) and reaps it; all data is gone. Until it starts again
-    /// the port stays this server's: connections to it are closed at once, and no other
-    /// server can take it.
+    /// Kills the process (SIGKILL) and reaps it; all data is gone. No other server of this
+    /// process is given its port meanwhile ([`free_port`]).
     pub fn kill(&mut self) -> Result<(), TestkitError> {
-        let was_running = self.child.is_some();
-        self.stop()?;
-        if was_running {
-            self.hold = PortHold::take(self.port);
-            if self.hold.is_none() {
-                // Not fatal: the restart finds out whether a stranger took the port.
-                eprintln!(
-                    "fenced-testkit: could not hold port {} after a kill",
-                    self.port
-                );
-            }
-        }
-        Ok(())
+        self.stop()
     }
 
     /// Kills the process if it runs, and starts a fresh one on the same port: with empty data,

@@ -317,12 +317,7 @@ impl Node {
                         // A redirect comes back as a reply of the pipeline: raise it, so the
                         // pipeline is sent again where the slot is (invariant 4), as a
                         // script's is.
-                        if cluster
-                            && let Some(Err(e)) =
-                                replies.iter().find(|r| matches!(r, Err(e) if not_run(e)))
-                        {
-                            return Err(e.clone());
-                        }
+                        raise_not_run(cluster, &replies)?;
                         Ok(replies)
                     }),
                 )
@@ -449,12 +444,7 @@ impl Node {
                             .add_command(wait.clone());
                         replies = pipe.query_async(&mut conn).await?;
                     }
-                    if cluster
-                        && let Some(Err(e)) =
-                            replies.iter().find(|r| matches!(r, Err(e) if not_run(e)))
-                    {
-                        return Err(e.clone());
-                    }
+                    raise_not_run(cluster, &replies)?;
                     let mut replies = replies.into_iter();
                     let (Some(value), Some(acked)) = (replies.next(), replies.next()) else {
                         return Err(RedisError::from((
@@ -898,22 +888,12 @@ impl Node {
                         let pipe = self.batch_pipe(&conn, calls, wait_cmd, key, true).await?;
                         let again: Vec<Result<Value, RedisError>> =
                             pipe.query_async(&mut conn).await?;
-                        if cluster
-                            && let Some(Err(e)) =
-                                again.iter().find(|r| matches!(r, Err(e) if not_run(e)))
-                        {
-                            return Err(e.clone());
-                        }
+                        raise_not_run(cluster, &again)?;
                         return Ok(again);
                     }
                     // A slot that moved answers every call with a redirect: the calls did not
                     // run, and renewals may be sent again (invariant 4).
-                    if cluster
-                        && let Some(Err(e)) =
-                            first.iter().find(|r| matches!(r, Err(e) if not_run(e)))
-                    {
-                        return Err(e.clone());
-                    }
+                    raise_not_run(cluster, &first)?;
                     Ok(first)
                 }),
             )
@@ -978,6 +958,16 @@ fn lacks_command(e: &RedisError) -> bool {
 
 fn is_noscript(e: &RedisError) -> bool {
     e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)
+}
+
+/// On a cluster, the first reply of a pipeline that says its command did not run (`not_run`),
+/// raised as the pipeline's error, so that the pipeline is sent again where the slot is now
+/// (invariant 4).
+fn raise_not_run(cluster: bool, replies: &[Result<Value, RedisError>]) -> Result<(), RedisError> {
+    match replies.iter().find(|r| matches!(r, Err(e) if not_run(e))) {
+        Some(Err(e)) if cluster => Err(e.clone()),
+        _ => Ok(()),
+    }
 }
 
 /// Errors by which a cluster says it did NOT run the command: a redirect (`MOVED`, `ASK`), a
