@@ -8,16 +8,16 @@ use std::time::Duration;
 use redis::cluster_routing::Slot;
 use redis::{RedisError, Value};
 
-use crate::backend::{MIN_COUNTED, Node};
+use crate::backend::Node;
 use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::keys::{LockKeys, validate_name};
 use crate::kind::Wake;
 use crate::kind::permits::SemaphoreKeys;
-use crate::kind::{parse_token, unexpected};
+use crate::kind::unexpected;
 use crate::lock::Lock;
 use crate::scripts::{FORCE_RELEASE, ScriptCall};
-use crate::token::FencingToken;
+use crate::token::{FenceId, FencingToken};
 
 pub use crate::rwlock::RwStatus;
 pub use crate::semaphore::SemaphoreStatus;
@@ -37,11 +37,10 @@ pub struct LockStatus {
     pub name: String,
     /// Who holds it, or `None` when it is free.
     pub holder: Option<Holder>,
-    /// The fence: at least the last fencing token handed out for this name, if the counter
-    /// still exists and a token was handed out under it (`None` for a name whose every
-    /// grant was refused). Refused attempts may have counted past the last grant's token (a
-    /// grant counts with `INCR`, which a refused one still runs), so the next token is above
-    /// it.
+    /// The fence: the token of the last ID its stream gave out, if it still exists. That is
+    /// at least the last fencing token handed out for this name: a grant refused by
+    /// transaction appends an ID too, so the fence may be past the holder's own token; the
+    /// next token is above it either way.
     pub last_fencing_token: Option<FencingToken>,
     /// How many clients (processes, usually) are subscribed to this lock's releases, that is,
     /// have a waiter for it.
@@ -179,8 +178,9 @@ async fn inspect(
             .arg(&keys.lock)
             .cmd("PTTL")
             .arg(&keys.lock)
-            // MGET: nil rather than an error for a fence of another type (an older layout).
-            .cmd("MGET")
+            // The fence's last ID (an error for a missing fence, or one of another type).
+            .cmd("XINFO")
+            .arg("STREAM")
             .arg(&keys.fence)
             .cmd("PUBSUB")
             // With sharded pub/sub, the subscribers sit on the channel's slot master: the node
@@ -194,7 +194,7 @@ async fn inspect(
             .cmd("HLEN")
             .arg(&keys.holds);
     }
-    type Reply = (Option<String>, i64, (Option<Vec<u8>>,), (String, u64), u64);
+    type Reply = (Option<String>, i64, Value, (String, u64), u64);
     let replies: Vec<Result<Value, RedisError>> = node.query_pipe("inspect", &pipe).await?;
     if replies.len() != locks.len() * 5 {
         return Err(unexpected(
@@ -208,7 +208,7 @@ async fn inspect(
         .zip(locks)
         .map(|(five, keys)| {
             let mut values = Vec::with_capacity(5);
-            // The commands in order: GET and PTTL of the lock key, MGET of the fence, PUBSUB,
+            // The commands in order: GET and PTTL of the lock key, XINFO of the fence, PUBSUB,
             // HLEN of the holds; the key each one reads, should it be of another type.
             let read = [
                 &keys.lock,
@@ -217,7 +217,13 @@ async fn inspect(
                 &keys.channel,
                 &keys.holds,
             ];
-            for (reply, key) in five.iter().zip(read) {
+            let mut last_token = None;
+            for (i, (reply, key)) in five.iter().zip(read).enumerate() {
+                if i == 2 {
+                    last_token = fence_token(reply);
+                    values.push(Value::Nil);
+                    continue;
+                }
                 match reply {
                     Ok(value) => values.push(value.clone()),
                     Err(e) if crate::error::is_wrong_type(e) => {
@@ -229,17 +235,13 @@ async fn inspect(
                     Err(e) => return Err(Error::from_redis(operation, timeout, e.clone())),
                 }
             }
-            let (owner, pttl, last, numsub, hlen): Reply =
+            let (owner, pttl, _, numsub, hlen): Reply =
                 redis::from_redis_value(Value::Array(values))
                     .map_err(|e| unexpected("inspect", e.to_string()))?;
             Ok(Inspection {
                 owner,
                 pttl,
-                last_token: last
-                    .0
-                    .map(|b| parse_token("inspect", &b))
-                    .transpose()?
-                    .and_then(handed_out),
+                last_token,
                 subscribers: numsub.1,
                 // The hash holds `token` and one field per hold.
                 holds: hlen.saturating_sub(1),
@@ -609,16 +611,16 @@ impl Client {
             )
             .collect::<Vec<_>>();
         for chunk in fences.chunks(500) {
-            let mut mget = redis::cmd("MGET");
+            let mut pipe = redis::pipe();
+            pipe.ignore_errors();
             for (_, fence, _) in chunk {
-                mget.arg(fence);
+                pipe.cmd("XINFO").arg("STREAM").arg(fence);
             }
-            let tokens: Vec<Option<Vec<u8>>> = node.query("grants", &mget).await?;
-            for ((name, _, semaphore), token) in chunk.iter().zip(tokens) {
-                // Gone since the scan (its retention ended), or no token handed out under
-                // it: not listed.
-                let Some(token) = token else { continue };
-                if let Some(last_fencing_token) = handed_out(parse_token("grants", &token)?) {
+            let replies: Vec<std::result::Result<Value, RedisError>> =
+                node.query_pipe("grants", &pipe).await?;
+            for ((name, _, semaphore), reply) in chunk.iter().zip(&replies) {
+                // Gone since the scan (its retention ended), or not a fence: not listed.
+                if let Some(last_fencing_token) = fence_token(reply) {
                     out.push(GrantStatus {
                         name: (*name).clone(),
                         last_fencing_token,
@@ -631,12 +633,32 @@ impl Client {
     }
 }
 
-/// A fence as a token handed out, or `None` for the count of a fence under which every grant
-/// was refused: counts start from 0 (the grant by transaction), and every token handed out is
-/// at least [`MIN_COUNTED`] (the server clock's microseconds since 1970, past it since 2001, or
-/// a count above them).
-fn handed_out(fence: FencingToken) -> Option<FencingToken> {
-    (fence.get() >= MIN_COUNTED.unsigned_abs()).then_some(fence)
+/// The token of a fence's last ID, from `XINFO STREAM`'s reply (`scripts/fence.lua`); `None`
+/// for a fence that does not exist, or a key that is not a fence's stream (a fence of an
+/// earlier development build is converted by its next grant).
+fn fence_token(reply: &std::result::Result<Value, RedisError>) -> Option<FencingToken> {
+    let fields: Vec<(&Value, &Value)> = match reply.as_ref().ok()? {
+        Value::Array(items) => items
+            .chunks_exact(2)
+            .map(|pair| (&pair[0], &pair[1]))
+            .collect(),
+        Value::Map(pairs) => pairs.iter().map(|(k, v)| (k, v)).collect(),
+        _ => return None,
+    };
+    let id = fields.into_iter().find_map(|(key, value)| {
+        let named = matches!(key, Value::BulkString(k) if k == b"last-generated-id")
+            || matches!(key, Value::SimpleString(k) if k == "last-generated-id");
+        match value {
+            Value::BulkString(id) if named => Some(id.as_slice()),
+            _ => None,
+        }
+    })?;
+    match FenceId::parse(id) {
+        FenceId::Token(token) => Some(FencingToken::new(token)),
+        // A sequence past 999, never handed out: every token so far is below the next ms's.
+        FenceId::Carry(ms) => Some(FencingToken::new(ms * 1000 - 1)),
+        FenceId::Foreign => None,
+    }
 }
 
 /// A name's last grant, as [`Client::list`] finds it.
@@ -646,7 +668,7 @@ pub struct GrantStatus {
     /// The name.
     pub name: String,
     /// The fence: at least the fencing token of its last grant (a refused grant by
-    /// transaction counts on it too).
+    /// transaction appends to it too).
     pub last_fencing_token: FencingToken,
     /// Whether these are a semaphore's permits, whose tokens count apart from a lock of the
     /// same name's.

@@ -84,6 +84,46 @@ impl fmt::Debug for OwnerToken {
     }
 }
 
+/// The largest ms of a fence's stream ID whose tokens stay below 2^53 (`scripts/fence.lua`):
+/// `9_007_199_254_739 × 1000 + 999 < 2^53`, the year 2255.
+pub(crate) const FENCE_MAX_MS: u64 = 9_007_199_254_739;
+
+/// What the ID of a fence's stream (`ms-seq`, as `XADD` answers it) gives as a token
+/// (`scripts/fence.lua`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum FenceId {
+    /// The token `ms × 1000 + seq`.
+    Token(u64),
+    /// A sequence past 999: the next token comes from the ID `(ms + 1)-0`, this one's ms.
+    Carry(u64),
+    /// Not an ID this protocol counts on: out of range, or not an ID at all.
+    Foreign,
+}
+
+impl FenceId {
+    /// Reads an ID as `XADD` answers it.
+    pub(crate) fn parse(id: &[u8]) -> FenceId {
+        let text = std::str::from_utf8(id).unwrap_or_default();
+        let Some((ms, seq)) = text.split_once('-') else {
+            return FenceId::Foreign;
+        };
+        let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+        if !digits(ms) || !digits(seq) {
+            return FenceId::Foreign;
+        }
+        let (Ok(ms), Ok(seq)) = (ms.parse::<u64>(), seq.parse::<u64>()) else {
+            return FenceId::Foreign;
+        };
+        match (ms, seq) {
+            (0, _) => FenceId::Foreign,
+            (ms, _) if ms > FENCE_MAX_MS => FenceId::Foreign,
+            (ms, seq) if seq < 1000 => FenceId::Token(ms * 1000 + seq),
+            (ms, _) if ms < FENCE_MAX_MS => FenceId::Carry(ms + 1),
+            _ => FenceId::Foreign,
+        }
+    }
+}
+
 /// A byte's two lowercase hex digits.
 fn hex_pair(b: u8) -> [u8; 2] {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
@@ -124,6 +164,59 @@ mod tests {
             assert!((freq - 0.5).abs() < 0.01, "bit {bit} is biased: {freq}");
         }
         Ok(())
+    }
+
+    #[test]
+    fn a_fence_id_is_a_token_below_two_to_the_53_or_a_carry_or_foreign() {
+        assert_eq!(
+            FenceId::parse(b"1795834681614-0"),
+            FenceId::Token(1_795_834_681_614_000)
+        );
+        assert_eq!(
+            FenceId::parse(b"1795834681614-7"),
+            FenceId::Token(1_795_834_681_614_007)
+        );
+        assert_eq!(
+            FenceId::parse(b"1795834681614-999"),
+            FenceId::Token(1_795_834_681_614_999)
+        );
+        assert_eq!(
+            FenceId::parse(b"1795834681614-1000"),
+            FenceId::Carry(1_795_834_681_615)
+        );
+        let max = FenceId::parse(format!("{FENCE_MAX_MS}-999").as_bytes());
+        assert_eq!(max, FenceId::Token(9_007_199_254_739_999));
+        assert!(9_007_199_254_739_999 < 1u64 << 53);
+        for foreign in [
+            format!("{}-0", FENCE_MAX_MS + 1),
+            format!("{FENCE_MAX_MS}-1000"),
+            "0-1".into(),
+            "18446744073709551615-0".into(),
+            "99999999999999999999-0".into(),
+            "-1".into(),
+            "1-".into(),
+            "1795834681614".into(),
+            "a-1".into(),
+            "1-+1".into(),
+            String::new(),
+        ] {
+            assert_eq!(
+                FenceId::parse(foreign.as_bytes()),
+                FenceId::Foreign,
+                "{foreign}"
+            );
+        }
+        // Strictly increasing with the ID, across a carry.
+        let ids = ["1700000000000-0", "1700000000000-998", "1700000000000-999", "1700000000001-0"];
+        let tokens: Vec<u64> = ids
+            .iter()
+            .filter_map(|id| match FenceId::parse(id.as_bytes()) {
+                FenceId::Token(t) => Some(t),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(tokens.len(), ids.len());
+        assert!(tokens.windows(2).all(|w| w[0] < w[1]));
     }
 
     #[test]

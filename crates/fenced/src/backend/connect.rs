@@ -674,13 +674,10 @@ async fn check_server(node: &Node) -> Result<()> {
         Ok(info) => info,
         Err(Error::Permission { .. } | Error::Redis(_) | Error::UnexpectedReply { .. }) => {
             let _: String = node.query("ping", &redis::cmd("PING")).await?;
-            // A server that cannot be named is not trusted to renew its replication ID.
-            node.learn_counting("");
             return Ok(());
         }
         Err(e) => return Err(e),
     };
-    node.learn_counting(&info);
     match server_version(&info) {
         Some(v) if (v.0, v.1) < MIN_SERVER_VERSION => Err(Error::unsupported(format!(
             "Redis {}.{}.{} is older than {}.{}, the oldest fenced supports",

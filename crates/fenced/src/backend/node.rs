@@ -41,7 +41,6 @@
 
 mod grant;
 
-pub(crate) use grant::MIN_COUNTED;
 mod watched;
 
 use std::sync::Arc;

@@ -69,9 +69,6 @@ impl Drop for Core {
     }
 }
 
-/// How far behind a grant a fence's expiry may have been set: its 1000 s window of tokens, and
-/// the 1 s a token may run ahead of its server's clock (`store_fence` in `scripts/fence.lua`).
-const FENCE_WINDOW_SLACK_MS: u64 = 1_001_000;
 
 impl Core {
     /// Starts the client's background tasks (pub/sub on first use, renewal) over `backend`.
@@ -195,12 +192,10 @@ impl Core {
         }
     }
 
-    /// The expiry scripts give a fence key, in ms: the retention, plus the 1001 s by which a
-    /// fence that keeps its expiry across a window of grants may trail the last grant
-    /// (`store_fence` in `scripts/fence.lua`). So a fence outlives its last grant by at least
-    /// the retention, and by at most 1001 s more.
+    /// The expiry every grant gives its fence, in ms (`next_token` in `scripts/fence.lua`):
+    /// a fence outlives its last grant by the retention.
     pub(crate) fn fence_retention_ms(&self) -> u64 {
-        ttl_millis(self.options.fence_retention).saturating_add(FENCE_WINDOW_SLACK_MS)
+        ttl_millis(self.options.fence_retention)
     }
 
     /// Waits until the background clean-ups handed over so far are done, bounded by twice the

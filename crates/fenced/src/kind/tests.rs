@@ -108,28 +108,35 @@ async fn a_release_frees_only_its_own_lease_and_writes_nothing_else() {
 }
 
 #[tokio::test]
-async fn a_fence_of_an_older_layout_or_another_type_never_fails_a_grant_half_way() {
+async fn a_fence_key_that_is_no_fence_answers_wrong_type_and_the_grant_is_undone() {
     let server = fenced_testkit::RedisServer::start().unwrap();
     let n = node(&server).await;
     let job = lock("layout");
-    // Before 0.2 the fence was a hash `last`; another program may have written anything.
-    let _: () = n
-        .query(
-            "hset",
-            redis::cmd("HSET").arg(&job.keys.fence).arg("last").arg("7"),
-        )
-        .await
-        .unwrap();
-    let AcquireReply::Acquired(token) = acquire(&n, &job, &owner(), 10_000).await else {
-        panic!("not granted");
+    let wrong = |setup: redis::Cmd| {
+        let (n, job) = (&n, &job);
+        async move {
+            let _: Value = n.query("del", redis::cmd("DEL").arg(&job.keys.fence)).await.unwrap();
+            let _: Value = n.query("setup", &setup).await.unwrap();
+            let me = owner();
+            // KEYS[2]: the fence; and the lock was not left taken.
+            assert_eq!(
+                acquire(n, job, &me, 10_000).await,
+                AcquireReply::WrongType { key: 2 },
+                "{setup:?}"
+            );
+            let holder: Option<String> =
+                n.query("get", redis::cmd("GET").arg(&job.keys.lock)).await.unwrap();
+            assert_eq!(holder, None);
+        }
     };
-    // The server clock's floor (µs since 1970) keeps it above any token of the old fence.
-    assert!(token.get() > 1_700_000_000_000_000, "{token}");
-    let fence: String = n
-        .query("get", redis::cmd("GET").arg(&job.keys.fence))
-        .await
-        .unwrap();
-    assert_eq!(fence, token.get().to_string(), "the fence is a string now");
+    // Another type; a string that is no token; an ID whose token would pass 2^53.
+    wrong(redis::cmd("HSET").arg(&job.keys.fence).arg("last").arg("7").clone()).await;
+    wrong(redis::cmd("SET").arg(&job.keys.fence).arg("not a token").clone()).await;
+    wrong(redis::cmd("SET").arg(&job.keys.fence).arg("9223372036854775807").clone()).await;
+    let out_of_range = format!("{}-0", crate::token::FENCE_MAX_MS + 1);
+    let mut add = redis::cmd("XADD");
+    add.arg(&job.keys.fence).arg(&out_of_range).arg("f").arg("1");
+    wrong(add).await;
 }
 
 #[tokio::test]
@@ -412,12 +419,13 @@ async fn a_proposed_token_counts_when_above_the_next_one_and_within_a_second_of_
             }
         }
     };
-    // 0.9 s ahead: taken as it is (the checks below hold unless this test stalls that long).
-    let ahead = server_us().await + 900_000;
+    // 0.9 s ahead: taken as it is (the checks below hold unless this test stalls that long),
+    // with a sequence far from a carry into the next ms.
+    let ahead = (server_us().await + 900_000) / 1000 * 1000 + 500;
     assert_eq!(take(ahead).await, ahead);
     // Below the next token: the counter's next one.
     assert_eq!(take(ahead - 10).await, ahead + 1);
-    // A minute ahead (a client clock far off): ignored, the counter goes on.
+    // A minute ahead (a client clock far off): ignored, the fence's sequence goes on.
     let far = server_us().await + 60_000_000;
     assert_eq!(take(far).await, ahead + 2);
     // Not a number: ignored.
@@ -427,17 +435,37 @@ async fn a_proposed_token_counts_when_above_the_next_one_and_within_a_second_of_
     assert!(matches!(reply, AcquireReply::Acquired(t) if t.get() == ahead + 3));
 }
 
+/// The fence's last ID as a stream: `XINFO STREAM`'s `last-generated-id`.
+async fn last_id(n: &Node, key: &str) -> String {
+    let info: Vec<Value> = n
+        .query("xinfo", redis::cmd("XINFO").arg("STREAM").arg(key))
+        .await
+        .unwrap();
+    let at = info
+        .iter()
+        .position(|v| matches!(v, Value::BulkString(b) if b == b"last-generated-id"))
+        .unwrap();
+    match &info[at + 1] {
+        Value::BulkString(id) => String::from_utf8(id.clone()).unwrap(),
+        other => panic!("{other:?}"),
+    }
+}
+
 #[tokio::test]
-async fn a_grant_takes_the_server_clock_past_the_fence_and_the_counter_otherwise() {
+async fn a_token_is_the_fence_streams_next_id_which_the_server_clock_floors() {
     let server = fenced_testkit::RedisServer::start().unwrap();
     let n = node(&server).await;
     let job = lock("clock");
-    let server_us = || time_us(&n);
-    let fence_is = |value: String| {
+    let server_ms = || async { time_us(&n).await / 1000 };
+    let fence_at = |id: String| {
         let (n, key) = (&n, job.keys.fence.clone());
         async move {
-            let () = n
-                .query("set", redis::cmd("SET").arg(&key).arg(value))
+            let _: Value = n.query("del", redis::cmd("DEL").arg(&key)).await.unwrap();
+            let _: String = n
+                .query(
+                    "xadd",
+                    redis::cmd("XADD").arg(&key).arg("MAXLEN").arg(0).arg(id).arg("f").arg(1),
+                )
                 .await
                 .unwrap();
         }
@@ -454,50 +482,84 @@ async fn a_grant_takes_the_server_clock_past_the_fence_and_the_counter_otherwise
             }
         }
     };
-    // No fence, then fences behind the clock (the text comparison's case, a shorter decimal,
-    // a value that is not a number): the token is the server's clock, between two readings.
-    for fence in [
-        None,
-        Some("1000000000000000"),
-        Some("42"),
-        Some("not a token"),
-    ] {
-        if let Some(value) = fence {
-            fence_is(value.to_owned()).await;
+    // No fence, and a fence behind the clock: the server's clock in ms, times 1000.
+    for behind in [None, Some("1000-5".to_owned())] {
+        if let Some(id) = behind {
+            fence_at(id).await;
         }
-        let before = server_us().await;
+        let before = server_ms().await;
         let token = take().await;
-        let after = server_us().await;
+        let after = server_ms().await;
         assert!(
-            before <= token && token <= after,
-            "{fence:?}: {before} {token} {after}"
+            before * 1000 <= token && token <= after * 1000 + 999,
+            "{before} {token} {after}"
         );
     }
-    // A fence ahead of the clock (a clock that stepped back, a Redlock proposal): the counter.
-    let ahead = server_us().await + 5_000_000;
-    fence_is(ahead.to_string()).await;
-    assert_eq!(take().await, ahead + 1);
-    assert_eq!(take().await, ahead + 2);
-    // Back-to-back grants, each past the last, whether the clock or the counter decides.
+    // A fence ahead of the clock (a clock that stepped back, a Redlock proposal): its
+    // sequence counts on, and carries into the next ms past 999.
+    let ahead = server_ms().await + 60_000;
+    fence_at(format!("{ahead}-997")).await;
+    assert_eq!(take().await, ahead * 1000 + 998);
+    assert_eq!(take().await, ahead * 1000 + 999);
+    assert_eq!(take().await, (ahead + 1) * 1000);
+    assert_eq!(last_id(&n, &job.keys.fence).await, format!("{}-0", ahead + 1));
+    assert_eq!(take().await, (ahead + 1) * 1000 + 1);
+    // Back-to-back grants, each past the last; the stream keeps no entry.
+    fence_at("1-0".into()).await;
     let mut last = 0;
     for _ in 0..200 {
         let token = take().await;
         assert!(token > last, "{token} after {last}");
         last = token;
     }
-    // What a grant stores is the decimal it hands out.
-    let stored: String = n
-        .query("get", redis::cmd("GET").arg(&job.keys.fence))
+    let len: u64 = n
+        .query("xlen", redis::cmd("XLEN").arg(&job.keys.fence))
         .await
         .unwrap();
-    assert_eq!(stored, last.to_string());
+    assert_eq!(len, 0);
+    let id = last_id(&n, &job.keys.fence).await;
+    assert_eq!(id, format!("{}-{}", last / 1000, last % 1000));
 }
 
 #[tokio::test]
-async fn a_fence_keeps_its_expiry_within_a_window_of_tokens_and_renews_it_when_a_token_leaves_it() {
+async fn a_fence_of_an_earlier_build_is_converted_to_a_stream_above_its_token() {
     let server = fenced_testkit::RedisServer::start().unwrap();
     let n = node(&server).await;
-    let job = lock("window"); // the fence's expiry: 60 s
+    let job = lock("legacy");
+    let take = || {
+        let (n, job) = (&n, &job);
+        async move {
+            let me = owner();
+            let reply = acquire(n, job, &me, 10_000).await;
+            release(n, job, &me).await;
+            match reply {
+                AcquireReply::Acquired(t) => t.get(),
+                other => panic!("{other:?}"),
+            }
+        }
+    };
+    // The server's µs of a grant, 5 s ahead (a Redlock proposal, a clock that stepped back).
+    for legacy in [time_us(&n).await + 5_000_000, 42_999] {
+        let () = n
+            .query("set", redis::cmd("SET").arg(&job.keys.fence).arg(legacy))
+            .await
+            .unwrap();
+        let token = take().await;
+        assert_eq!(token, (legacy / 1000 + 1) * 1000, "{legacy}");
+        assert!(take().await > token);
+        let kind: String = n
+            .query("type", redis::cmd("TYPE").arg(&job.keys.fence))
+            .await
+            .unwrap();
+        assert_eq!(kind, "stream");
+    }
+}
+
+#[tokio::test]
+async fn every_grant_gives_the_fence_its_retention() {
+    let server = fenced_testkit::RedisServer::start().unwrap();
+    let n = node(&server).await;
+    let job = lock("retention"); // the fence's expiry: 60 s
     let pttl = || async {
         let ms: i64 = n
             .query("pttl", redis::cmd("PTTL").arg(&job.keys.fence))
@@ -513,50 +575,21 @@ async fn a_fence_keeps_its_expiry_within_a_window_of_tokens_and_renews_it_when_a
         ));
         release(&n, &job, &me).await;
     };
-    // The first grant creates the fence with its expiry.
     cycle().await;
-    assert!(pttl().await > 59_000);
-    // Shortened by hand: later grants of the same 1000 s window keep the expiry as it is (run
-    // again should the server clock cross into the next window meanwhile) ...
-    let window = || async { server_time(&n).await.0 / 1_000 };
-    let mut kept = 0;
-    for _ in 0..2 {
-        let () = n
-            .query(
-                "pexpire",
-                redis::cmd("PEXPIRE").arg(&job.keys.fence).arg(30_000),
-            )
-            .await
-            .unwrap();
-        let before = window().await;
-        cycle().await;
-        cycle().await;
-        kept = pttl().await;
-        if window().await == before {
-            break;
-        }
-    }
-    assert!((25_000..=30_000).contains(&kept), "{kept}");
-    // ... and a grant whose token leaves the fence's window (the fence is 2000 s behind the
-    // clock here) sets it again. So does one over a fence with no expiry.
-    let behind = (server_time(&n).await.0 - 2_000) * 1_000_000;
+    assert!((59_000..=60_000).contains(&pttl().await));
     let () = n
         .query(
-            "set",
-            redis::cmd("SET")
-                .arg(&job.keys.fence)
-                .arg(behind)
-                .arg("PX")
-                .arg(30_000),
+            "pexpire",
+            redis::cmd("PEXPIRE").arg(&job.keys.fence).arg(30_000),
         )
         .await
         .unwrap();
     cycle().await;
-    assert!(pttl().await > 59_000);
+    assert!((59_000..=60_000).contains(&pttl().await));
     let () = n
-        .query("set", redis::cmd("SET").arg(&job.keys.fence).arg(behind))
+        .query("persist", redis::cmd("PERSIST").arg(&job.keys.fence))
         .await
         .unwrap();
     cycle().await;
-    assert!(pttl().await > 59_000);
+    assert!((59_000..=60_000).contains(&pttl().await));
 }

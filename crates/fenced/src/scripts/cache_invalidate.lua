@@ -3,14 +3,13 @@
 -- value: cache_store.lua refuses tokens below the fence.
 --
 -- KEYS[1]  the cached entry (hash)
--- KEYS[2]  the entry lock's fence (string)
--- ARGV[1]  the fence's retention, in ms (plus 1001 s: store_fence in fence.lua)
+-- KEYS[2]  the entry lock's fence (stream; see fence.lua)
+-- ARGV[1]  the fence's retention, in ms
 --
 -- Returns 1 if an entry was dropped, 0 if there was none.
 --
 -- `next_token` comes from fence.lua, prepended when the script is built (scripts/mod.rs): the
 -- raised fence is a token like any grant's, so later grants stay above it.
-local last = redis.call('MGET', KEYS[2])[1]
-local token = next_token(last, redis.call('TIME'))
-store_fence(KEYS[2], token, last, ARGV[1])
+-- A key that is not a fence (another program's) is left as it is: the entry goes all the same.
+next_token(KEYS[2], ARGV[1])
 return redis.call('DEL', KEYS[1])

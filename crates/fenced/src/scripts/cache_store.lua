@@ -3,8 +3,8 @@
 --
 -- KEYS[1]  the cached entry (hash: v = value, absent for a cached "no value"; d = compute µs;
 --          s = stale grace ms)
--- KEYS[2]  the entry lock's fence (string: the last fencing token handed out or raised by an
---          invalidation)
+-- KEYS[2]  the entry lock's fence (stream: the last fencing token handed out or raised by an
+--          invalidation; see fence.lua)
 -- ARGV[1]  the computer's fencing token
 -- ARGV[2]  the entry's physical lifetime, ms (fresh period + stale grace)
 -- ARGV[3]  how long the compute took, µs (for early refresh)
@@ -15,11 +15,12 @@
 --
 -- Returns 1  stored
 --         0  refused: the fence passed the token (a newer grant, or an invalidation, came
---            after this computer's grant), so its value may be older than what is known now.
+--            after this computer's grant), so its value may be older than what is known now;
+--            or the fence key is not a fence (fence.lua).
 --
 -- Tokens are below 2^53 (fence.lua), so comparing them as Lua numbers is exact.
-local fence = redis.call('MGET', KEYS[2])[1]
-if fence and (tonumber(fence) or 0) > tonumber(ARGV[1]) then
+local fence = fence_last(KEYS[2])
+if not fence or tonumber(fence) > tonumber(ARGV[1]) then
   return 0
 end
 redis.call('DEL', KEYS[1])

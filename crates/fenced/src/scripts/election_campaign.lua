@@ -5,7 +5,7 @@
 -- KEYS[1]  leader key (string: the leader's owner token, PX = its lease)
 -- KEYS[2]  queue of candidates (list of waiter ids, oldest first)
 -- KEYS[3]  registrations (hash: waiter id -> end of its registration, server ms)
--- KEYS[4]  fence key (string: the last term handed out; see fence.lua)
+-- KEYS[4]  fence key (stream: the last term handed out; see fence.lua)
 -- KEYS[5]  this attempt's tombstone
 -- KEYS[6]  the leader record (hash: owner, value, term, since (server ms), v (proclaims))
 -- ARGV[1..6] as fair_acquire.lua's (ARGV[6], the hand-over half, is '' for a candidate)
@@ -14,7 +14,8 @@
 -- ARGV[9]  the announcement: '<client id> 1'
 --
 -- Returns as fair_acquire.lua: {1, term} elected, {0, ms} wait, {0, -3} abandoned already,
---         {0, -5, 1} the leader key holds another type.
+--         {0, -5, 1} the leader key holds another type, {0, -5, 4} the fence key is not a
+--         fence.
 local reply = fair_take(KEYS, ARGV)
 if reply[1] == 1 then
   local t = redis.call('TIME')

@@ -6,11 +6,11 @@
 -- KEYS[1]  the lock key (string: owner token; the plain lock's key)
 -- KEYS[2]  queue (list of waiter ids, oldest first)
 -- KEYS[3]  registrations (hash: waiter id -> end of its registration, server ms)
--- KEYS[4]  fence key (string: the last token; see fence.lua)
+-- KEYS[4]  fence key (stream: the last token; see fence.lua)
 -- KEYS[5]  this attempt's tombstone
 -- ARGV[1]  owner token
 -- ARGV[2]  lease in ms
--- ARGV[3]  the fence's retention, in ms (plus 1001 s: store_fence in fence.lua)
+-- ARGV[3]  the fence's retention, in ms
 -- ARGV[4]  waiter id
 -- ARGV[5]  how long a registration lasts, in ms (0: a try that never queues)
 -- ARGV[6]  the first half of every owner a holder of the same client hands the lock to this
@@ -20,6 +20,7 @@
 --         also when the lock was just handed to this waiter, whose client delivers it),
 --         {0, -3} the client already abandoned this attempt,
 --         {0, -5, 1} the lock key holds another type than a string (another program wrote
---         it); nothing is queued.
+--         it); nothing is queued,
+--         {0, -5, 4} the fence key is not a fence (fence.lua): nothing changed.
 -- The whole of it is `fair_take` (fair_take.lua), shared with an election's campaign.
 return fair_take(KEYS, ARGV)

@@ -1,6 +1,6 @@
 -- Shared by the fair lock's acquire and an election's campaign; prepended to them
 -- (scripts/mod.rs): the whole acquire of fair_acquire.lua, whose header names the keys `K`
--- and arguments `A` and the replies. `next_token`, `store_fence` (fence.lua) and `live_head`
+-- and arguments `A` and the replies. `next_token` (fence.lua) and `live_head`
 -- (fair_queue.lua) are prepended before it.
 local function fair_take(K, A)
   if redis.call('DEL', K[5]) == 1 then
@@ -20,14 +20,15 @@ local function fair_take(K, A)
   local head = live_head(K[2], K[3], now)
   local pttl = redis.call('PTTL', K[1])
   if pttl == -2 and (not head or head == A[4]) then
+    local token = next_token(K[4], A[3])
+    if not token then
+      return {0, -5, 4}
+    end
     if head then
       redis.call('LPOP', K[2])
       redis.call('HDEL', K[3], A[4])
     end
     redis.call('SET', K[1], A[1], 'PX', A[2])
-    local fence = redis.call('MGET', K[4])[1]
-    local token = next_token(fence, t)
-    store_fence(K[4], token, fence, A[3])
     return {1, token}
   end
   -- The key exists: MGET answers nil for another type only.

@@ -1,78 +1,137 @@
--- Shared by every script that hands out fencing tokens; prepended to them when they are built
--- (scripts/mod.rs).
+-- Shared by every script that hands out or reads fencing tokens; prepended to them when they are
+-- built (scripts/mod.rs).
 --
--- A fence key is a string: the last fencing token handed out for a name (a decimal), with an
--- expiry that outlives the last grant by the retention (see store_fence). Scripts read it with
--- MGET, never GET: MGET answers nil for a key of another type (an older layout, another
--- program) instead of failing the script half-way, after its lock was already set.
+-- A fence is a stream whose entries are trimmed as they are added (XADD … MAXLEN 0): only its
+-- last ID counts, which the server keeps with the emptied stream. `XADD fence MAXLEN 0 * f 1`
+-- answers `ms-seq` with ms = max(server clock in ms, the last ID's ms), strictly above the last
+-- ID: a counter that the server's own clock floors, with no Lua arithmetic and no side channel.
+-- A fence lost whole (past its retention, a restart without persistence, FLUSHALL) or put back
+-- older (a restart from an older snapshot, DEBUG LOADAOF, RESTORE, a failover to a replica that
+-- missed the last grants) starts again from the clock, which is past every ID handed out before
+-- unless the clock stepped back further than the retention covers (docs/guarantees.md).
 --
--- next_token(last, t, proposed): the token of a new grant, max(last + 1, server time in µs), as
--- a decimal string; `last` is the fence as read (a string, or false), `t` the reply of TIME.
--- While the fence exists the counter alone keeps tokens increasing; once it has expired (no
--- grant for the retention period), or was lost with a restart or a failover to a replica that
--- missed the last writes, the server clock keeps the next token above every earlier one, since
--- each earlier token was at most the server time of its grant (grants of one name are rarer
--- than one per µs), unless the clock stepped back. So the TIME call stays, on every grant.
+-- A token is ms * 1000 + seq, written as the decimal ms followed by seq zero-padded to three
+-- digits: strictly increasing with the ID for seq below 1000, below 2^53 until ms passes
+-- FENCE_MAX_MS (the year 2255), so JSON and JavaScript carry it exactly. A sequence that
+-- reaches 1000 (a thousand grants in one ms, or a fence ahead of a clock that stepped back) is
+-- carried into the next ms by an explicit ID, `(ms + 1)-0`, which the server accepts because it
+-- is above the last.
 --
--- Why strings: in the common case the clock is past the last token, and the token is the server
--- time itself, built from TIME's two strings and compared with the fence as text (two decimals
--- of the same length order as their numbers do: Lua compares with strcoll, and every collation
--- Redis may run under, C or a glibc locale, orders the digits 0-9 so). That costs no number
--- parsing and no number-to-text conversion for the SET, which together were a third of a
--- grant's script time (scripts/lua-costs). Only a fence at or past the clock (two grants in one
--- µs, a clock that stepped back, a Redlock proposal) takes the arithmetic; numbers stay exact
--- below 2^53 (server µs reach it in the year 2255).
+-- A fence that holds a decimal string is a fence of an earlier development build (the server
+-- time in µs of its last grant): it is converted once, to the ID `(last div 1000 + 1)-0`,
+-- whose token is above it. Anything else (another type, a string that is no such token, an ID
+-- out of range) is not a fence this protocol can count on: the caller undoes its own writes and
+-- answers that the key holds another type, naming it, and no token is handed out.
+
+-- The largest ms whose tokens stay below 2^53: 9007199254739 * 1000 + 999 < 2^53.
+local FENCE_MAX_MS = '9007199254739'
+
+-- The token of a stream ID `ms-seq`, or nil when the ID is out of range.
+local function fence_token(id)
+  local dash = string.find(id, '-', 1, true)
+  local ms, seq = string.sub(id, 1, dash - 1), string.sub(id, dash + 1)
+  if #ms > #FENCE_MAX_MS or (#ms == #FENCE_MAX_MS and ms > FENCE_MAX_MS) or #seq > 3
+      or ms == '0' then
+    return nil
+  end
+  return ms .. string.sub('00' .. seq, -3)
+end
+
+-- Appends an ID (`*` for the server's next) to a fence: the ID, or the error as a table.
+local function fence_add(key, id)
+  return redis.pcall('XADD', key, 'MAXLEN', '0', id, 'f', '1')
+end
+
+-- The ID just above token `token` (a decimal string) in ms: `(token div 1000 + 1)-0`.
+local function fence_past(token)
+  return string.format('%.0f-0', math.floor(tonumber(token) / 1000) + 1)
+end
+
+-- next_token(key, retention, proposed): appends one ID to the fence `key` and answers its token
+-- (a decimal string), after making the fence outlive this grant by `retention` ms; or nil when
+-- `key` is not a fence (see above).
 --
 -- `proposed` (optional): a token Redlock's client proposes, so that the masters of a quorum
--- hand out the same one and need no write-back (backend/redlock.rs, invariant 3). It counts
--- only when larger and at most 1 s ahead of this server's clock, so tokens stay within a second
--- of the server time of their grant: a client whose clock runs ahead cannot push them further,
--- and the restart rule above still holds once a second has passed.
-local function next_token(last, t, proposed)
-  local us = t[2]
-  -- Seconds and zero-padded microseconds: 16 digits until the year 2286. (Nine times in ten
-  -- the microseconds have six digits already; a call to a string function costs here.)
-  local now
-  if #us == 6 then
-    now = t[1] .. us
-  else
-    now = t[1] .. string.sub('00000' .. us, #us)
-  end
-  local token = now
-  if last and not (#last == #now and last < now) then
-    local after = (tonumber(last) or 0) + 1
-    if after > tonumber(now) then
-      token = string.format('%.0f', after)
+-- hand out the same one and need no write-back (backend/redlock.rs, invariant 3). It is
+-- appended as its own ID, which the server refuses unless it is above the last; and it counts
+-- only when at most 1 s ahead of this server's clock, so tokens stay within a second of the
+-- server time of their grant: a client whose clock runs ahead cannot push them further, and a
+-- fence lost whole still restarts above them once a second has passed.
+local function next_token(key, retention, proposed)
+  local id
+  local p = proposed and tonumber(proposed)
+  if p and p >= 1000 and p < 9007199254740000 and p == math.floor(p) then
+    local t = redis.call('TIME')
+    if p <= (tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + 1000) * 1000 then
+      id = fence_add(key, string.format('%.0f-%d', math.floor(p / 1000), p % 1000))
+      if type(id) == 'table' then
+        id = nil
+      end
     end
   end
-  if proposed then
-    local p = tonumber(proposed)
-    if p and p > tonumber(token) and p <= tonumber(now) + 1000000 then
-      token = string.format('%.0f', p)
+  id = id or fence_add(key, '*')
+  if type(id) == 'table' then
+    local legacy = redis.call('MGET', key)[1]
+    if not legacy or not string.match(legacy, '^[1-9]%d*$') or #legacy > 16
+        or (#legacy == 16 and legacy > '9007199254738999') then
+      return nil
     end
+    redis.call('DEL', key)
+    id = fence_add(key, fence_past(legacy))
   end
+  local token = fence_token(id)
+  if not token and string.match(id, '^%d+%-%d%d%d%d+$') then
+    -- A sequence past 999: carried into the next ms.
+    id = fence_add(key, fence_past(string.sub(id, 1, string.find(id, '-', 1, true) - 1) .. '000'))
+    token = type(id) == 'string' and fence_token(id)
+  end
+  if not token then
+    return nil
+  end
+  redis.call('PEXPIRE', key, retention)
   return token
 end
 
--- store_fence(key, token, last, retention): writes a grant's token over the fence read as
--- `last`, and makes the fence outlive the grant by at least `retention` - 1001 s (the client
--- adds that much, core/mod.rs). Setting the expiry (PX) is the dearest part of the write: Redis
--- parses it and rewrites the command as PXAT for its replicas. So PX is set only when the
--- token leaves the 1000 s window (its first 7 of 16 digits) of the fence it replaces, and the
--- write keeps the expiry (KEEPTTL) otherwise: about once per 1000 s of a busy name's grants.
---
--- Why that is enough: the last PX write, at server time s0 with token t0, set the expiry to
--- s0 + retention. Every later write kept it, so every later token shares t0's window, and so
--- does this one (t): t < t0 + 1000 s. A token is at most 1 s past the server time of its grant
--- (next_token), so s0 >= t0 - 1 s; and a token is at least its grant's server time, s <= t.
--- Hence s0 + retention > s - 1001 s + retention. (A Redlock fence raised to another master's
--- token, fence_raise.lua, may run ahead of this server's clock by the masters' skew too, which
--- that bound then loses; with a retention of hours, a skew of seconds does not matter.)
-local function store_fence(key, token, last, retention)
-  if type(last) == 'string' and #last == #token
-      and string.sub(last, 1, 7) == string.sub(token, 1, 7) then
-    redis.call('SET', key, token, 'KEEPTTL')
-  else
-    redis.call('SET', key, token, 'PX', retention)
+-- fence_last(key): the token of the fence's last ID ('0' for a fence that does not exist), or
+-- nil when `key` is not a fence. A fence of an earlier development build (a decimal string)
+-- reads as its value.
+local function fence_last(key)
+  local kind = redis.call('TYPE', key)['ok']
+  if kind == 'none' then
+    return '0'
   end
+  if kind == 'string' then
+    local legacy = redis.call('GET', key)
+    if string.match(legacy, '^[1-9]%d*$') and #legacy <= 16 then
+      return legacy
+    end
+    return nil
+  end
+  if kind ~= 'stream' then
+    return nil
+  end
+  local info = redis.call('XINFO', 'STREAM', key)
+  for i = 1, #info, 2 do
+    if info[i] == 'last-generated-id' then
+      return fence_token(info[i + 1])
+    end
+  end
+  return nil
+end
+
+-- raise_fence(key, token, retention): raises the fence `key` to at least `token` (Redlock's
+-- write-back: backend/redlock.rs), as the ID of that token, which the server refuses when the
+-- fence is already as high; answers false when `key` is not a fence (see above).
+local function raise_fence(key, token, retention)
+  local p = tonumber(token)
+  local id = string.format('%.0f-%d', math.floor(p / 1000), p % 1000)
+  if type(fence_add(key, id)) == 'table' and redis.call('TYPE', key)['ok'] ~= 'stream' then
+    -- Not a stream: a fence of an earlier development build is converted first.
+    if not next_token(key, retention) then
+      return false
+    end
+    fence_add(key, id)
+  end
+  redis.call('PEXPIRE', key, retention)
+  return true
 end

@@ -6,22 +6,19 @@
 -- its next token is above it.
 --
 -- KEYS[1]  the lock (string: the owner token of the holder)
--- KEYS[2]  the fence (string: the last fencing token handed out)
+-- KEYS[2]  the fence (stream: the last fencing token handed out; see fence.lua)
 -- ARGV[1]  the owner token of the lease
 -- ARGV[2]  the token to raise the fence to
--- ARGV[3]  the fence's retention, in ms (plus 1001 s: store_fence in fence.lua)
+-- ARGV[3]  the fence's retention, in ms
 --
 -- Returns 1  raised (or already as high), and the lease is held here
---         0  the lease is not held here; nothing changed
+--         0  the lease is not held here, or the fence key is not a fence: nothing changed
 --
--- Tokens are below 2^53 (fence.lua), so comparing them as Lua numbers is exact. A fence of
--- another type reads as nil (MGET) and is overwritten, as an acquire would.
 local held = redis.call('MGET', KEYS[1])[1]
 if held ~= ARGV[1] then
   return 0
 end
-local current = redis.call('MGET', KEYS[2])[1]
-if not current or (tonumber(current) or 0) < tonumber(ARGV[2]) then
-  redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])
+if not raise_fence(KEYS[2], ARGV[2], ARGV[3]) then
+  return 0
 end
 return 1

@@ -2,20 +2,21 @@
 -- becomes free in between, and the new holder gets a new fencing token (see core/handover.rs).
 --
 -- KEYS[1]  lock key   (string: owner token, PX = lease)
--- KEYS[2]  fence key  (string: the last token; see fence.lua)
+-- KEYS[2]  fence key  (stream: the last token; see fence.lua)
 -- KEYS[3]  the successor's tombstone, <lock>:void:<successor> (exists only if abandoned)
 -- KEYS[4]  the name's fair queue (list; a FairLock of the same name queues there)
 -- ARGV[1]  owner token of the holder giving it up
 -- ARGV[2]  owner token of the waiter taking it
 -- ARGV[3]  the waiter's lease in ms
--- ARGV[4]  the fence's retention, in ms (what it outlives the last grant by, plus 1001 s: store_fence)
+-- ARGV[4]  the fence's retention, in ms (what it outlives the last grant by)
 -- ARGV[5]  the lock's release channel
 --
 -- Returns {1, token} handed over,
 --         {0, 0}     not held by ARGV[1], or the successor was abandoned: nothing changed,
 --         {0, 1}     somebody else waits (another client subscribed to the channel, or a
 --                    fair waiter queued): nothing changed; the holder releases as usual, so
---                    that no process keeps a contended lock to itself.
+--                    that no process keeps a contended lock to itself; and when the fence
+--                    key is not a fence (fence.lua): the waiter's own acquire then says so.
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return {0, 0}
 end
@@ -26,11 +27,12 @@ end
 if waiting then
   return {0, 1}
 end
-local seen = redis.call('MGET', KEYS[2], KEYS[3])
-if seen[2] then
+if redis.call('EXISTS', KEYS[3]) == 1 then
   return {0, 0}
 end
+local token = next_token(KEYS[2], ARGV[4])
+if not token then
+  return {0, 1}
+end
 redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
-local token = next_token(seen[1], redis.call('TIME'))
-store_fence(KEYS[2], token, seen[1], ARGV[4])
 return {1, token}

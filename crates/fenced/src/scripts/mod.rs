@@ -144,10 +144,9 @@ macro_rules! lua {
 
 lua!(/// Take a lock and a fencing token (sent as a transaction where the node can).
     ACQUIRE, "acquire", "fence.lua", "acquire.lua");
-lua!(/// Take a lock and a fencing token, always by script: the fence stays the last grant's token.
+lua!(/// Take a lock and a fencing token, by script where the server runs scripts: a refused
+    /// grant leaves the fence as it is, so it stays the last grant's token.
     ACQUIRE_BY_SCRIPT, "acquire", "fence.lua", "acquire.lua");
-lua!(/// Hand out a fencing token for a lease granted by transaction whose count did not hold.
-    FENCE_MINT, "acquire", "fence.lua", "fence_mint.lua");
 lua!(/// Give a held lock straight to a waiter of the same client.
     HAND_OVER, "hand over", "fence.lua", "hand_over.lua");
 lua!(/// Compare-and-delete a lock, then publish: `DELIFEQ` where the server has it.
@@ -164,7 +163,7 @@ lua!(/// Void an acquire attempt of unknown outcome.
 lua!(/// Renew or re-time a lease, in epoch order.
     EXTEND, "extend", "extend.lua");
 lua!(/// Raise a fence to a Redlock quorum's token.
-    FENCE_RAISE, "fence write-back", "fence_raise.lua");
+    FENCE_RAISE, "fence write-back", "fence.lua", "fence_raise.lua");
 lua!(/// Break a lock whoever holds it.
     FORCE_RELEASE, "force release", announces, "force_release.lua");
 lua!(/// Take or re-enter a reentrant lock.
@@ -184,7 +183,7 @@ lua!(/// Give back a holder's permits.
 lua!(/// Void a semaphore acquire attempt of unknown outcome.
     SEMAPHORE_ABANDON, "abandon", announces, "semaphore_abandon.lua");
 lua!(/// Raise a semaphore's fence to a Redlock quorum's token.
-    SEMAPHORE_FENCE_RAISE, "fence write-back", "semaphore_fence_raise.lua");
+    SEMAPHORE_FENCE_RAISE, "fence write-back", "fence.lua", "semaphore_fence_raise.lua");
 lua!(/// Count a semaphore's live permits.
     SEMAPHORE_STATUS, "semaphore status", "semaphore_status.lua");
 lua!(/// Take several locks, all or nothing, with one token.
@@ -229,7 +228,7 @@ lua!(/// Count a latch down; opening it wakes every waiter.
 lua!(/// Read a cache entry and its remaining life, atomically.
     CACHE_READ, "cache read", "cache_read.lua");
 lua!(/// Store a computed cache entry unless a newer grant or invalidation came first.
-    CACHE_STORE, "cache store", announces, "cache_store.lua");
+    CACHE_STORE, "cache store", announces, "fence.lua", "cache_store.lua");
 lua!(/// Drop a cached entry and raise its fence past every running compute.
     CACHE_INVALIDATE, "cache invalidate", "fence.lua", "cache_invalidate.lua");
 lua!(/// Write to a resource with a current fencing token.
@@ -395,23 +394,14 @@ impl ScriptCall {
 
     /// The plain lock's grant as one transaction, where this is its acquire call (three keys,
     /// three arguments: no Redlock proposal): `MULTI`, `SET lock owner NX PX ttl`,
-    /// `SET fence 0 NX PX retention`, `INCR fence`, `PTTL lock`, `GET fence:replid`,
-    /// `INFO replication`, `EXEC` (`backend/node/grant.rs`).
-    pub(crate) fn grant_transaction(&self) -> Option<[Cmd; 8]> {
-        if !std::ptr::eq(self.lua, &ACQUIRE) || self.keys != 3 {
+    /// `XADD fence MAXLEN 0 * f 1`, `PEXPIRE fence retention`, `PTTL lock`, `TYPE lock`, `EXEC`
+    /// (`backend/node/grant.rs`).
+    pub(crate) fn grant_transaction(&self) -> Option<[Cmd; 7]> {
+        let acquire = std::ptr::eq(self.lua, &ACQUIRE) || std::ptr::eq(self.lua, &ACQUIRE_BY_SCRIPT);
+        if !acquire || self.keys != 3 {
             return None;
         }
         let [lock, fence, _tombstone, owner, ttl, retention] = self.exact_parts()?;
-        // A missing fence starts at 0 with the retention as its expiry, so that an `INCR` of
-        // a refused grant leaves no key without one; a count from 0 is never used.
-        let mut floor = Cmd::with_capacity(6, 32 + fence.len() + retention.len());
-        floor
-            .arg("SET")
-            .arg(fence)
-            .arg("0")
-            .arg("NX")
-            .arg("PX")
-            .arg(retention);
         let mut set = Cmd::with_capacity(6, 48 + lock.len() + owner.len());
         set.arg("SET")
             .arg(lock)
@@ -419,40 +409,29 @@ impl ScriptCall {
             .arg("NX")
             .arg("PX")
             .arg(ttl);
-        let mut incr = Cmd::with_capacity(2, 8 + fence.len());
-        incr.arg("INCR").arg(fence);
+        let mut add = Cmd::with_capacity(7, 32 + fence.len());
+        add.arg("XADD")
+            .arg(fence)
+            .arg("MAXLEN")
+            .arg("0")
+            .arg("*")
+            .arg("f")
+            .arg("1");
+        let mut expiry = Cmd::with_capacity(3, 16 + fence.len() + retention.len());
+        expiry.arg("PEXPIRE").arg(fence).arg(retention);
         let mut pttl = Cmd::with_capacity(2, 8 + lock.len());
         pttl.arg("PTTL").arg(lock);
-        let mut history = Cmd::with_capacity(2, 16 + fence.len());
-        history.arg("GET").arg(replid_key(fence));
-        let mut info = Cmd::with_capacity(2, 24);
-        info.arg("INFO").arg("replication");
+        let mut kind = Cmd::with_capacity(2, 8 + lock.len());
+        kind.arg("TYPE").arg(lock);
         Some([
             redis::cmd("MULTI"),
             set,
-            floor,
-            incr,
+            add,
+            expiry,
             pttl,
-            history,
-            info,
+            kind,
             redis::cmd("EXEC"),
         ])
-    }
-
-    /// For an acquire call of [`grant_transaction`](Self::grant_transaction): the
-    /// `fence_mint.lua` call that hands out its token from the server clock, and records
-    /// `replid` (the server's replication ID, or empty when unknown) as the fence's.
-    pub(crate) fn fence_mint(&self, replid: &str) -> Option<ScriptCall> {
-        let [lock, fence, _tombstone, owner, _ttl, retention] = self.exact_parts()?;
-        Some(
-            ScriptCall::new(&FENCE_MINT)
-                .key(lock)
-                .key(fence)
-                .key(replid_key(fence))
-                .arg(owner)
-                .arg(retention)
-                .arg(replid),
-        )
     }
 
     /// The keys, then the arguments, as bytes: exactly `N` of them, or `None`.
@@ -472,15 +451,6 @@ impl ScriptCall {
     pub(crate) fn key_count(&self) -> usize {
         self.keys
     }
-}
-
-/// The key beside a fence that holds the replication ID under which the fence counts
-/// (`backend/node/grant.rs`, invariant 3): `<fence>:replid`.
-fn replid_key(fence: &[u8]) -> Vec<u8> {
-    let mut key = Vec::with_capacity(fence.len() + 7);
-    key.extend_from_slice(fence);
-    key.extend_from_slice(b":replid");
-    key
 }
 
 #[cfg(test)]

@@ -6,17 +6,18 @@
 --
 -- KEYS[1]          this attempt's tombstone (see abandon.lua), on the first name
 -- KEYS[2..n+1]     the lock keys (strings: owner token, PX = lease)
--- KEYS[n+2..2n+1]  their fence keys (strings: the last token; see fence.lua)
+-- KEYS[n+2..2n+1]  their fence keys (streams: the last token; see fence.lua)
 -- ARGV[1]  owner token
 -- ARGV[2]  lease in ms
--- ARGV[3]  the fences' retention, in ms (plus 1001 s: store_fence in fence.lua)
+-- ARGV[3]  the fences' retention, in ms
 -- ARGV[4]  n, the number of names
 --
 -- Returns {1, token} all taken,
 --         {0, pttl}  one of them is held (pttl of the first held one; -1 without expiry),
 --         {0, -3}    the client already abandoned this attempt,
 --         {0, -5, i} the lock key KEYS[i] holds another type than a string (another program
---                    wrote it).
+--                    wrote it), or the fence key KEYS[i] is not a fence (fence.lua): no lock
+--                    is taken.
 if redis.call('DEL', KEYS[1]) == 1 then
   return {0, -3}
 end
@@ -31,19 +32,25 @@ for i = 2, n + 1 do
     return {0, pttl}
   end
 end
--- One MGET for every fence; the token is above the highest of them (and the server clock).
-local fences = redis.call('MGET', unpack(KEYS, n + 2, 2 * n + 1))
-local highest = false
-for i = 1, n do
-  local last = tonumber(fences[i] or '0') or 0
-  if not highest or last > highest then
-    highest = last
+-- Each fence's next token; the grant's is the highest of them, which the others are raised to,
+-- so every later grant of any of the names is above it.
+local tokens = {}
+local token = false
+for i = n + 2, 2 * n + 1 do
+  tokens[i] = next_token(KEYS[i], ARGV[3])
+  if not tokens[i] then
+    return {0, -5, i}
+  end
+  if not token or tonumber(tokens[i]) > tonumber(token) then
+    token = tokens[i]
   end
 end
--- next_token reads the fence as text.
-local token = next_token(string.format('%.0f', highest), redis.call('TIME'))
+for i = n + 2, 2 * n + 1 do
+  if tokens[i] ~= token then
+    raise_fence(KEYS[i], token, ARGV[3])
+  end
+end
 for i = 2, n + 1 do
   redis.call('SET', KEYS[i], ARGV[1], 'PX', ARGV[2])
-  redis.call('SET', KEYS[i + n], token, 'PX', ARGV[3])
 end
 return {1, token}

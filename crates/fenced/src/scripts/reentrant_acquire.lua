@@ -6,11 +6,11 @@
 --
 -- KEYS[1]  lock key        (string: owner token, PX = lease)
 -- KEYS[2]  holds key       (hash: token = the fencing token of the whole hold, h:<id> = 1 per hold)
--- KEYS[3]  fence key       (string: the last token handed out; see fence.lua)
+-- KEYS[3]  fence key       (stream: the last token handed out; see fence.lua)
 -- KEYS[4]  this attempt's tombstone, <lock>:void:<owner>:<hold id> (exists only if abandoned)
 -- ARGV[1]  owner token
 -- ARGV[2]  lease in ms
--- ARGV[3]  the fence's retention, in ms (what it outlives the last grant by, plus 1001 s: store_fence)
+-- ARGV[3]  the fence's retention, in ms (what it outlives the last grant by)
 -- ARGV[4]  this hold's id
 -- ARGV[5]  '1': re-enter only (never take a free lock), '0': take it or re-enter
 --
@@ -19,7 +19,8 @@
 --         {0, -3}    the client already abandoned this attempt,
 --         {0, -4}    re-enter only, and the owner does not hold the lock (lost or released),
 --         {0, -5, 1} the lock key holds another type than a string (another program wrote
---                    it).
+--                    it),
+--         {0, -5, 3} the fence key is not a fence (fence.lua): nothing changed.
 if redis.call('DEL', KEYS[4]) == 1 then
   return {0, -3}
 end
@@ -56,9 +57,11 @@ end
 if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ttl) then
   return {0, -5, 1}
 end
-local last = redis.call('MGET', KEYS[3])[1]
-local token = next_token(last, redis.call('TIME'))
-store_fence(KEYS[3], token, last, ARGV[3])
+local token = next_token(KEYS[3], ARGV[3])
+if not token then
+  redis.call('DEL', KEYS[1])
+  return {0, -5, 3}
+end
 redis.call('DEL', KEYS[2])
 redis.call('HSET', KEYS[2], 'token', token, 'h:' .. ARGV[4], 1)
 redis.call('PEXPIRE', KEYS[2], ttl)

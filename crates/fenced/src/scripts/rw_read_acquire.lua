@@ -6,17 +6,18 @@
 -- KEYS[3]  readers' counts (hash: owner -> 1; shared with the semaphore scripts that renew
 --          and release readers)
 -- KEYS[4]  waiting writers (zset: waiter id -> when its wait registration ends, server ms)
--- KEYS[5]  fence key (string: the last token; see fence.lua)
+-- KEYS[5]  fence key (stream: the last token; see fence.lua)
 -- KEYS[6]  this attempt's tombstone
 -- ARGV[1]  owner token
 -- ARGV[2]  lease in ms
--- ARGV[3]  the fence's retention, in ms (plus 1001 s: store_fence in fence.lua)
+-- ARGV[3]  the fence's retention, in ms
 --
 -- Returns {1, token} granted (a token above every earlier grant, the writers' included),
 --         {0, ms}    a writer holds or waits: ms until that may change (-1 unknown),
 --         {0, -3}    the client already abandoned this attempt,
 --         {0, -5, 1} the lock key holds another type than a string (another program wrote
---                    it).
+--                    it),
+--         {0, -5, 5} the fence key is not a fence (fence.lua); nothing is registered.
 if redis.call('DEL', KEYS[6]) == 1 then
   return {0, -3}
 end
@@ -38,13 +39,14 @@ end
 for _, dead in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now)) do
   redis.call('HDEL', KEYS[3], dead)
 end
+local token = next_token(KEYS[5], ARGV[3])
+if not token then
+  return {0, -5, 5}
+end
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
 redis.call('ZADD', KEYS[2], now + tonumber(ARGV[2]), ARGV[1])
 redis.call('HSET', KEYS[3], ARGV[1], 1)
 local last_end = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')
 redis.call('PEXPIREAT', KEYS[2], last_end[2])
 redis.call('PEXPIREAT', KEYS[3], last_end[2])
-local fence = redis.call('MGET', KEYS[5])[1]
-local token = next_token(fence, t)
-store_fence(KEYS[5], token, fence, ARGV[3])
 return {1, token}

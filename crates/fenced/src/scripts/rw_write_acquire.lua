@@ -6,11 +6,11 @@
 -- KEYS[1]  the lock key (string: owner token, PX = lease)
 -- KEYS[2]  readers (zset: owner -> end of its lease, server ms)
 -- KEYS[3]  waiting writers (zset: waiter id -> end of its registration, server ms)
--- KEYS[4]  fence key (string: the last token; see fence.lua)
+-- KEYS[4]  fence key (stream: the last token; see fence.lua)
 -- KEYS[5]  this attempt's tombstone
 -- ARGV[1]  owner token
 -- ARGV[2]  lease in ms
--- ARGV[3]  the fence's retention, in ms (plus 1001 s: store_fence in fence.lua)
+-- ARGV[3]  the fence's retention, in ms
 -- ARGV[4]  this writer's waiter id (the same for every attempt of one acquire)
 -- ARGV[5]  how long a wait registration lasts, in ms (0: do not register; a try that never
 --          waits)
@@ -19,7 +19,8 @@
 --         {0, ms}    a writer or live readers hold it: ms until the earliest may end,
 --         {0, -3}    the client already abandoned this attempt,
 --         {0, -5, 1} the lock key holds another type than a string (another program wrote
---                    it); nothing is registered.
+--                    it); nothing is registered,
+--         {0, -5, 4} the fence key is not a fence (fence.lua); the writer stays registered.
 if redis.call('DEL', KEYS[5]) == 1 then
   return {0, -3}
 end
@@ -45,9 +46,10 @@ local reader = redis.call('ZRANGEBYSCORE', KEYS[2], '(' .. now, '+inf', 'WITHSCO
 if reader[2] then
   return wait(math.max(tonumber(reader[2]) - now, 0))
 end
+local token = next_token(KEYS[4], ARGV[3])
+if not token then
+  return {0, -5, 4}
+end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 redis.call('ZREM', KEYS[3], ARGV[4])
-local fence = redis.call('MGET', KEYS[4])[1]
-local token = next_token(fence, t)
-store_fence(KEYS[4], token, fence, ARGV[3])
 return {1, token}

@@ -12,18 +12,17 @@
 //!    was written, and the step reads again, within the call's timeout. So a step acts on
 //!    reads that were still true when it acted, as the script's are; an answer without
 //!    writes too (an empty `EXEC` vouches for its reads, several commands read apart).
-//! 3. Tokens as the acquire script makes them (`fence.lua`): the larger of the fence plus one
-//!    and the server's `TIME` in µs, read under `WATCH` with the fence and written in the same
-//!    `EXEC`. Tokens strictly increase across every grant of a name, by script or not, and
-//!    the clock keeps them increasing after a fence is lost.
+//! 3. No twin hands out a token: without scripts, grants go by transaction (`grant.rs`),
+//!    which appends to the same fence as the scripts, so tokens strictly increase across
+//!    every grant of a name, by script or not.
 //! 4. `WATCH` belongs to a connection: each step runs on a dedicated connection of a pool
 //!    of the lock's own (the user's transactions cannot starve renewals), given back only
 //!    once clean (`EXEC` answered), closed otherwise (a timeout mid-step). A closed
 //!    connection may still deliver a step already written to it; its `WATCH` still guards
 //!    it. Behind Sentinel, a connection is used only while its master is the master, and
 //!    its errors tell the client to ask Sentinel again, as the main connection's do.
-//! 5. Only the lock's steps have a twin: grant, renewal, release, abandon, force release,
-//!    the token of a grant by transaction, and the type check of a refusal. Every other call
+//! 5. Only the lock's steps have a twin: renewal, release, abandon, force release, and the
+//!    type check of a refusal (the grant is a transaction of its own, `grant.rs`). Every other call
 //!    is refused with [`Error::Unsupported`] before anything is sent, saying why. One server
 //!    or Sentinel only: a Redis Cluster's and Redlock's nodes have no pool here.
 //! 6. Chosen by the client (`ClientBuilder::without_scripts`) or learned from the first
@@ -48,8 +47,7 @@ use super::{Node, Shortfall};
 use crate::error::{Error, Result};
 use crate::kind::unexpected;
 use crate::scripts::{
-    ABANDON, ACQUIRE, ACQUIRE_BY_SCRIPT, EXTEND, FENCE_MINT, FORCE_RELEASE, LOCK_TYPE, RELEASE,
-    ScriptCall, UNFENCED_RELEASE,
+    ABANDON, EXTEND, FORCE_RELEASE, LOCK_TYPE, RELEASE, ScriptCall, UNFENCED_RELEASE,
 };
 use crate::util::lock_unpoisoned;
 
@@ -96,8 +94,6 @@ impl Scripts {
 
 /// One step of the lock, as the script it stands for (invariant 1).
 enum Twin<'a> {
-    /// `acquire.lua`: lock, fence, tombstone; owner, ttl, retention.
-    Acquire([&'a [u8]; 6]),
     /// `extend.lua` without a take-over: lock, epoch key; owner, ttl, epoch.
     Extend([&'a [u8]; 5]),
     /// `release.lua`: lock; owner, channel, message.
@@ -106,8 +102,6 @@ enum Twin<'a> {
     Abandon([&'a [u8]; 6]),
     /// `force_release.lua`: lock, holds; channel, message.
     ForceRelease([&'a [u8]; 4]),
-    /// `fence_mint.lua`: lock, fence, replid key; owner, retention, replication ID.
-    FenceMint([&'a [u8]; 6]),
     /// `lock_type.lua`: lock.
     LockType([&'a [u8]; 1]),
 }
@@ -128,8 +122,6 @@ type Decision = (Vec<Cmd>, Reply);
 
 /// How a twin's `EXEC` results become its script's reply.
 enum Reply {
-    /// The token, once the lock's `SET NX` (the first write) took.
-    Token(String),
     /// 1 when the first write's integer is 1, else 0 (`DEL`, `PEXPIRE`).
     FirstIsOne,
     /// This value.
@@ -142,12 +134,10 @@ impl<'a> Twin<'a> {
     /// The lock key: every twin's first.
     fn lock_key(&self) -> &'a [u8] {
         match *self {
-            Twin::Acquire([lock, ..])
-            | Twin::Extend([lock, ..])
+            Twin::Extend([lock, ..])
             | Twin::Release([lock, ..])
             | Twin::Abandon([lock, ..])
             | Twin::ForceRelease([lock, ..])
-            | Twin::FenceMint([lock, ..])
             | Twin::LockType([lock]) => lock,
         }
     }
@@ -155,10 +145,6 @@ impl<'a> Twin<'a> {
     fn of(call: &'a ScriptCall) -> Option<Self> {
         let lua = call.lua;
         let keys = call.key_count();
-        if std::ptr::eq(lua, &ACQUIRE) || std::ptr::eq(lua, &ACQUIRE_BY_SCRIPT) {
-            // Three arguments: a Redlock proposal (a fourth) has no twin.
-            return (keys == 3).then(|| call.exact_parts().map(Twin::Acquire))?;
-        }
         if std::ptr::eq(lua, &EXTEND) {
             // Two keys: a take-over from a ticket (a third) has no twin.
             return (keys == 2).then(|| call.exact_parts().map(Twin::Extend))?;
@@ -172,9 +158,6 @@ impl<'a> Twin<'a> {
         if std::ptr::eq(lua, &FORCE_RELEASE) {
             return (keys == 2).then(|| call.exact_parts().map(Twin::ForceRelease))?;
         }
-        if std::ptr::eq(lua, &FENCE_MINT) {
-            return (keys == 3).then(|| call.exact_parts().map(Twin::FenceMint))?;
-        }
         if std::ptr::eq(lua, &LOCK_TYPE) {
             return (keys == 1).then(|| call.exact_parts().map(Twin::LockType))?;
         }
@@ -185,14 +168,6 @@ impl<'a> Twin<'a> {
     /// `MGET`, which answers nil for a key of another type where `GET` would fail.
     fn reads(&self) -> (Vec<&'a [u8]>, Vec<Cmd>) {
         match *self {
-            Twin::Acquire([lock, fence, tomb, ..]) => (
-                vec![lock, fence, tomb],
-                vec![
-                    mget(&[lock, fence, tomb]),
-                    cmd("PTTL", &[lock]),
-                    cmd("TIME", &[]),
-                ],
-            ),
             Twin::Extend([lock, epoch, ..]) => (vec![lock, epoch], vec![mget(&[lock, epoch])]),
             // `PTTL` tells a free key from one of another type (invariant 7).
             Twin::Release([lock, ..])
@@ -200,10 +175,6 @@ impl<'a> Twin<'a> {
             | Twin::ForceRelease([lock, ..]) => {
                 (vec![lock], vec![mget(&[lock]), cmd("PTTL", &[lock])])
             }
-            Twin::FenceMint([lock, fence, ..]) => (
-                vec![lock, fence],
-                vec![mget(&[lock, fence]), cmd("TIME", &[])],
-            ),
             Twin::LockType([lock]) => (vec![lock], vec![cmd("PTTL", &[lock]), mget(&[lock])]),
         }
     }
@@ -211,34 +182,7 @@ impl<'a> Twin<'a> {
     /// What the script would do, given what it would read.
     fn decide(&self, reads: &[Value], publish: &'static str) -> Option<Decision> {
         let answer = |v: Value| Some((Vec::new(), Reply::Fixed(v)));
-        let pair = |a: i64, b: i64| Value::Array(vec![Value::Int(a), Value::Int(b)]);
         match *self {
-            Twin::Acquire([lock, fence, _, owner, ttl, retention]) => {
-                let [seen, Value::Int(pttl), time] = reads else {
-                    return None;
-                };
-                let [held, last, void] = strings::<3>(seen)?;
-                if held.is_some() {
-                    return answer(pair(0, *pttl));
-                }
-                if *pttl != -2 {
-                    // A key that MGET cannot read: another type.
-                    return answer(Value::Array(vec![
-                        Value::Int(0),
-                        Value::Int(-5),
-                        Value::Int(1),
-                    ]));
-                }
-                if void.is_some() {
-                    return answer(pair(0, -3));
-                }
-                let token = next_token(last.as_deref(), time)?.to_string();
-                let writes = vec![
-                    cmd("SET", &[lock, owner, b"NX", b"PX", ttl]),
-                    cmd("SET", &[fence, token.as_bytes(), b"PX", retention]),
-                ];
-                Some((writes, Reply::Token(token)))
-            }
             Twin::Extend([lock, epoch_key, owner, ttl, epoch]) => {
                 let [held, newest] = strings::<2>(reads.first()?)?;
                 if held.as_deref() != Some(owner) {
@@ -298,21 +242,6 @@ impl<'a> Twin<'a> {
                 ];
                 Some((writes, Reply::Fixed(Value::BulkString(owner))))
             }
-            Twin::FenceMint([_, fence, replid_key, owner, retention, replid]) => {
-                let [seen, time] = reads else {
-                    return None;
-                };
-                let [held, last] = strings::<2>(seen)?;
-                if held.as_deref() != Some(owner) {
-                    return answer(pair(0, -2));
-                }
-                let token = next_token(last.as_deref(), time)?.to_string();
-                let mut writes = vec![cmd("SET", &[fence, token.as_bytes(), b"PX", retention])];
-                if !replid.is_empty() {
-                    writes.push(cmd("SET", &[replid_key, replid, b"PX", retention]));
-                }
-                Some((writes, Reply::Fixed(Value::BulkString(token.into_bytes()))))
-            }
             Twin::LockType(_) => {
                 let [Value::Int(pttl), seen] = reads else {
                     return None;
@@ -327,10 +256,6 @@ impl<'a> Twin<'a> {
 impl Reply {
     fn read(self, results: &[Value]) -> Option<Value> {
         match self {
-            Reply::Token(token) => match results.first()? {
-                Value::Okay => Some(Value::BulkString(token.into_bytes())),
-                _ => None,
-            },
             Reply::FirstIsOne => match results.first()? {
                 Value::Int(1) => Some(Value::Int(1)),
                 Value::Int(_) => Some(Value::Int(0)),
@@ -348,7 +273,7 @@ fn refused_before_writing(e: &Error) -> bool {
     matches!(e, Error::Permission { command, .. } if command != "wait")
 }
 
-fn cmd(name: &str, args: &[&[u8]]) -> Cmd {
+pub(super) fn cmd(name: &str, args: &[&[u8]]) -> Cmd {
     let mut cmd = redis::cmd(name);
     for arg in args {
         cmd.arg(*arg);
@@ -393,23 +318,6 @@ fn parse(bytes: &[u8]) -> Option<u64> {
     std::str::from_utf8(bytes).ok()?.parse().ok()
 }
 
-/// `next_token` of `fence.lua` without a proposal: the larger of the last token plus one and
-/// the server time of `TIME`'s reply, in µs (invariant 3). A fence that is not a number counts
-/// as none, as `tonumber` makes it there.
-fn next_token(last: Option<&[u8]>, time: &Value) -> Option<u64> {
-    let Value::Array(parts) = time else {
-        return None;
-    };
-    let [Value::BulkString(secs), Value::BulkString(micros)] = &parts[..] else {
-        return None;
-    };
-    let now = parse(secs)?
-        .checked_mul(1_000_000)?
-        .checked_add(parse(micros)?)?;
-    let after = last.and_then(parse).unwrap_or(0).saturating_add(1);
-    Some(now.max(after))
-}
-
 impl Node {
     /// Whether this node sends no scripts (invariant 6).
     pub(crate) fn scripts_forbidden(&self) -> bool {
@@ -428,7 +336,7 @@ impl Node {
 
     /// After a dedicated connection failed: on a lost connection the pool's other idle ones
     /// go too, and behind Sentinel the client asks for the master again (invariant 4).
-    fn dedicated_failed(&self, pool: &TxPool, at: Option<&(String, u16)>, e: &RedisError) {
+    pub(super) fn dedicated_failed(&self, pool: &TxPool, at: Option<&(String, u16)>, e: &RedisError) {
         if e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() {
             pool.clear_idle();
         }
@@ -747,33 +655,5 @@ impl Node {
                 })
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn time(secs: &str, micros: &str) -> Value {
-        Value::Array(vec![
-            Value::BulkString(secs.as_bytes().to_vec()),
-            Value::BulkString(micros.as_bytes().to_vec()),
-        ])
-    }
-
-    #[test]
-    fn a_token_is_the_larger_of_the_fence_after_the_last_and_the_server_clock() {
-        let t = time("1700000000", "42");
-        assert_eq!(next_token(None, &t), Some(1_700_000_000_000_042));
-        assert_eq!(next_token(Some(b"5"), &t), Some(1_700_000_000_000_042));
-        assert_eq!(
-            next_token(Some(b"1700000000000042"), &t),
-            Some(1_700_000_000_000_043)
-        );
-        assert_eq!(
-            next_token(Some(b"not a number"), &t),
-            Some(1_700_000_000_000_042)
-        );
-        assert_eq!(next_token(None, &Value::Nil), None);
     }
 }
