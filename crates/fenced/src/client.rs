@@ -187,9 +187,9 @@ impl Client {
     ///
     /// Replication is asynchronous: a failover can lose the last writes of the old master,
     /// a grant among them, and two holders may then overlap until the first one's renewal
-    /// reaches the new master and fails. Fencing tokens still increase (a promoted master has
-    /// a new replication ID, so its first grant of a name takes its token from the server
-    /// clock), so a fenced resource refuses the older holder. [`ClientBuilder::replica_acks`] narrows the
+    /// reaches the new master and fails. Fencing tokens still increase (the promoted master's
+    /// fence is floored by its clock, which is past every token the old master handed out
+    /// while the two clocks agree), so a fenced resource refuses the older holder. [`ClientBuilder::replica_acks`] narrows the
     /// window: a grant counts only once replicas have it.
     ///
     /// ```
@@ -350,11 +350,9 @@ impl ClientBuilder {
         self
     }
 
-    /// How long a lock's fencing counter outlives its last grant by script or its last token
-    /// from the server clock, at least (default 24h; up to 1001 s more, since a busy name's
-    /// grants set the counter's expiry once per 1000 s window, not every time; a grant by
-    /// transaction keeps the expiry as it is). Clients that grant one name with different retentions keep
-    /// its counter for at least the shortest of them. Fencing tokens keep increasing after
+    /// How long a name's fence outlives its last grant (default 24h): every grant sets its
+    /// expiry. Clients that grant one name with different retentions keep its fence for at
+    /// least the retention of the last grant. Fencing tokens keep increasing after
     /// that too, as long as the server clock has not stepped back by more than this period;
     /// see the crate documentation.
     pub fn fence_retention(mut self, retention: Duration) -> Self {
@@ -438,26 +436,20 @@ impl ClientBuilder {
         self
     }
 
-    /// Grant the plain [`Lock`] by a `MULTI`/`EXEC` transaction that counts its fencing token
-    /// with `INCR` on the fence (default on), instead of the acquire script: a lock cycle costs
-    /// the server less (and the client more: eight replies to read instead of one). On one
-    /// server and behind Sentinel, on Redis and Valkey; a cluster, Redlock, a cache entry's
-    /// lock, and a server or ACL without `MULTI`, `EXEC`, `INFO`, `INCR`, `PTTL` or `GET` grant
-    /// by script.
+    /// Grant the plain [`Lock`] by a `MULTI`/`EXEC` transaction (default on) instead of the
+    /// acquire script: `SET NX PX` and an `XADD` to the name's fence in one round trip, no
+    /// Lua on the way in. On one server and behind Sentinel; a cluster, Redlock, a cache
+    /// entry's lock, and a server or ACL without `MULTI`, `EXEC` or `TYPE` grant by script.
     ///
     /// The guarantee is the same either way: tokens strictly increase across every grant of
-    /// a name, by any client, with this on or off. The count is trusted only while the fence
-    /// is kept and the server is the master it was counted on, in the same term: a lost fence
-    /// (a new name, one past its retention, a restart without persistence) and one that may
-    /// be older than it was (a restart from a snapshot or an append-only file, a failover to
-    /// a replica that missed the last grants) are caught in the same transaction, by the
-    /// server's replication ID, and the next token then comes from the server clock, as the
-    /// script's does. An operator who puts older data back on a running master (`DEBUG
-    /// RELOAD` of an older file, `SWAPDB`, `RESTORE` of an older dump of the fence) changes
-    /// no replication ID: only the script's rule covers that. Turn it off to grant by script
-    /// only (the script also reads an abandoned attempt's tombstone, so an attempt whose
-    /// reply was lost and that reaches the server after its abandon is refused there, instead
-    /// of holding the name until its lease ends).
+    /// a name, by any client, with this on or off. Both append to the same fence, a stream
+    /// whose next ID the server floors by its own clock, so a fence lost or put back older
+    /// (a restart from a snapshot, `DEBUG LOADAOF`, `RESTORE`, a failover to a replica that
+    /// missed the last grants) never repeats a token. Turn it off to grant by script (where
+    /// the server runs scripts): a refused grant then leaves the fence as it is, and the
+    /// script also reads an abandoned attempt's tombstone, so an attempt whose reply was lost
+    /// and that reaches the server after its abandon is refused there, instead of holding the
+    /// name until its lease ends.
     ///
     /// ```
     /// # fenced_testkit::doctest(|url| async move {
@@ -483,8 +475,8 @@ impl ClientBuilder {
     /// Without scripts, [`Lock`](crate::Lock) and [`UnfencedLock`](crate::UnfencedLock) work
     /// on one server or behind Sentinel: grants with fencing tokens, renewal, release, the
     /// lost signal, wake-ups. A grant is the transaction of
-    /// [`counted_grants`](Self::counted_grants), as with scripts (when its token comes from
-    /// the server clock, two round trips more: a `WATCH` and its reads, then `MULTI`/`EXEC`); the other steps are `WATCH`/`MULTI`/`EXEC`
+    /// [`counted_grants`](Self::counted_grants), as with scripts, whatever that setting
+    /// says; the other steps are `WATCH`/`MULTI`/`EXEC`
     /// transactions instead of scripts, a round trip more each (none for a release where the
     /// server has `DELIFEQ`), with the same keys and tokens, so clients with and without
     /// scripts share a name. These steps have dedicated connections

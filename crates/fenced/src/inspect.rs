@@ -601,19 +601,31 @@ impl Client {
         let ns = &self.core().options().namespace;
         let node = self.core().node()?;
         let mut out = Vec::with_capacity(names.len() + semaphores.len());
-        let fences = names
-            .iter()
-            .map(|name| (name, LockKeys::new(ns, name).fence, false))
-            .chain(
-                semaphores
+        let fences = batches(node, ns, names)
+            .into_iter()
+            .map(|batch| {
+                let fences = batch.iter().map(|name| LockKeys::new(ns, name).fence);
+                batch
                     .iter()
-                    .map(|name| (name, SemaphoreKeys::new(ns, name).fence, true)),
-            )
-            .collect::<Vec<_>>();
-        for chunk in fences.chunks(500) {
+                    .copied()
+                    .zip(fences)
+                    .map(|(n, f)| (n, f, false))
+                    .collect::<Vec<_>>()
+            })
+            .chain(batches(node, ns, semaphores).into_iter().map(|batch| {
+                let fences = batch.iter().map(|name| SemaphoreKeys::new(ns, name).fence);
+                batch
+                    .iter()
+                    .copied()
+                    .zip(fences)
+                    .map(|(n, f)| (n, f, true))
+                    .collect()
+            }));
+        // One pipeline a batch (on a cluster, a batch is one slot's).
+        for chunk in fences {
             let mut pipe = redis::pipe();
             pipe.ignore_errors();
-            for (_, fence, _) in chunk {
+            for (_, fence, _) in &chunk {
                 pipe.cmd("XINFO").arg("STREAM").arg(fence);
             }
             let replies: Vec<std::result::Result<Value, RedisError>> =

@@ -6,8 +6,7 @@
 //! | key | type | what it holds |
 //! |---|---|---|
 //! | `<ns>{<name>}` | string | the owner token of the current holder, with `PX` = the lease |
-//! | `<ns>{<name>}:fence` | string | the last fencing token handed out, kept for the fence retention after the last grant by script or clock token |
-//! | `<ns>{<name>}:fence:replid` | string | the server's replication ID under which the fence counts (a grant by transaction trusts its count only under it), kept for the fence retention after the last mint |
+//! | `<ns>{<name>}:fence` | stream | the fence: its last ID (`ms-seq`, entries trimmed as they are added) is the last fencing token handed out, or a refused grant's by transaction; kept for the fence retention after the last grant |
 //! | `<ns>{<name>}:released` | pub/sub channel | one message per release, payload = `<client id> <wake>` (the releasing client's id, so it can skip its own echo, and whom to wake: `1`, `N` or `all`; see `docs/protocol.md`) |
 //! | `<ns>{<name>}:void:<owner>` | string | tombstone of an abandoned acquire attempt, until the attempt can no longer arrive |
 //! | `<ns>{<name>}:epoch:<owner>` | string | the newest expiry epoch applied to that owner's lease, after an `extend`; expires with the lease |
@@ -133,7 +132,8 @@ pub(crate) fn expected_type(key: &str) -> Option<&'static str> {
     let (prefix, _) = head.rsplit_once('{')?;
     Some(match suffix {
         "" if prefix.ends_with("res:") => "hash",
-        "" | ":fence" | ":permits:fence" | ":latch" => "string",
+        "" | ":latch" => "string",
+        ":fence" | ":permits:fence" => "stream",
         ":holds" | ":permits:n" | ":readers:n" | ":queue:ends" | ":cached" => "hash",
         ":permits" | ":readers" | ":writers" => "zset",
         ":queue" => "list",
@@ -167,7 +167,7 @@ mod tests {
     fn the_type_kept_at_each_key_is_read_from_its_layout() {
         for (key, kind) in [
             ("fenced:{a}", Some("string")),
-            ("fenced:{a}:fence", Some("string")),
+            ("fenced:{a}:fence", Some("stream")),
             ("fenced:{a}:void:0123", Some("string")),
             ("fenced:{a}:permits", Some("zset")),
             ("fenced:{a}:permits:n", Some("hash")),

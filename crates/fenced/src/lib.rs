@@ -87,20 +87,19 @@
 //! ## Fencing tokens, precisely
 //!
 //! A token is strictly greater than every token handed out before for the same name on that
-//! server, including after leases expired. On one server and behind Sentinel a grant is a
-//! `MULTI`/`EXEC` transaction whose `INCR` on the name's fence counts the token; the count is
-//! used only while the fence has counted under the server's current replication ID, which
-//! Redis and Valkey draw anew at every start and every promotion. Otherwise (a new name, a
-//! fence past its retention, a restart, a failover to a replica that missed the last grants)
-//! the token is `max(last + 1, server time in µs)`, computed by a script on the server, as on
-//! a Redis Cluster, with Redlock and with
-//! [`counted_grants(false)`](ClientBuilder::counted_grants). The fence expires after
-//! [`fence_retention`](ClientBuilder::fence_retention) (24h by default, plus at most 1001 s)
-//! without a grant by script or a token from the clock, so keys do not pile up; from then on
-//! the server clock, which has moved on by at least that period, keeps tokens increasing.
-//! They stop increasing only if the server's clock steps back by more than the retention
-//! period, or if an operator puts an older copy of a fence back on a running master (see
-//! [`counted_grants`](ClientBuilder::counted_grants)). A failover can still lose a grant
+//! server, including after leases expired. Every grant, by script or by transaction, appends
+//! one ID to the name's fence, a Redis stream (`XADD fence MAXLEN 0 *`): the server answers
+//! an ID strictly above the last one, whose time part is at least the server clock in ms.
+//! The token is that ID as one number, `ms × 1000 + seq`, below 2^53 until the year 2255, so
+//! JSON and JavaScript carry it exactly. A fence lost whole or put back older (a restart from
+//! a snapshot or an append-only file, `DEBUG LOADAOF`, `RESTORE` of an older dump, a failover
+//! to a replica that missed the last grants) starts again from the server clock, which is
+//! past every token handed out before. The fence expires after
+//! [`fence_retention`](ClientBuilder::fence_retention) (24h by default) without a grant, so
+//! keys do not pile up. Tokens stop increasing only if a server's clock steps back by more
+//! than the retention period, or a failover promotes a server whose clock is behind the old
+//! master's by more than the time since the last grant. A key of another type at the fence
+//! answers [`Error::WrongType`] naming it, and no token. A failover can still lose a grant
 //! (replication is asynchronous) and let two holders overlap until the first one hears of
 //! it; their tokens still increase, and
 //! [`replica_acks`](ClientBuilder::replica_acks) narrows that window.
@@ -116,7 +115,7 @@
 //! | key | holds |
 //! |---|---|
 //! | `fenced:{name}` | owner token of the holder, `PX` = lease |
-//! | `fenced:{name}:fence` | the last fencing token handed out |
+//! | `fenced:{name}:fence` | a stream whose last ID is the fence: at least the last fencing token handed out, `PX` = retention |
 //! | `fenced:{name}:released` | pub/sub channel: one message per release |
 //! | `fenced:{name}:void:<owner>` | tombstone of an abandoned acquire attempt |
 //!

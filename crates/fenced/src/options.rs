@@ -33,7 +33,7 @@ pub(crate) struct ClientOptions {
     pub(crate) replica_acks: Option<(usize, Duration)>,
     /// Wake lock waiters by the server's keyspace events, and release without `PUBLISH`.
     pub(crate) keyspace_events: bool,
-    /// Grant the plain lock by transaction, counting tokens with `INCR`.
+    /// Grant the plain lock by transaction (`MULTI`, `SET NX PX`, `XADD` to the fence).
     pub(crate) counted_grants: bool,
     /// Count waiting tasks per name too (`fenced.lock.waiting.by_name`).
     pub(crate) metrics_by_name: bool,

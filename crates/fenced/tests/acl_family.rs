@@ -14,7 +14,7 @@ use fenced_testkit::RedisServer;
 use crate::support::raw;
 
 /// Every command fenced sends, or runs inside a script.
-const EVERY_COMMAND: [&str; 44] = [
+const EVERY_COMMAND: [&str; 47] = [
     "evalsha",
     "script|load",
     "ping",
@@ -50,6 +50,9 @@ const EVERY_COMMAND: [&str; 44] = [
     "pttl",
     "publish",
     "time",
+    "type",
+    "xadd",
+    "xinfo",
     "zadd",
     "zcount",
     "zrange",
@@ -71,14 +74,17 @@ const SPEED: [&str; 4] = ["subscribe", "unsubscribe", "pubsub|numsub", "llen"];
 const BASE: [&str; 3] = ["evalsha", "script|load", "ping"];
 
 const REENTRANT: &[&str] = &[
-    "time", "set", "get", "mget", "del", "pexpire", "pttl", "publish", "hset", "hget", "hdel",
-    "hexists", "hlen",
+    "xadd", "type", "xinfo", "time", "set", "get", "mget", "del", "pexpire", "pttl", "publish",
+    "hset", "hget", "hdel", "hexists", "hlen",
 ];
 const FAIR: &[&str] = &[
-    "time", "set", "get", "mget", "del", "pexpire", "pttl", "publish", "hset", "hget", "hdel",
-    "rpush", "lpop", "lindex", "lrem", "llen",
+    "xadd", "type", "xinfo", "time", "set", "get", "mget", "del", "pexpire", "pttl", "publish",
+    "hset", "hget", "hdel", "rpush", "lpop", "lindex", "lrem", "llen",
 ];
 const RW: &[&str] = &[
+    "xadd",
+    "type",
+    "xinfo",
     "time",
     "set",
     "get",
@@ -99,7 +105,7 @@ const RW: &[&str] = &[
     "zscore",
 ];
 const MULTI: &[&str] = &[
-    "time", "set", "get", "mget", "del", "pexpire", "pttl", "publish",
+    "xadd", "type", "xinfo", "time", "set", "get", "mget", "del", "pexpire", "pttl", "publish",
 ];
 const LATCH: &[&str] = &["set", "get", "decr", "publish"];
 const RESOURCE: &[&str] = &["set", "get", "hset", "hget", "hmget"];
@@ -107,7 +113,8 @@ const OPTIMISTIC: &[&str] = &[
     "get", "set", "decrby", "hset", "hget", "hmget", "watch", "unwatch", "multi", "exec",
 ];
 const CACHE: &[&str] = &[
-    "time", "set", "get", "mget", "del", "pexpire", "pttl", "publish", "hset", "hmget",
+    "xadd", "type", "xinfo", "time", "set", "get", "mget", "del", "pexpire", "pttl", "publish",
+    "hset", "hmget",
 ];
 
 /// The scripts each primitive may run, on any path (acquire, renew, release, hand over, give

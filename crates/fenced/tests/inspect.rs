@@ -278,12 +278,12 @@ async fn a_listing_names_keys_of_another_type_and_lists_the_rest() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_name_whose_every_grant_was_refused_shows_no_token() {
+async fn a_refused_grant_moves_the_fence_and_the_next_grant_is_above_it() {
     let server = server();
     let c = client(&server).await;
     let mut conn = crate::support::raw(&server).await;
-    // Held by a plain `SET NX PX` (another program, say): every grant is refused, and each
-    // refusal still counts on the fence.
+    // Held by a plain `SET NX PX` (another program, say): every grant is refused, and a
+    // refusal by transaction still appends to the fence.
     let _: () = redis::cmd("SET")
         .arg("fenced:{refused}")
         .arg("someone")
@@ -293,52 +293,38 @@ async fn a_name_whose_every_grant_was_refused_shows_no_token() {
         .await
         .unwrap();
     let lock = c.lock("refused");
-    // Until a refusal has counted (one that went by script while the first grants probed
-    // the server counts nothing).
+    // Until a refusal has appended (one that went by script while the first grants probed
+    // the server appends nothing).
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    loop {
+    let fence = loop {
         assert!(lock.try_acquire().await.unwrap().is_none());
-        let fence: Option<u64> = redis::cmd("GET")
-            .arg("fenced:{refused}:fence")
-            .query_async(&mut conn)
-            .await
-            .unwrap();
-        if fence.is_some_and(|n| n > 0) {
-            break;
+        if let Some(fence) = lock.status().await.unwrap().last_fencing_token {
+            break fence;
         }
         assert!(
             tokio::time::Instant::now() < deadline,
-            "no refusal counted: {fence:?}"
+            "no refusal appended to the fence"
         );
-    }
-    let status = lock.status().await.unwrap();
-    assert!(status.holder.is_some());
-    assert_eq!(status.last_fencing_token, None, "no token was handed out");
+    };
     let listed = c.list("*").await.unwrap();
     assert!(
-        listed.grants.iter().all(|g| g.name != "refused"),
+        listed
+            .grants
+            .iter()
+            .any(|g| g.name == "refused" && g.last_fencing_token >= fence),
         "{:?}",
         listed.grants
     );
-    // Once granted, the token shows.
     let _: () = redis::cmd("DEL")
         .arg("fenced:{refused}")
         .query_async(&mut conn)
         .await
         .unwrap();
     let guard = lock.try_acquire().await.unwrap().expect("free now");
+    assert!(guard.fencing_token() > fence);
     assert_eq!(
         lock.status().await.unwrap().last_fencing_token,
         Some(guard.fencing_token())
-    );
-    let listed = c.list("*").await.unwrap();
-    assert!(
-        listed
-            .grants
-            .iter()
-            .any(|g| g.name == "refused" && g.last_fencing_token == guard.fencing_token()),
-        "{:?}",
-        listed.grants
     );
     guard.release().await.unwrap();
 }

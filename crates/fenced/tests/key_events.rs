@@ -210,6 +210,7 @@ async fn a_refused_keyspace_channel_costs_only_its_own_wake_ups() {
         "pexpire",
         "pttl",
         "time",
+        "xadd",
         "publish",
         "subscribe",
         "unsubscribe",

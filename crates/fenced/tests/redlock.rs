@@ -36,6 +36,24 @@ async fn get(conn: &mut MultiplexedConnection, key: &str) -> Option<String> {
     redis::cmd("GET").arg(key).query_async(conn).await.unwrap()
 }
 
+/// The token of a fence's last ID (`XINFO STREAM`'s `last-generated-id`, `ms-seq`).
+async fn fence_token(conn: &mut MultiplexedConnection, key: &str) -> Option<u64> {
+    let info: Vec<redis::Value> = redis::cmd("XINFO")
+        .arg("STREAM")
+        .arg(key)
+        .query_async(conn)
+        .await
+        .ok()?;
+    let at = info
+        .iter()
+        .position(|v| matches!(v, redis::Value::BulkString(b) if b == b"last-generated-id"))?;
+    let redis::Value::BulkString(id) = &info[at + 1] else {
+        return None;
+    };
+    let (ms, seq) = std::str::from_utf8(id).ok()?.split_once('-')?;
+    Some(ms.parse::<u64>().ok()? * 1000 + seq.parse::<u64>().ok()?)
+}
+
 #[tokio::test]
 async fn a_lock_is_granted_by_a_majority_and_released_everywhere() {
     let s = servers(3);
@@ -116,11 +134,7 @@ async fn masters_that_agree_on_the_proposed_token_need_no_write_back() {
         assert!(ran, "a master never ran the grant's script");
         let mut fences = Vec::new();
         for server in &s {
-            let fence: u64 = get(&mut raw(server).await, FENCE)
-                .await
-                .unwrap()
-                .parse()
-                .unwrap();
+            let fence: u64 = fence_token(&mut raw(server).await, FENCE).await.unwrap();
             fences.push(fence);
         }
         c.flush().await;
@@ -154,9 +168,11 @@ async fn the_quorum_token_is_written_back_so_the_next_holder_gets_a_larger_one()
     let s = servers(3);
     let c = redlock(&urls(&s)).await;
     let ahead: u64 = 4_000_000_000_000_000;
-    let _: () = redis::cmd("SET")
+    let _: String = redis::cmd("XADD")
         .arg(FENCE)
-        .arg(ahead)
+        .arg(format!("{}-0", ahead / 1000))
+        .arg("f")
+        .arg(1)
         .query_async(&mut raw(&s[0]).await)
         .await
         .unwrap();
@@ -170,11 +186,7 @@ async fn the_quorum_token_is_written_back_so_the_next_holder_gets_a_larger_one()
         .unwrap();
     let a = c.lock("report").acquire().await.unwrap();
     assert_eq!(a.fencing_token().get(), ahead + 1);
-    let fence2: u64 = get(&mut raw(&s[2]).await, FENCE)
-        .await
-        .unwrap()
-        .parse()
-        .unwrap();
+    let fence2: u64 = fence_token(&mut raw(&s[2]).await, FENCE).await.unwrap();
     assert!(fence2 > ahead, "the token was not written back to node 2");
     a.release().await.unwrap();
     let _: () = redis::cmd("DEL")

@@ -98,15 +98,11 @@ async fn released_locks_leave_only_keys_that_expire() {
             .await
             .unwrap();
     }
-    // Per name: the fence counter and the replication ID it counts under (both expire after
-    // the retention period). No lock key, no release record, nothing without a ttl.
+    // Per name: the fence (it expires after the retention period). No lock key, no release
+    // record, nothing without a ttl.
     let keys = all_keys(&mut conn).await;
-    assert_eq!(keys.len(), 20, "{keys:?}");
-    assert!(
-        keys.iter()
-            .all(|k| k.ends_with(":fence") || k.ends_with(":fence:replid")),
-        "{keys:?}"
-    );
+    assert_eq!(keys.len(), 10, "{keys:?}");
+    assert!(keys.iter().all(|k| k.ends_with(":fence")), "{keys:?}");
     for key in keys {
         let pttl: i64 = redis::cmd("PTTL")
             .arg(&key)

@@ -69,7 +69,6 @@ impl Drop for Core {
     }
 }
 
-
 impl Core {
     /// Starts the client's background tasks (pub/sub on first use, renewal) over `backend`.
     pub(crate) fn start(

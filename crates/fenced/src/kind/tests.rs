@@ -115,7 +115,10 @@ async fn a_fence_key_that_is_no_fence_answers_wrong_type_and_the_grant_is_undone
     let wrong = |setup: redis::Cmd| {
         let (n, job) = (&n, &job);
         async move {
-            let _: Value = n.query("del", redis::cmd("DEL").arg(&job.keys.fence)).await.unwrap();
+            let _: Value = n
+                .query("del", redis::cmd("DEL").arg(&job.keys.fence))
+                .await
+                .unwrap();
             let _: Value = n.query("setup", &setup).await.unwrap();
             let me = owner();
             // KEYS[2]: the fence; and the lock was not left taken.
@@ -124,18 +127,42 @@ async fn a_fence_key_that_is_no_fence_answers_wrong_type_and_the_grant_is_undone
                 AcquireReply::WrongType { key: 2 },
                 "{setup:?}"
             );
-            let holder: Option<String> =
-                n.query("get", redis::cmd("GET").arg(&job.keys.lock)).await.unwrap();
+            let holder: Option<String> = n
+                .query("get", redis::cmd("GET").arg(&job.keys.lock))
+                .await
+                .unwrap();
             assert_eq!(holder, None);
         }
     };
     // Another type; a string that is no token; an ID whose token would pass 2^53.
-    wrong(redis::cmd("HSET").arg(&job.keys.fence).arg("last").arg("7").clone()).await;
-    wrong(redis::cmd("SET").arg(&job.keys.fence).arg("not a token").clone()).await;
-    wrong(redis::cmd("SET").arg(&job.keys.fence).arg("9223372036854775807").clone()).await;
+    wrong(
+        redis::cmd("HSET")
+            .arg(&job.keys.fence)
+            .arg("last")
+            .arg("7")
+            .clone(),
+    )
+    .await;
+    wrong(
+        redis::cmd("SET")
+            .arg(&job.keys.fence)
+            .arg("not a token")
+            .clone(),
+    )
+    .await;
+    wrong(
+        redis::cmd("SET")
+            .arg(&job.keys.fence)
+            .arg("9223372036854775807")
+            .clone(),
+    )
+    .await;
     let out_of_range = format!("{}-0", crate::token::FENCE_MAX_MS + 1);
     let mut add = redis::cmd("XADD");
-    add.arg(&job.keys.fence).arg(&out_of_range).arg("f").arg("1");
+    add.arg(&job.keys.fence)
+        .arg(&out_of_range)
+        .arg("f")
+        .arg("1");
     wrong(add).await;
 }
 
@@ -464,7 +491,13 @@ async fn a_token_is_the_fence_streams_next_id_which_the_server_clock_floors() {
             let _: String = n
                 .query(
                     "xadd",
-                    redis::cmd("XADD").arg(&key).arg("MAXLEN").arg(0).arg(id).arg("f").arg(1),
+                    redis::cmd("XADD")
+                        .arg(&key)
+                        .arg("MAXLEN")
+                        .arg(0)
+                        .arg(id)
+                        .arg("f")
+                        .arg(1),
                 )
                 .await
                 .unwrap();
@@ -502,7 +535,10 @@ async fn a_token_is_the_fence_streams_next_id_which_the_server_clock_floors() {
     assert_eq!(take().await, ahead * 1000 + 998);
     assert_eq!(take().await, ahead * 1000 + 999);
     assert_eq!(take().await, (ahead + 1) * 1000);
-    assert_eq!(last_id(&n, &job.keys.fence).await, format!("{}-0", ahead + 1));
+    assert_eq!(
+        last_id(&n, &job.keys.fence).await,
+        format!("{}-0", ahead + 1)
+    );
     assert_eq!(take().await, (ahead + 1) * 1000 + 1);
     // Back-to-back grants, each past the last; the stream keeps no entry.
     fence_at("1-0".into()).await;

@@ -37,9 +37,17 @@ local function fence_token(id)
   return ms .. string.sub('00' .. seq, -3)
 end
 
--- Appends an ID (`*` for the server's next) to a fence: the ID, or the error as a table.
+-- Appends an ID (`*` for the server's next) to a fence: the ID; or, as a table, the error of
+-- a key that is no stream (WRONGTYPE) or of an explicit ID not above the last. Any other error
+-- (a permission, out of memory) fails the script: the same call again, unprotected, on a line
+-- of its own, so that the client names the refused command from the line.
 local function fence_add(key, id)
-  return redis.pcall('XADD', key, 'MAXLEN', '0', id, 'f', '1')
+  local added = redis.pcall('XADD', key, 'MAXLEN', '0', id, 'f', '1')
+  if type(added) == 'table' and not (string.find(added.err, 'WRONGTYPE', 1, true)
+      or string.find(added.err, 'equal or smaller', 1, true)) then
+    return redis.call('XADD', key, 'MAXLEN', '0', id, 'f', '1')
+  end
+  return added
 end
 
 -- The ID just above token `token` (a decimal string) in ms: `(token div 1000 + 1)-0`.

@@ -27,7 +27,7 @@ end
 if waiting then
   return {0, 1}
 end
-if redis.call('EXISTS', KEYS[3]) == 1 then
+if redis.call('MGET', KEYS[3])[1] then
   return {0, 0}
 end
 local token = next_token(KEYS[2], ARGV[4])

@@ -397,7 +397,8 @@ impl ScriptCall {
     /// `XADD fence MAXLEN 0 * f 1`, `PEXPIRE fence retention`, `PTTL lock`, `TYPE lock`, `EXEC`
     /// (`backend/node/grant.rs`).
     pub(crate) fn grant_transaction(&self) -> Option<[Cmd; 7]> {
-        let acquire = std::ptr::eq(self.lua, &ACQUIRE) || std::ptr::eq(self.lua, &ACQUIRE_BY_SCRIPT);
+        let acquire =
+            std::ptr::eq(self.lua, &ACQUIRE) || std::ptr::eq(self.lua, &ACQUIRE_BY_SCRIPT);
         if !acquire || self.keys != 3 {
             return None;
         }

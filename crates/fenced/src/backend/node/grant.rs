@@ -76,7 +76,7 @@ impl Node {
             return Ok(None);
         };
         let operation = call.lua.operation;
-        if self.grants.unknown() && !self.transactions_allowed(operation).await? {
+        if self.grants.unknown() && !self.transactions_allowed(call).await? {
             return Ok(None);
         }
 
@@ -104,9 +104,20 @@ impl Node {
                 tracing::warn!(error = %e, "fenced: MULTI refused; granting by script from now on");
                 self.grants.learned(false);
             }
-            return match replies.get(1) {
-                // The lock was taken: its token is minted while the lease is this owner's.
-                Some(Ok(Value::Okay)) => self.mint(call, None, None).await.map(Some),
+            return match (replies.get(1), replies.get(2)) {
+                // The lock was taken, and the fence appended to right after it on the same
+                // connection, while the lease was this owner's: that ID is its token.
+                (Some(Ok(Value::Okay)), Some(Ok(Value::BulkString(id))))
+                    if matches!(FenceId::parse(id), FenceId::Token(_)) =>
+                {
+                    let FenceId::Token(token) = FenceId::parse(id) else {
+                        return Ok(None);
+                    };
+                    let token = Value::BulkString(token.to_string().into_bytes());
+                    Ok(Some((token, None)))
+                }
+                // Otherwise minted, while the lease is this owner's.
+                (Some(Ok(Value::Okay)), _) => self.mint(call, None, None).await.map(Some),
                 // Not taken, or unknown: the script decides (and sees the lock held).
                 _ => Ok(None),
             };
@@ -115,6 +126,11 @@ impl Node {
         let mut exec = None;
         for (i, reply) in replies.by_ref().take(7).enumerate() {
             match reply {
+                // Without scripts there is nothing to fall back on: the refusal names what to
+                // grant.
+                Err(e) if self.scripts_forbidden() => {
+                    return Err(Error::from_redis(operation, self.timeout, e));
+                }
                 // A key or channel outside the user's patterns: the script says so in its
                 // own words; and the transaction stays worth trying for other keys.
                 Err(e) if e.code() == Some("NOPERM") && !e.to_string().contains("run the") => {
@@ -198,6 +214,8 @@ impl Node {
             let wait = self.wait_cmd();
             let step = async {
                 let mut next = carry.map(|ms| format!("{ms}-0"));
+                // The fence is no fence this protocol counts on: the lock goes back.
+                let mut foreign = false;
                 let mut fresh = false;
                 for _ in 0..MINT_TRIES {
                     let mut pooled = pool.checkout(fresh, None).await?;
@@ -228,16 +246,23 @@ impl Node {
                         return Err(unexpected(operation, format!("{seen:?}")));
                     };
                     let mut writes = Vec::new();
-                    let mut foreign = false;
                     if held.as_deref() != Some(owner) {
                         // The lease ran out in between: not granted, and nothing to write.
+                    } else if foreign {
+                        writes.push(cmd("DEL", &[lock]));
                     } else if kind == "none" || kind == "stream" {
                         let id = next.take().unwrap_or_else(|| "*".into());
-                        writes.push(cmd("XADD", &[fence, b"MAXLEN", b"0", id.as_bytes(), b"f", b"1"]));
+                        writes.push(cmd(
+                            "XADD",
+                            &[fence, b"MAXLEN", b"0", id.as_bytes(), b"f", b"1"],
+                        ));
                     } else if let Some(ms) = legacy.as_deref().and_then(legacy_floor) {
                         writes.push(cmd("DEL", &[fence]));
                         let id = format!("{ms}-0");
-                        writes.push(cmd("XADD", &[fence, b"MAXLEN", b"0", id.as_bytes(), b"f", b"1"]));
+                        writes.push(cmd(
+                            "XADD",
+                            &[fence, b"MAXLEN", b"0", id.as_bytes(), b"f", b"1"],
+                        ));
                     } else {
                         foreign = true;
                         writes.push(cmd("DEL", &[lock]));
@@ -271,7 +296,7 @@ impl Node {
                         Some(Value::Array(results)) => results,
                         other => return Err(unexpected(operation, format!("{other:?}"))),
                     };
-                    if foreign {
+                    if foreign && held.as_deref() == Some(owner) {
                         return Err(Error::WrongType {
                             key: String::from_utf8_lossy(fence).into_owned(),
                             operation,
@@ -289,12 +314,8 @@ impl Node {
                                 return Ok((token, short));
                             }
                             FenceId::Carry(ms) => next = Some(format!("{ms}-0")),
-                            FenceId::Foreign => {
-                                return Err(Error::WrongType {
-                                    key: String::from_utf8_lossy(fence).into_owned(),
-                                    operation,
-                                });
-                            }
+                            // An ID out of range: the lock goes back, then the error.
+                            FenceId::Foreign => foreign = true,
                         },
                         // An explicit ID the fence had passed already: the server's next.
                         _ => next = None,
@@ -318,18 +339,21 @@ impl Node {
         })
     }
 
-    /// Whether the server lets this client run the grant's transaction (invariant 6): the
-    /// pool's checkout tries an empty `MULTI`/`EXEC` on a dedicated connection, never on the
-    /// shared one, where a `MULTI` refused or unknown would let the commands behind it run
-    /// one by one. One probe per node at a time: the grants that come while it runs go by
-    /// script. Only a refusal is remembered; a probe that could not run (no connection in
-    /// time, a server that is busy) sends this grant by script and the next one probes again.
-    fn transactions_allowed(&self, operation: &'static str) -> BoxFuture<'_, Result<bool>> {
-        Box::pin(self.probe_transactions(operation))
+    /// Whether the server lets this client run the grant's transaction and its mint
+    /// (invariant 6): the pool's checkout tries an empty `MULTI`/`EXEC` on a dedicated
+    /// connection, never on the shared one, where a `MULTI` refused or unknown would let the
+    /// commands behind it run one by one; then `WATCH` of `call`'s fence, which the mint
+    /// needs (the connection is closed after). One probe per node at a time: the grants that
+    /// come while it runs go by script. Only a refusal is remembered; a probe that could not
+    /// run (no connection in time, a server that is busy) sends this grant by script and the
+    /// next one probes again. Without scripts there is nothing to fall back on: a refusal is
+    /// the grant's error, naming the command to allow.
+    fn transactions_allowed<'a>(&'a self, call: &'a ScriptCall) -> BoxFuture<'a, Result<bool>> {
+        Box::pin(self.probe_transactions(call))
     }
 
     /// [`transactions_allowed`](Self::transactions_allowed), unboxed.
-    async fn probe_transactions(&self, _operation: &'static str) -> Result<bool> {
+    async fn probe_transactions(&self, call: &ScriptCall) -> Result<bool> {
         let Some(pool) = &self.pool else {
             self.grants.learned(false);
             return Ok(false);
@@ -342,16 +366,34 @@ impl Node {
             return Ok(self.grants.worth_trying());
         }
         let checkout = tokio::time::timeout(self.timeout, pool.checkout(true, None)).await;
-        match checkout {
-            Ok(Ok(_pooled)) => {
+        let mut pooled = match checkout {
+            Ok(Ok(pooled)) => pooled,
+            // `MULTI` or `EXEC` refused, or unknown (a proxy): that connection is closed
+            // already.
+            Ok(Err(e @ Error::Permission { .. })) if self.scripts_forbidden() => return Err(e),
+            Ok(Err(Error::Permission { .. })) => return Ok(self.refused()),
+            Ok(Err(Error::Redis(e))) if lacks_command(&e) => return Ok(self.refused()),
+            Ok(Err(_)) | Err(_) => return Ok(false),
+        };
+        let Some(fence) = call.key_at(2) else {
+            return Ok(false);
+        };
+        // Closed after the probe: the `WATCH` is not undone.
+        pooled.dirty();
+        let mut conn = pooled.conn();
+        let mut watch = redis::cmd("WATCH");
+        watch.arg(&fence);
+        match self
+            .bounded(call.lua.operation, watch.query_async::<()>(&mut conn))
+            .await
+        {
+            Ok(()) => {
                 self.grants.learned(true);
                 Ok(true)
             }
-            // `MULTI` or `EXEC` refused, or unknown (a proxy): that connection is closed
-            // already.
-            Ok(Err(Error::Permission { .. })) => Ok(self.refused()),
-            Ok(Err(Error::Redis(e))) if lacks_command(&e) => Ok(self.refused()),
-            Ok(Err(_)) | Err(_) => Ok(false),
+            Err(e @ Error::Permission { .. }) if self.scripts_forbidden() => Err(e),
+            Err(Error::Permission { .. }) => Ok(self.refused()),
+            Err(_) => Ok(false),
         }
     }
 

@@ -336,7 +336,12 @@ impl Node {
 
     /// After a dedicated connection failed: on a lost connection the pool's other idle ones
     /// go too, and behind Sentinel the client asks for the master again (invariant 4).
-    pub(super) fn dedicated_failed(&self, pool: &TxPool, at: Option<&(String, u16)>, e: &RedisError) {
+    pub(super) fn dedicated_failed(
+        &self,
+        pool: &TxPool,
+        at: Option<&(String, u16)>,
+        e: &RedisError,
+    ) {
         if e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() {
             pool.clear_idle();
         }
