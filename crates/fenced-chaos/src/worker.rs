@@ -650,11 +650,21 @@ async fn wrong_handover(
     let inv = now_ns();
     let fence = format!("fenced:{{chaos:{key}}}:fence");
     let minted = match raw(config.lock_urls.first()).await {
-        Some(mut conn) => redis::cmd("INCR")
+        // A token drawn from the fence as a grant draws it: its next stream ID.
+        Some(mut conn) => redis::cmd("XADD")
             .arg(&fence)
-            .query_async::<u64>(&mut conn)
+            .arg("MAXLEN")
+            .arg(0)
+            .arg("*")
+            .arg("f")
+            .arg(1)
+            .query_async::<String>(&mut conn)
             .await
-            .ok(),
+            .ok()
+            .and_then(|id| {
+                let (ms, seq) = id.split_once('-')?;
+                Some(ms.parse::<u64>().ok()? * 1000 + seq.parse::<u64>().ok()?)
+            }),
         None => None,
     };
     let Some(t) = minted else {
