@@ -132,6 +132,8 @@ pub(crate) fn expected_type(key: &str) -> Option<&'static str> {
     let (prefix, _) = head.rsplit_once('{')?;
     Some(match suffix {
         "" if prefix.ends_with("res:") => "hash",
+        // A resource's fence: the highest token it accepted, a decimal.
+        ":fence" if prefix.ends_with("res:") => "string",
         "" | ":latch" => "string",
         ":fence" | ":permits:fence" => "stream",
         ":holds" | ":permits:n" | ":readers:n" | ":queue:ends" | ":cached" => "hash",
