@@ -20,6 +20,7 @@ use tokio::task::JoinHandle;
 
 use crate::history::{Event, Rng, Section, Write, now_ns};
 use crate::nemesis::{Fault, Nemesis};
+use crate::restore::{self, Restore};
 use crate::worker::{Config, Workload};
 
 /// The settings of one run of one workload.
@@ -102,6 +103,8 @@ pub struct Lab {
     rng: Rng,
     /// Faults that made a holder linger so far (the linger point alternates).
     lingers: u64,
+    /// Restores so far (the way of restoring goes round).
+    restores: u64,
     /// The `run` workload's files.
     run_dir: tempfile::TempDir,
 }
@@ -151,6 +154,7 @@ impl Lab {
             shared: Arc::default(),
             rng: Rng::new(None),
             lingers: 0,
+            restores: 0,
             run_dir: tempfile::tempdir()?,
         };
         for w in 0..lab.plan.workers {
@@ -451,21 +455,30 @@ impl Lab {
             }
             Nemesis::RestoreRedis => {
                 let targets = self.server_targets();
+                let how = Restore::nth(self.restores);
+                self.restores += 1;
+                let mut kept = Vec::new();
                 for &i in &targets {
-                    snapshot(&self.servers[i].url()).await?;
+                    kept.push(restore::keep(&self.servers[i].url(), how).await?);
                 }
-                // Grants go on, and raise the fences past the snapshot's.
+                // Grants go on, and raise the fences past the kept ones.
                 tokio::time::sleep(ttl).await;
-                for &i in &targets {
-                    self.servers[i].kill()?;
+                if how == Restore::Restart {
+                    for &i in &targets {
+                        self.servers[i].kill()?;
+                    }
                 }
-                for &i in &targets {
-                    // Starts from the snapshot in its directory, then forgets it, so that a
-                    // later restart without persistence still loses every key.
-                    self.servers[i].restart()?;
-                    forget_snapshot(&self.servers[i].url()).await?;
+                for (&i, kept) in targets.iter().zip(kept) {
+                    let url = self.servers[i].url();
+                    if how == Restore::Restart {
+                        // Starts from the snapshot in its directory, then forgets it.
+                        self.servers[i].restart()?;
+                        restore::forget_snapshot(&url).await?;
+                    } else {
+                        restore::put_back(&url, kept, how).await?;
+                    }
                 }
-                servers_label(&targets)
+                format!("{} by {}", servers_label(&targets), how.name())
             }
             Nemesis::Partition => {
                 let Some((w, _)) = self.holder().await else {
@@ -653,41 +666,15 @@ fn servers_label(targets: &[usize]) -> String {
     format!("server {}", list.join(","))
 }
 
-async fn connection(url: &str) -> Result<redis::aio::MultiplexedConnection, LabError> {
+pub(crate) async fn connection(url: &str) -> Result<redis::aio::MultiplexedConnection, LabError> {
     let client = redis::Client::open(url)?;
     bounded(client.get_multiplexed_async_connection()).await
 }
 
-async fn bounded<T>(f: impl Future<Output = redis::RedisResult<T>>) -> Result<T, LabError> {
+pub(crate) async fn bounded<T>(
+    f: impl Future<Output = redis::RedisResult<T>>,
+) -> Result<T, LabError> {
     Ok(tokio::time::timeout(Duration::from_secs(5), f).await??)
-}
-
-/// Writes the server's data to its snapshot file (`SAVE`).
-async fn snapshot(url: &str) -> Result<(), LabError> {
-    let mut conn = connection(url).await?;
-    let _: () = bounded(redis::cmd("SAVE").query_async(&mut conn)).await?;
-    Ok(())
-}
-
-/// Removes the snapshot a restart just loaded (`CONFIG GET dir`, `dbfilename`).
-async fn forget_snapshot(url: &str) -> Result<(), LabError> {
-    let mut conn = connection(url).await?;
-    let mut path = std::path::PathBuf::new();
-    for parameter in ["dir", "dbfilename"] {
-        let pair: Vec<String> = bounded(
-            redis::cmd("CONFIG")
-                .arg("GET")
-                .arg(parameter)
-                .query_async(&mut conn),
-        )
-        .await?;
-        let value = pair.get(1).cloned().unwrap_or_default();
-        path.push(value);
-    }
-    match std::fs::remove_file(&path) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e.into()),
-        _ => Ok(()),
-    }
 }
 
 /// The simulated clock step: every lease on this server ends now.

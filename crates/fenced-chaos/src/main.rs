@@ -18,6 +18,7 @@ mod mutants;
 mod nemesis;
 mod ops;
 mod report;
+mod restore;
 mod worker;
 
 use std::process::ExitCode;

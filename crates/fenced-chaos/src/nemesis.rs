@@ -21,9 +21,11 @@ pub enum Nemesis {
     RestartRedis,
     /// The same, with the server down for 1.5 ttl before it comes back.
     RestartRedisDelayed,
-    /// Snapshot redis-server (`SAVE`), let the work go on for a ttl, then kill it and start it
-    /// again from the snapshot: every write since is lost, and each fence goes back to an
-    /// older value (a restart from a snapshot, a failover to a replica that missed writes).
+    /// Keep redis-server's state, let the work go on for a ttl, then put it back: each fence
+    /// goes back to an older value. In turn: a restart from a snapshot (`SAVE`; every write
+    /// since is lost, as in a failover to a replica that missed writes), `DEBUG LOADAOF` of an
+    /// append-only file closed a ttl ago (on the running server), and `RESTORE … REPLACE` of
+    /// every fence as it was.
     RestoreRedis,
     /// Cut the holder off from Redis (every byte dropped, connections open) for 2.5 ttl.
     Partition,

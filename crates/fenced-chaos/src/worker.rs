@@ -31,12 +31,11 @@ pub enum Workload {
     /// The lock workload with waiters woken by keyspace events, and releases that do not
     /// publish (`ClientBuilder::keyspace_events`; the server is started with the events on).
     LockEvents,
-    /// The lock workload with a quarter of the workers granted by transaction (the default:
-    /// `INCR` on the fence), a quarter by script (`ClientBuilder::counted_grants(false)`), a
-    /// quarter without scripts (`ClientBuilder::without_scripts`: grants by transaction, every
-    /// other step a `WATCH` transaction) and a quarter without scripts nor counted grants
-    /// (grants too by `WATCH` transaction): tokens must still increase across every holder
-    /// of a key.
+    /// The lock workload with its workers taking every way a lock is granted, in turn: by
+    /// transaction (the default), by script (`ClientBuilder::counted_grants(false)`), and
+    /// without scripts (`ClientBuilder::without_scripts`: the grant by transaction, release
+    /// and renewal by `WATCH` transaction where the server has no native step): tokens must
+    /// still increase across every holder of a key.
     LockMixed,
     /// The same over Redlock on three masters.
     Redlock,
@@ -242,12 +241,12 @@ async fn connect(config: &Config, commands: &Commands) -> Option<(Client, Store)
         } else {
             Client::builder(config.lock_urls.first().map_or("", String::as_str))
         };
-        // The mixed workload's workers, in turn: by transaction, by script, without scripts,
-        // without scripts nor counted grants. The others grant as a client does by default.
+        // The mixed workload's workers, in turn: by transaction, by script, without scripts.
+        // The others grant as a client does by default.
         let mixed = config.workload == Workload::LockMixed;
-        let turn = if mixed { config.id % 4 } else { 0 };
-        let mut lock = lock.counted_grants(turn == 0 || turn == 2);
-        if turn >= 2 {
+        let turn = if mixed { config.id % 3 } else { 0 };
+        let mut lock = lock.counted_grants(turn != 1);
+        if turn == 2 {
             lock = lock.without_scripts();
         }
         let lock = lock

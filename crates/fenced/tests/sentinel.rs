@@ -140,8 +140,8 @@ async fn without_wait_a_failover_can_lose_a_grant_and_with_wait_no_holder_relies
     // Without WAIT: the only replica is frozen and cut off while A is granted the lock, the
     // master dies, the replica (which never saw the grant) is promoted, and B is granted the
     // same lock while A still believes it holds it. Fencing tokens still increase: the
-    // replica holds the name's fence as it was a few grants earlier, and the promoted master's
-    // new replication ID keeps that older count from being used.
+    // replica holds the name's fence as it was a few grants earlier, and the next ID on that
+    // older stream comes from the promoted server's clock, past every token handed out.
     let mut set = sentinels(1);
     let acked = through(&set, Some(1)).await;
     for _ in 0..3 {
@@ -151,7 +151,7 @@ async fn without_wait_a_failover_can_lose_a_grant_and_with_wait_no_holder_relies
     let a = through(&set, None).await;
     set.node(1).pause().unwrap();
     set.cut_replicas(0).unwrap();
-    // Counted on past what the replica has.
+    // Granted past what the replica has.
     for _ in 0..2 {
         let g = a.lock("x").acquire().await.unwrap();
         g.release().await.unwrap();
