@@ -17,8 +17,9 @@ use crate::token::OwnerToken;
 /// A read-write lock: many readers at once, or one writer.
 ///
 /// - **Writer-preferring.** A writer that waits is registered in Redis, and new readers wait
-///   behind it, so a stream of readers cannot starve writers. A writer that gives up is
-///   forgotten after a few poll intervals.
+///   behind it, so a stream of readers cannot starve writers. A writer that gives up (its
+///   wait runs out, or its future is dropped) leaves at once and wakes the readers it held
+///   back; one whose process died is forgotten after a few poll intervals.
 /// - **Each reader has its own lease**, renewed while its guard lives: a dead reader blocks
 ///   writers for at most its ttl.
 /// - **A writer's release wakes every waiting reader at once**; a reader's release wakes
@@ -133,7 +134,7 @@ impl RwLock {
             keys: self.keys.clone(),
             waiter: waiter.clone(),
             // A waiting writer retries at least every poll_max; a few of those, and the
-            // registration of one that gave up lapses.
+            // registration of one whose process died lapses (one that gives up leaves at once).
             registration_ms: if waits {
                 ttl_millis(options.poll_max * 3 + options.timeout * 2)
             } else {
@@ -200,12 +201,19 @@ impl RwLock {
             .opts
             .request(&self.name, &self.keys.lock.channel, ttl, 1);
         let waiter = waiter_id()?;
+        // Until granted, this writer may be registered as waiting: it leaves at once if the
+        // wait ends without the lease (its deadline, an error, or its future dropped).
+        let mut registered = Registered {
+            lock: self,
+            waiter: Some(waiter.clone()),
+        };
         let span = tracing::debug_span!("fenced.acquire", fenced.name = %self.name, fenced.primitive = "rw_write", fenced.token = tracing::field::Empty);
         let held = self
             .core
             .acquire_with(&req, || self.write_attempt(&waiter, true))
             .instrument(span)
             .await?;
+        registered.waiter = None;
         Ok(WriteGuard { held })
     }
 
@@ -251,6 +259,28 @@ pub struct RwStatus {
 /// The id a waiting writer registers under: the same for every attempt of one `write()`.
 fn waiter_id() -> Result<Arc<str>> {
     Ok(OwnerToken::fresh()?.as_str()[..16].into())
+}
+
+/// A waiting writer's registration, given up (in the background) when dropped still armed.
+struct Registered<'a> {
+    lock: &'a RwLock,
+    waiter: Option<Arc<str>>,
+}
+
+impl Drop for Registered<'_> {
+    fn drop(&mut self) {
+        let Some(waiter) = self.waiter.take() else {
+            return;
+        };
+        // The writer's abandon under a fresh owner nobody holds: it only leaves the waiting
+        // writers (its tombstone for that owner expires unused).
+        if let Ok((kind, nobody)) = self.lock.write_attempt(&waiter, true) {
+            let patience = self.lock.core.timeout() * 2;
+            self.lock
+                .core
+                .abandon_in_background(Arc::new(kind), nobody, patience);
+        }
+    }
 }
 
 /// Counts a live read guard of a handle family.

@@ -149,6 +149,7 @@ const SCRIPTS: &[(&str, &[&str])] = &[
             include_str!("../src/scripts/rw_read_acquire.lua"),
             include_str!("../src/scripts/rw_write_acquire.lua"),
             include_str!("../src/scripts/rw_status.lua"),
+            include_str!("../src/scripts/rw_write_leave.lua"),
             include_str!("../src/scripts/semaphore_extend.lua"),
             include_str!("../src/scripts/semaphore_release.lua"),
             include_str!("../src/scripts/semaphore_abandon.lua"),

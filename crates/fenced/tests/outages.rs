@@ -231,3 +231,57 @@ async fn busy_and_readonly_servers_are_unavailable_by_their_error_codes() {
         other => panic!("a replica granted a lock: {other:?}"),
     }
 }
+
+/// Time left over a deadline for one round trip and the scheduler of a loaded 2-core machine.
+const ROUND_TRIP: Duration = Duration::from_millis(250);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_redis_paused_waits_and_tries_end_by_their_deadline_and_name_it() {
+    let mut server = server();
+    for warm in [false, true] {
+        let c = Client::builder(&server.url())
+            .timeout(TIMEOUT)
+            .connect()
+            .await
+            .unwrap();
+        if warm {
+            // The grants' way is learned already: only the grant itself meets the pause.
+            let g = c.lock("warm").acquire().await.unwrap();
+            g.release().await.unwrap();
+        }
+        server.pause().unwrap();
+        for wait in [
+            Duration::from_millis(200),
+            TIMEOUT,
+            Duration::from_millis(1200),
+        ] {
+            let started = Instant::now();
+            let r = c
+                .lock("w")
+                .with_wait(WaitPolicy::up_to(wait))
+                .acquire()
+                .await;
+            let took = started.elapsed();
+            assert!(
+                took < wait + ROUND_TRIP,
+                "warm {warm}: a wait of {wait:?} took {took:?}: {r:?}"
+            );
+            assert!(
+                matches!(&r, Err(Error::Timeout { after, .. }) if *after == wait),
+                "warm {warm}: a wait of {wait:?} must say so: {r:?}"
+            );
+        }
+        let started = Instant::now();
+        let r = c.lock("t").try_acquire().await;
+        let took = started.elapsed();
+        assert!(
+            took < TIMEOUT + ROUND_TRIP,
+            "warm {warm}: a try took {took:?}: {r:?}"
+        );
+        assert!(
+            matches!(&r, Err(Error::Timeout { after, .. }) if *after == TIMEOUT),
+            "warm {warm}: {r:?}"
+        );
+        server.resume().unwrap();
+    }
+}

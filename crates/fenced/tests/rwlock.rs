@@ -184,3 +184,84 @@ async fn a_refused_try_write_does_not_hold_readers_back() {
     );
     r.release().await.unwrap();
 }
+
+/// Waits until `rw`'s status shows `writers` waiting writers, within 5 s.
+async fn waiting_writers(rw: &fenced::RwLock, writers: u64) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while rw.status().await.unwrap().waiting_writers != writers {
+        assert!(Instant::now() < deadline, "never {writers} waiting writers");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// How long until a new reader of another client gets in.
+async fn until_a_reader_enters(rw: &fenced::RwLock) -> Duration {
+    let t0 = Instant::now();
+    loop {
+        if let Some(r) = rw.try_read().await.unwrap() {
+            r.release().await.unwrap();
+            return t0.elapsed();
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(5),
+            "readers still held back"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writer_that_gives_up_stops_holding_readers_back_at_once() {
+    let server = server();
+    let holder = client(&server).await.rw_lock("shelf");
+    let writers = client(&server).await;
+    let readers = client(&server).await.rw_lock("shelf");
+    let r = holder.read().await.unwrap();
+
+    // Its wait runs out: it is gone by the time the error is seen.
+    let give_up = writers
+        .rw_lock("shelf")
+        .with_wait(WaitPolicy::up_to(Duration::from_millis(200)));
+    let waiting_reader = tokio::spawn({
+        let readers = readers.clone();
+        async move {
+            // Queued behind the writer once it registers; woken when it leaves.
+            waiting_writers(&readers, 1).await;
+            let t0 = Instant::now();
+            let g = readers.read().await.unwrap();
+            g.release().await.unwrap();
+            t0.elapsed()
+        }
+    });
+    let r2 = give_up.write().await;
+    assert!(matches!(r2, Err(Error::NotAcquired { .. })), "{r2:?}");
+    let waited = until_a_reader_enters(&readers).await;
+    assert!(
+        waited < Duration::from_secs(1),
+        "a new reader got in {waited:?} after the writer gave up"
+    );
+    let reader_waited = tokio::time::timeout(Duration::from_secs(5), waiting_reader)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        reader_waited < Duration::from_secs(2),
+        "a waiting reader got in {reader_waited:?} after it queued"
+    );
+    assert_eq!(readers.status().await.unwrap().waiting_writers, 0);
+
+    // Its future is dropped while it waits.
+    let dropped = tokio::spawn({
+        let rw = writers.rw_lock("shelf");
+        async move { rw.write().await.map(|_| ()) }
+    });
+    waiting_writers(&readers, 1).await;
+    dropped.abort();
+    let _ = dropped.await;
+    let waited = until_a_reader_enters(&readers).await;
+    assert!(
+        waited < Duration::from_secs(1),
+        "a new reader got in {waited:?} after the writer's future was dropped"
+    );
+    r.release().await.unwrap();
+}

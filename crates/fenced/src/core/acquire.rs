@@ -16,6 +16,10 @@
 //!    they end it only at the deadline or the attempt limit. Permanent ones end it at once.
 //! 5. Newcomers queue behind this process's waiters instead of barging in; only the queue's
 //!    heads (1 for exclusive leases, up to the permits for shared ones) send commands.
+//! 6. A wait keeps its word: an attempt still on its way a round trip's grace past the
+//!    deadline is cut there (a subscription at the deadline), and a wait that ends on a
+//!    timeout names its own deadline. A try (one
+//!    attempt, no wait) is cut at the call timeout, however many round trips it needed.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -397,7 +401,17 @@ impl Core {
             fenced.primitive = kind.primitive().as_str(),
             fenced.token = tracing::field::Empty,
         );
-        Ok(self.try_once(req, kind, owner).instrument(span).await?.ok())
+        // Cut at the call timeout (invariant 6): a first grant that learns the server's ways
+        // first is still one call.
+        let timeout = self.options.timeout;
+        match tokio::time::timeout(timeout, self.try_once(req, kind, owner).instrument(span)).await
+        {
+            Ok(attempt) => Ok(attempt?.ok()),
+            Err(_) => Err(Error::Timeout {
+                operation: "acquire",
+                after: timeout,
+            }),
+        }
     }
 
     pub(crate) async fn try_once<K: LeaseKind>(
@@ -490,6 +504,15 @@ pub(crate) struct WaitSpec<'a> {
     pub(crate) timeout: Duration,
 }
 
+impl WaitSpec<'_> {
+    /// How long past its deadline a wait lets an attempt already on its way answer: a round
+    /// trip of a server that answers (an attempt sent just before the deadline gets its
+    /// "busy" or its grant), never a whole call timeout of one that does not.
+    fn grace(&self) -> Duration {
+        (self.timeout / 4).min(Duration::from_millis(100))
+    }
+}
+
 /// Posts a head's offer of a handover, and gives where the lease arrives (`None`: no offer).
 /// `true`: the head renews its offer (it goes first); `false`: a waiter joining the queue.
 pub(crate) type OfferFn<'a, H> = dyn Fn(bool) -> Option<oneshot::Receiver<H>> + Send + Sync + 'a;
@@ -507,6 +530,10 @@ struct Budget<'a> {
     /// attempt (queued, subscribing) ends with that cause, not "not acquired". Later attempts
     /// end the wait with their own error or with "not acquired" themselves.
     failed: Option<Error>,
+    /// The error of the last attempt that answered, if it failed: an attempt cut at the
+    /// deadline ends the wait with that cause (a replica shortfall, no quorum), which says
+    /// more than that time ran out.
+    recent: Option<Error>,
 }
 
 impl<'a> Budget<'a> {
@@ -530,6 +557,7 @@ impl<'a> Budget<'a> {
             deadline,
             attempts: 0,
             failed: None,
+            recent: None,
         })
     }
 
@@ -554,7 +582,9 @@ impl<'a> Budget<'a> {
     /// The wait's end before an attempt of its own answered: the first attempt's failure, or
     /// "not acquired".
     fn end(&self) -> Error {
-        self.failed.clone().unwrap_or_else(|| self.give_up())
+        self.failed
+            .clone()
+            .map_or_else(|| self.give_up(), |e| self.named(e))
     }
 
     /// A failed attempt: retried within the budget when transient, the wait's end otherwise.
@@ -563,7 +593,56 @@ impl<'a> Budget<'a> {
             tracing::debug!(error = %e, "fenced: acquire attempt failed; retrying within the wait");
             Ok(())
         } else {
-            Err(e)
+            Err(self.named(e))
+        }
+    }
+
+    /// One attempt, cut one round trip's grace past the wait's deadline (invariant 6): one
+    /// still on its way then is dropped, and so abandoned in the background (invariant 3).
+    async fn run<G>(
+        &mut self,
+        attempt: impl Future<Output = Result<Attempt<G>>>,
+    ) -> Result<Attempt<G>> {
+        self.attempts = self.attempts.saturating_add(1);
+        let answer = match self.deadline {
+            Some(deadline) => {
+                match tokio::time::timeout_at(deadline + self.spec.grace(), attempt).await {
+                    Ok(answer) => answer,
+                    Err(_) => {
+                        return Err(self
+                            .recent
+                            .clone()
+                            .map_or_else(|| self.overdue("acquire"), |e| self.named(e)));
+                    }
+                }
+            }
+            None => attempt.await,
+        };
+        self.recent = answer.as_ref().err().cloned();
+        answer
+    }
+
+    /// `bound` (a subscription's), cut to the time left before the deadline.
+    fn within(&self, bound: Duration) -> Duration {
+        self.deadline.map_or(bound, |d| {
+            bound.min(d.saturating_duration_since(Instant::now()))
+        })
+    }
+
+    /// A wait whose deadline came while Redis had not answered: a timeout, of the wait.
+    fn overdue(&self, operation: &'static str) -> Error {
+        Error::Timeout {
+            operation,
+            after: self.spec.policy.deadline().unwrap_or_default(),
+        }
+    }
+
+    /// A timeout that ends a wait with a deadline is the wait's: it names the deadline, not
+    /// the one call's timeout that was running into it.
+    fn named(&self, e: Error) -> Error {
+        match e {
+            Error::Timeout { operation, .. } if self.deadline.is_some() => self.overdue(operation),
+            e => e,
         }
     }
 }
@@ -599,8 +678,7 @@ where
 
     // Fast path: nobody in this process is queued, so try straight away.
     if !waiters.has_waiters(spec.channel) {
-        budget.attempts = budget.attempts.saturating_add(1);
-        match attempt().await {
+        match budget.run(attempt()).await {
             Ok(Ok(granted)) => return Ok(granted),
             Ok(Err(_)) => {
                 if budget.spent() {
@@ -628,11 +706,15 @@ where
         // waiter's first attempt reaches it, and while it offers a handover, the script counts
         // this client among the channel's subscribers (`handover.rs`, invariant 3).
         let subscribed = if spec.also.is_empty() {
-            waiters.subscribe(spec.channel, spec.timeout).await
+            waiters
+                .subscribe(spec.channel, budget.within(spec.timeout))
+                .await
         } else {
             let mut all = true;
             for channel in spec.also {
-                all &= waiters.subscribe(channel, spec.timeout).await;
+                all &= waiters
+                    .subscribe(channel, budget.within(spec.timeout))
+                    .await;
             }
             all
         };
@@ -686,8 +768,7 @@ where
             let pause = if skip {
                 backoff.next_wait()
             } else {
-                budget.attempts = budget.attempts.saturating_add(1);
-                match attempt().await {
+                match budget.run(attempt()).await {
                     Ok(Ok(granted)) => {
                         tracing::debug!(attempts = budget.attempts, waited = ?budget.started.elapsed(), "fenced: acquired after waiting");
                         return Ok(granted);
@@ -875,6 +956,45 @@ mod tests {
         .err();
         assert!(
             matches!(err, Some(Error::NotAcquired { attempts: 3, .. })),
+            "{err:?}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_attempt_that_never_answers_is_cut_at_the_deadline_which_the_error_names() {
+        let waiters = LocalWaiters::detached("me");
+        let wait = Duration::from_millis(1200);
+        let started = Instant::now();
+        // Redis gone silent: no attempt ever answers.
+        let err = wait_for::<u32, _, _>(
+            &waiters,
+            &spec(WaitPolicy::up_to(wait), Duration::from_millis(20)),
+            std::future::pending,
+        )
+        .await
+        .err();
+        // Cut at the deadline and a round trip's grace (a quarter of the 20 ms timeout), to
+        // the timer's resolution.
+        let took = started.elapsed();
+        assert!(
+            took >= wait && took <= wait + Duration::from_millis(20),
+            "{took:?}"
+        );
+        assert!(
+            matches!(err, Some(Error::Timeout { after, .. }) if after == wait),
+            "{err:?}"
+        );
+        // Timeouts of their own until the deadline: the wait's error names the deadline.
+        let script = Script::new((0..100).map(|_| Err(timeout_error())).collect());
+        let err = wait_for(
+            &waiters,
+            &spec(WaitPolicy::up_to(wait), Duration::from_millis(20)),
+            || script.attempt(),
+        )
+        .await
+        .err();
+        assert!(
+            matches!(err, Some(Error::Timeout { after, .. }) if after == wait),
             "{err:?}"
         );
     }

@@ -10,8 +10,8 @@ use crate::kind::Wake;
 use crate::kind::exclusive::Exclusive;
 use crate::kind::{LeaseKind, Primitive};
 use crate::scripts::{
-    RW_READ_ACQUIRE, RW_WRITE_ACQUIRE, SEMAPHORE_ABANDON, SEMAPHORE_EXTEND, SEMAPHORE_RELEASE,
-    ScriptCall,
+    RW_READ_ACQUIRE, RW_WRITE_ABANDON, RW_WRITE_ACQUIRE, SEMAPHORE_ABANDON, SEMAPHORE_EXTEND,
+    SEMAPHORE_RELEASE, ScriptCall,
 };
 use crate::token::OwnerToken;
 
@@ -164,6 +164,18 @@ impl LeaseKind for WriteLease {
     }
 
     fn abandon(&self, owner: &OwnerToken, message: &str, patience_ms: u64) -> ScriptCall {
-        self.exclusive.abandon(owner, message, patience_ms)
+        // Abandoned when the wait is over, or while it goes on (an attempt of unknown outcome,
+        // retried at once, which registers again): either way readers need not wait behind
+        // this writer meanwhile.
+        let keys = &self.keys.lock;
+        ScriptCall::new(&RW_WRITE_ABANDON)
+            .key(&keys.lock)
+            .key(keys.tombstone(owner))
+            .key(&self.keys.waiting_writers)
+            .arg(owner.as_str())
+            .arg(&keys.channel)
+            .arg(message)
+            .arg(patience_ms.max(1))
+            .arg(&*self.waiter)
     }
 }

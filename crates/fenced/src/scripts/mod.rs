@@ -198,6 +198,9 @@ lua!(/// Take a read lease of a read-write lock (writer-preferring).
     RW_READ_ACQUIRE, "acquire", "fence.lua", "rw_read_acquire.lua");
 lua!(/// Take the write lease of a read-write lock, or register as a waiting writer.
     RW_WRITE_ACQUIRE, "acquire", "fence.lua", "rw_write_acquire.lua");
+lua!(/// Void a read-write lock writer's attempt of unknown outcome, and leave the waiting
+    /// writers.
+    RW_WRITE_ABANDON, "abandon", announces, "rw_write_leave.lua", "abandon.lua");
 lua!(/// Count a read-write lock's live readers and waiting writers.
     RW_STATUS, "rw status", "rw_status.lua");
 lua!(/// Take a fair lock at the head of its FIFO queue, or queue.
@@ -548,6 +551,7 @@ mod tests {
             &MULTI_ABANDON,
             &FAIR_RELEASE,
             &FAIR_ABANDON,
+            &RW_WRITE_ABANDON,
             &FAIR_HAND_OVER,
             &ELECTION_CAMPAIGN,
             &ELECTION_RESIGN,
