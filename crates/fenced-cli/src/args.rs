@@ -133,7 +133,7 @@ pub enum Command {
     /// NAME, the count of the latch NAME, the permits held of the semaphore NAME and the
     /// leader and candidates of the election NAME.
     #[command(
-        after_help = "Examples:\n  fenced status deploy:web\n  fenced --json status deploy:web | jq .last_fencing_token"
+        after_help = "Examples:\n  fenced status deploy:web\n  fenced --json status deploy:web | jq .fence"
     )]
     Status {
         /// The lock's name.
@@ -380,8 +380,9 @@ pub struct ElectArgs {
     /// Campaign at most this long (default: until elected); exit 75 if not elected by then.
     #[arg(long, value_parser = duration, value_name = "DUR")]
     pub wait: Option<Duration>,
-    /// Stay a candidate: after a lost leadership, or once CMD ends, campaign again and run
-    /// CMD again when elected; until interrupted.
+    /// Stay a candidate: after a lost leadership, or once CMD ends, say how it ended and
+    /// campaign again (after a pause from 100 ms, doubled while leaderships last under 10 s,
+    /// up to 10 s), and run CMD again when elected; until interrupted.
     #[arg(long)]
     pub again: bool,
     /// After the leadership is lost: time between SIGTERM and SIGKILL to CMD (at most 1 day).

@@ -1015,7 +1015,7 @@ async fn status_list_and_release_show_and_break_locks() {
     .await;
     let json: serde_json::Value = serde_json::from_str(&status.stdout).unwrap();
     assert_eq!(json["held"], true);
-    assert_eq!(json["last_fencing_token"], guard.fencing_token().get());
+    assert_eq!(json["fence"], guard.fencing_token().get());
     let list = finish(
         fenced(&s.url(), &["list", "deploy:*"]),
         Duration::from_secs(10),
@@ -2306,6 +2306,35 @@ async fn a_lost_leadership_stops_the_command_and_exits_76_and_again_campaigns_an
         None,
         "it stepped down"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn again_backs_off_while_the_command_fails_at_once_and_says_how_each_leadership_ended() {
+    let s = server();
+    let mut standby = fenced(&s.url(), &["elect", "flaky", "--again", "--", "false"])
+        .spawn()
+        .unwrap();
+    let stderr = standby.stderr.take().unwrap();
+    let mut lines = tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(stderr));
+    let mut ends = Vec::new();
+    while ends.len() < 4 {
+        let line = tokio::time::timeout(Duration::from_secs(10), lines.next_line())
+            .await
+            .expect("no line within 10 s")
+            .unwrap()
+            .expect("fenced ended");
+        assert!(
+            line.contains("false exited with code 1 after") && line.contains("campaigning again"),
+            "{line}"
+        );
+        ends.push(Instant::now());
+    }
+    // Pauses of 100, 200 and 400 ms between the four: not a campaign every 100 ms.
+    let spread = ends[3] - ends[0];
+    assert!(spread >= Duration::from_millis(700), "{spread:?}");
+    signal(&standby, Signal::SIGTERM);
+    let status = wait_exit(&mut standby, Duration::from_secs(10)).await;
+    assert_eq!(status.code(), Some(128 + 15));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -37,11 +37,11 @@ pub struct LockStatus {
     pub name: String,
     /// Who holds it, or `None` when it is free.
     pub holder: Option<Holder>,
-    /// The fence: the token of the last ID its stream gave out, if it still exists. That is
-    /// at least the last fencing token handed out for this name: a grant refused by
-    /// transaction appends an ID too, so the fence may be past the holder's own token; the
-    /// next token is above it either way.
-    pub last_fencing_token: Option<FencingToken>,
+    /// The fence, if it still exists: the token of the last ID its stream gave out. Every
+    /// fencing token handed out for this name is at or below it, and the next is above it.
+    /// It is not the holder's own token: a grant refused by transaction appends an ID too, so
+    /// the fence moves past the holder's token while others wait.
+    pub fence: Option<FencingToken>,
     /// How many clients (processes, usually) are subscribed to this lock's releases, that is,
     /// have a waiter for it.
     pub waiting_clients: u64,
@@ -82,7 +82,7 @@ fn status(name: String, seen: Inspection) -> LockStatus {
     LockStatus {
         name,
         holder,
-        last_fencing_token: seen.last_token,
+        fence: seen.last_token,
         waiting_clients: seen.subscribers,
         holds: seen.holds,
         queued: 0,
@@ -113,7 +113,7 @@ impl crate::ReentrantLock {
 }
 
 impl crate::FairLock {
-    /// Who holds this lock, for how much longer, the last fencing token handed out, and how
+    /// Who holds this lock, for how much longer, its fence ([`LockStatus::fence`]), and how
     /// many wait in its queue ([`LockStatus::queued`]), read in two round trips.
     ///
     /// # Errors
@@ -251,7 +251,8 @@ async fn inspect(
 }
 
 impl Lock {
-    /// Who holds this lock, for how much longer, and the last fencing token handed out.
+    /// Who holds this lock, for how much longer, and its fence: every token handed out is at
+    /// or below it ([`LockStatus::fence`]).
     ///
     /// # Errors
     ///
@@ -349,7 +350,7 @@ pub struct Listing {
     /// Elections with a leader or candidates.
     pub elections: Vec<ElectionListing>,
     /// Every name that handed out a fencing token within the fence retention, held now or
-    /// not, with its last token: reading it twice shows which names were granted in between.
+    /// not, with its fence: reading it twice shows which names moved in between.
     pub grants: Vec<GrantStatus>,
     /// Keys found that hold another type of data than `fenced` keeps there (another program
     /// wrote them): named here, and left out of the lists above, while the rest is listed.
@@ -594,7 +595,7 @@ impl Client {
 }
 
 impl Client {
-    /// The last fencing token of each of `names` whose fence still exists (a lock,
+    /// The fence of each of `names` that still exists (a lock,
     /// reentrant, read-write, fair or multi grant within the fence retention), then of each
     /// semaphore of `semaphores` (its permits count their own tokens).
     async fn grants(&self, names: &[String], semaphores: &[String]) -> Result<Vec<GrantStatus>> {
@@ -632,10 +633,10 @@ impl Client {
                 node.query_pipe("grants", &pipe).await?;
             for ((name, _, semaphore), reply) in chunk.iter().zip(&replies) {
                 // Gone since the scan (its retention ended), or not a fence: not listed.
-                if let Some(last_fencing_token) = fence_token(reply) {
+                if let Some(fence) = fence_token(reply) {
                     out.push(GrantStatus {
                         name: (*name).clone(),
-                        last_fencing_token,
+                        fence,
                         semaphore: *semaphore,
                     });
                 }
@@ -673,15 +674,15 @@ fn fence_token(reply: &std::result::Result<Value, RedisError>) -> Option<Fencing
     }
 }
 
-/// A name's last grant, as [`Client::list`] finds it.
+/// A name's fence, as [`Client::list`] finds it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct GrantStatus {
     /// The name.
     pub name: String,
-    /// The fence: at least the fencing token of its last grant (a refused grant by
-    /// transaction appends to it too).
-    pub last_fencing_token: FencingToken,
+    /// The fence: every fencing token handed out for the name is at or below it, the next is
+    /// above it (a refused grant by transaction moves it too).
+    pub fence: FencingToken,
     /// Whether these are a semaphore's permits, whose tokens count apart from a lock of the
     /// same name's.
     pub semaphore: bool,
@@ -732,9 +733,9 @@ struct Found {
     fair_queues: Vec<String>,
     /// `<ns>{name}:latch`.
     latches: Vec<String>,
-    /// `<ns>{name}:fence`: a name's last token.
+    /// `<ns>{name}:fence`: a name's fence.
     fences: Vec<String>,
-    /// `<ns>{name}:permits:fence`: a semaphore's last token.
+    /// `<ns>{name}:permits:fence`: a semaphore's fence.
     permit_fences: Vec<String>,
     /// `<ns>election:{name}`, `:queue` or `:leader`: an election's.
     elections: Vec<String>,

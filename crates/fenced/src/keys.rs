@@ -14,7 +14,7 @@
 //! | `<ns>{<name>}:holds` | hash | a reentrant lock's holds: `token`, and `h:<id>` per hold |
 //! | `<ns>{<name>}:permits` | zset | a semaphore's holders, scored by the end of their lease (server ms) |
 //! | `<ns>{<name>}:permits:n` | hash | permits held, per holder |
-//! | `<ns>{<name>}:permits:fence` | string | a semaphore's last fencing token, as `:fence` is a lock's |
+//! | `<ns>{<name>}:permits:fence` | stream | a semaphore's fence, as `:fence` is a lock's |
 //! | `<ns>{<name>}:permits:void:<owner>`, `:permits:epoch:<owner>` | string | a semaphore holder's tombstone and expiry epoch, as for a lock |
 //! | `<ns>{<name>}:readers:void:<owner>`, `:readers:epoch:<owner>` | string | a reader's tombstone and expiry epoch, as for a lock |
 //! | `<ns>{<name>}:void:<owner>:<hold>` | string | a re-entrant hold's tombstone |

@@ -14,13 +14,13 @@ async fn status_shows_the_holder_its_ttl_and_the_last_token() {
     let lock = c.lock("deploy").with_ttl(Duration::from_secs(20));
     let free = lock.status().await.unwrap();
     assert!(free.holder.is_none());
-    assert_eq!(free.last_fencing_token, None);
+    assert_eq!(free.fence, None);
     let guard = lock.acquire().await.unwrap();
     let held = lock.status().await.unwrap();
     let holder = held.holder.expect("held");
     assert_eq!(holder.owner_prefix.len(), fenced::limits::OWNER_PREFIX_LEN);
     assert!(holder.ttl_left.is_some_and(|t| t > Duration::from_secs(10)));
-    assert_eq!(held.last_fencing_token, Some(guard.fencing_token()));
+    assert_eq!(held.fence, Some(guard.fencing_token()));
     guard.release().await.unwrap();
     assert!(lock.status().await.unwrap().holder.is_none());
 }
@@ -38,7 +38,7 @@ async fn every_lock_reports_its_status_and_every_guard_what_is_left_of_its_lease
     let status = reentrant.status().await.unwrap();
     assert!(status.holder.is_some());
     assert_eq!((status.holds, status.queued), (2, 0));
-    assert_eq!(status.last_fencing_token, Some(outer.fencing_token()));
+    assert_eq!(status.fence, Some(outer.fencing_token()));
     // A fair lock with one candidate queued behind its holder.
     let fair = c.fair_lock("f").with_ttl(ttl);
     let held = fair.acquire().await.unwrap();
@@ -55,7 +55,7 @@ async fn every_lock_reports_its_status_and_every_guard_what_is_left_of_its_lease
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     assert_eq!(
-        fair.status().await.unwrap().last_fencing_token,
+        fair.status().await.unwrap().fence,
         Some(held.fencing_token())
     );
     // A multi-lock: one status per name, in the order of its names.
@@ -186,7 +186,7 @@ async fn locks_lists_more_locks_than_one_inspection_batch() {
     assert!(
         listed
             .iter()
-            .all(|s| s.holder.is_some() && s.last_fencing_token.is_some())
+            .all(|s| s.holder.is_some() && s.fence.is_some())
     );
     assert_eq!(listed[0].name, "many:000");
     assert_eq!(listed[299].name, "many:299");
@@ -230,7 +230,7 @@ async fn list_finds_every_kind_in_one_scan_pass() {
         granted,
         [("l-lock", false), ("l-rw", false), ("l-sem", true)]
     );
-    assert_eq!(all.grants[2].last_fencing_token, permit.fencing_token());
+    assert_eq!(all.grants[2].fence, permit.fencing_token());
     lock.release().await.unwrap();
     permit.release().await.unwrap();
     reader.release().await.unwrap();
@@ -298,7 +298,7 @@ async fn a_refused_grant_moves_the_fence_and_the_next_grant_is_above_it() {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     let fence = loop {
         assert!(lock.try_acquire().await.unwrap().is_none());
-        if let Some(fence) = lock.status().await.unwrap().last_fencing_token {
+        if let Some(fence) = lock.status().await.unwrap().fence {
             break fence;
         }
         assert!(
@@ -311,7 +311,7 @@ async fn a_refused_grant_moves_the_fence_and_the_next_grant_is_above_it() {
         listed
             .grants
             .iter()
-            .any(|g| g.name == "refused" && g.last_fencing_token >= fence),
+            .any(|g| g.name == "refused" && g.fence >= fence),
         "{:?}",
         listed.grants
     );
@@ -323,7 +323,7 @@ async fn a_refused_grant_moves_the_fence_and_the_next_grant_is_above_it() {
     let guard = lock.try_acquire().await.unwrap().expect("free now");
     assert!(guard.fencing_token() > fence);
     assert_eq!(
-        lock.status().await.unwrap().last_fencing_token,
+        lock.status().await.unwrap().fence,
         Some(guard.fencing_token())
     );
     guard.release().await.unwrap();

@@ -1,6 +1,8 @@
 //! `fenced elect NAME -- CMD`: campaign, then run CMD while leader (the supervision of
 //! `fenced run`); and `fenced leader NAME [--watch]`: who leads.
 
+use std::time::Duration;
+
 use fenced::{Leader, WaitPolicy};
 use futures_util::StreamExt;
 use serde_json::json;
@@ -12,8 +14,21 @@ use crate::cmd::run::{Signals, Under, run_held};
 use crate::cmd::{address, check_name, check_url, connect};
 use crate::exit::{self, Failure, show};
 
-/// How long `--again` waits between a leadership and the next campaign.
-const AGAIN_PAUSE: std::time::Duration = std::time::Duration::from_millis(100);
+/// How long `--again` waits between a leadership and the next campaign, at first; it doubles
+/// each time a leadership ends sooner than [`AGAIN_MAX`], up to that.
+const AGAIN_PAUSE: Duration = Duration::from_millis(100);
+
+/// The longest pause of `--again`; a leadership that lasted longer starts again from
+/// [`AGAIN_PAUSE`].
+const AGAIN_MAX: Duration = Duration::from_secs(10);
+
+/// The pause before the next campaign after a leadership of `led`, following `previous`.
+fn next_pause(previous: Option<Duration>, led: Duration) -> Duration {
+    match previous {
+        Some(p) if led < AGAIN_MAX => (p * 2).min(AGAIN_MAX),
+        _ => AGAIN_PAUSE,
+    }
+}
 
 /// `fenced elect`: exits with CMD's code, 76 if the leadership was lost (without --again),
 /// 75 if not elected within --wait, 128+N on signal N.
@@ -38,6 +53,7 @@ pub async fn elect(global: &Global, args: &ElectArgs) -> Result<u8, Failure> {
         .election(&args.name)
         .with_ttl(args.ttl)
         .with_wait(args.wait.map_or(WaitPolicy::FOREVER, WaitPolicy::up_to));
+    let mut pause = None;
     loop {
         let asked = Instant::now();
         let campaign = tokio::select! {
@@ -83,6 +99,7 @@ pub async fn elect(global: &Global, args: &ElectArgs) -> Result<u8, Failure> {
             ],
             announced: true,
         };
+        let elected = Instant::now();
         let outcome = run_held(
             global,
             &client,
@@ -97,18 +114,32 @@ pub async fn elect(global: &Global, args: &ElectArgs) -> Result<u8, Failure> {
         if !args.again || signals.received.is_some() || (outcome.is_err() && !lost) {
             return outcome;
         }
-        if global.verbose {
-            let why = if lost {
-                "the leadership was lost"
-            } else {
-                "the command ended"
-            };
-            warn!("fenced: {why}; campaigning again in {:?}", args.name);
+        // A command that ends at once must not make a standby hammer Redis: a pause before
+        // each new campaign, doubled while leaderships stay short (the next candidate, if any,
+        // leads meanwhile). How the leadership ended is said every time.
+        let led = elected.elapsed();
+        let wait = next_pause(pause, led);
+        pause = Some(wait);
+        let how = match &outcome {
+            _ if lost => "the leadership was lost".to_owned(),
+            Ok(code) => format!("{} exited with code {code}", program.to_string_lossy()),
+            Err(f) => f.message.clone(),
+        };
+        if global.json {
+            warn!(
+                "{}",
+                json!({"event": "ended", "name": args.name, "term": term.get(), "lost": lost, "code": outcome.as_ref().ok(), "led_ms": millis(led), "again_in_ms": millis(wait)})
+            );
+        } else {
+            warn!(
+                "fenced: {how} after {} as leader of {:?} (term {term}); campaigning again in {}",
+                show(led),
+                args.name,
+                show(wait)
+            );
         }
-        // A command that ends at once must not make a standby hammer Redis: a short pause
-        // before each new campaign (the next candidate, if any, leads meanwhile).
         tokio::select! {
-            () = tokio::time::sleep(AGAIN_PAUSE) => {}
+            () = tokio::time::sleep(wait) => {}
             sig = signals.next() => {
                 client.flush().await;
                 return Ok(128 + sig as u8);
@@ -198,4 +229,30 @@ fn leader_json(l: &Leader) -> serde_json::Value {
         "lease_left_ms": u64::try_from(l.lease_left.as_millis()).unwrap_or(u64::MAX),
         "proclaims": l.proclaims,
     })
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_pause_doubles_while_leaderships_stay_short_and_starts_over_after_a_long_one() {
+        let short = Duration::from_millis(5);
+        let mut pause = None;
+        let mut seen = Vec::new();
+        for _ in 0..10 {
+            let p = next_pause(pause, short);
+            seen.push(p.as_millis());
+            pause = Some(p);
+        }
+        assert_eq!(
+            seen,
+            [100, 200, 400, 800, 1600, 3200, 6400, 10_000, 10_000, 10_000]
+        );
+        assert_eq!(next_pause(pause, AGAIN_MAX), AGAIN_PAUSE);
+    }
 }

@@ -54,9 +54,9 @@ pub async fn status(global: &Global, name: &str) -> Result<u8, Failure> {
             ),
             None => say!("state:    free"),
         }
-        match status.last_fencing_token {
-            Some(t) => say!("fencing:  last token {t}"),
-            None => say!("fencing:  no token handed out recently"),
+        match status.fence {
+            Some(t) => say!("fence:    {t} (every token handed out is at or below it)"),
+            None => say!("fence:    none (no grant within the fence retention)"),
         }
         if status.holds > 1 {
             say!("holds:    {} (re-entered)", status.holds);
@@ -181,8 +181,7 @@ fn by_node(global: &Global, name: &str, nodes: &[NodeStatus]) -> u8 {
                     h.ttl_left
                         .map_or("no expiry".into(), |t| format!("{} left", show(t)))
                 )),
-                s.last_fencing_token
-                    .map_or(String::new(), |t| format!(", last token {t}"))
+                s.fence.map_or(String::new(), |t| format!(", fence {t}"))
             ),
             Err(e) => say!("  {}: unreadable: {}", n.node, one_line(e)),
         }
@@ -268,7 +267,7 @@ pub async fn list(global: &Global, pattern: &str) -> Result<u8, Failure> {
                 ),
                 None => ("-".into(), "-".into()),
             };
-            let token = l.last_fencing_token.map_or("-".into(), |t| t.to_string());
+            let token = l.fence.map_or("-".into(), |t| t.to_string());
             let holds = if l.holds > 1 {
                 l.holds.to_string()
             } else {
@@ -283,14 +282,7 @@ pub async fn list(global: &Global, pattern: &str) -> Result<u8, Failure> {
                 l.waiting_clients.to_string(),
             ]
         });
-        let head = [
-            "NAME",
-            "HOLDER",
-            "TTL LEFT",
-            "LAST TOKEN",
-            "HOLDS",
-            "WAITING",
-        ];
+        let head = ["NAME", "HOLDER", "TTL LEFT", "FENCE", "HOLDS", "WAITING"];
         tables.push(table(&head, rows));
     }
     if !semaphores.is_empty() {
@@ -434,7 +426,7 @@ fn to_json(s: &LockStatus) -> Value {
         "held": s.holder.is_some(),
         "holder": s.holder.as_ref().map(|h| h.owner_prefix.clone()),
         "ttl_left_ms": s.holder.as_ref().and_then(|h| h.ttl_left).map(|t| t.as_millis() as u64),
-        "last_fencing_token": s.last_fencing_token.map(|t| t.get()),
+        "fence": s.fence.map(|t| t.get()),
         "waiting_clients": s.waiting_clients,
     })
 }

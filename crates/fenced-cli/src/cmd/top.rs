@@ -143,7 +143,7 @@ impl Tracker {
             })
             .collect();
         for g in &grants {
-            let token = g.last_fencing_token.get();
+            let token = g.fence.get();
             let previous = self.last_tokens.insert(g.name.clone(), token);
             let holder = holders.get(g.name.as_str()).copied().flatten();
             let held_before = self

@@ -18,8 +18,8 @@ pub(crate) struct SemaphoreKeys {
     pub(crate) holders: String,
     /// hash: owner -> permits held.
     pub(crate) counts: String,
-    /// string: the last fencing token handed out (its own: a lock of the same name keeps its
-    /// own counter).
+    /// stream: the fence of the permits' tokens (`fence.lua`; its own: a lock of the same name
+    /// keeps its own fence).
     pub(crate) fence: String,
     /// pub/sub: one message per release, saying how many permits came back.
     pub(crate) channel: String,
