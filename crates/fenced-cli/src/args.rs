@@ -128,7 +128,8 @@ pub enum Command {
         watch: bool,
     },
     /// Show whether NAME is held, by whom (first 8 characters of its owner token), for how
-    /// much longer, how many re-entrant holds, the last fencing token, how many clients wait
+    /// much longer, how many re-entrant holds, its fence (every token handed out is at or
+    /// below it), how many clients wait
     /// for it; and, when they exist, the readers and waiting writers of the read-write lock
     /// NAME, the count of the latch NAME, the permits held of the semaphore NAME and the
     /// leader and candidates of the election NAME.
@@ -309,7 +310,8 @@ pub struct RunArgs {
     /// Lease length; renewed every third of it while CMD runs.
     #[arg(long, default_value = "30s", value_parser = duration, value_name = "DUR")]
     pub ttl: Duration,
-    /// Wait at most this long for the lock (default: wait forever).
+    /// Wait at most this long for the lock (default: wait forever), and for a Redis that is
+    /// down or not answering when fenced starts (without it, that fails at once).
     #[arg(long, value_parser = duration, value_name = "DUR", conflicts_with = "no_wait")]
     pub wait: Option<Duration>,
     /// Try once; exit 75 if the lock is held.

@@ -2338,6 +2338,60 @@ async fn again_backs_off_while_the_command_fails_at_once_and_says_how_each_leade
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_rides_out_a_redis_that_is_down_or_paused_at_start_within_its_wait() {
+    let mut s = server();
+    for paused in [false, true] {
+        if paused {
+            s.pause().unwrap();
+        } else {
+            s.kill().unwrap();
+        }
+        let mut run = fenced(
+            &s.url(),
+            &[
+                "--timeout",
+                "500ms",
+                "run",
+                "late",
+                "--wait",
+                "20s",
+                "--",
+                "true",
+            ],
+        )
+        .spawn()
+        .unwrap();
+        let stderr = run.stderr.take().unwrap();
+        let mut lines = tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(stderr));
+        let line = tokio::time::timeout(Duration::from_secs(10), lines.next_line())
+            .await
+            .expect("no word on stderr within 10 s")
+            .unwrap()
+            .expect("fenced ended");
+        assert!(
+            line.contains("trying again until the wait runs out"),
+            "{line}"
+        );
+        if paused {
+            s.resume().unwrap();
+        } else {
+            s.restart().unwrap();
+        }
+        let status = wait_exit(&mut run, Duration::from_secs(20)).await;
+        assert_eq!(status.code(), Some(0), "paused {paused}: {line}");
+    }
+    // Without a wait to ride it out in, a Redis that is down fails at once.
+    s.kill().unwrap();
+    let done = finish(
+        fenced(&s.url(), &["run", "late", "--no-wait", "--", "true"]),
+        Duration::from_secs(10),
+    )
+    .await;
+    assert_eq!(done.code, Some(69), "{}", done.stderr);
+    assert!(!done.stderr.contains("trying again"), "{}", done.stderr);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn leader_watch_prints_a_line_per_change() {
     let s = server();
     let c = client(&s).await;

@@ -22,9 +22,50 @@ pub async fn connect(global: &Global) -> Result<Client, Failure> {
     connect_to(global, global.redis_url()).await
 }
 
+/// Connects as [`connect`], riding out a Redis that is down or not answering yet until
+/// `deadline`: a failure that may pass is said once on stderr and tried again, 100 ms apart at
+/// first, doubled up to 1 s. Anything else (a bad password, a bad URL) fails at once, as does
+/// the last try before the deadline.
+pub async fn connect_until(
+    global: &Global,
+    deadline: tokio::time::Instant,
+) -> Result<Client, Failure> {
+    let mut pause = std::time::Duration::from_millis(100);
+    let mut said = false;
+    let url = global.redis_url();
+    loop {
+        let failure = match builder(global, url)?.connect().await {
+            Ok(client) => return Ok(client),
+            Err(e) if e.is_transient() => Failure::from_lib(e, &address(url)),
+            Err(e) => return Err(Failure::from_lib(e, &address(url))),
+        };
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        if left.is_zero() {
+            return Err(failure);
+        }
+        if !said {
+            warn!(
+                "fenced: {}; trying again until the wait runs out",
+                failure.message
+            );
+            said = true;
+        }
+        tokio::time::sleep(pause.min(left)).await;
+        pause = (pause * 2).min(std::time::Duration::from_secs(1));
+    }
+}
+
 /// Connects to `url`; when `url` is the configured target, to the cluster of `--cluster`,
 /// or to Redlock over the masters of several `--redis`.
 pub async fn connect_to(global: &Global, url: &str) -> Result<Client, Failure> {
+    builder(global, url)?
+        .connect()
+        .await
+        .map_err(|e| Failure::from_lib(e, &address(url)))
+}
+
+/// The client's builder for `url`, as [`connect_to`] connects it.
+fn builder(global: &Global, url: &str) -> Result<fenced::ClientBuilder, Failure> {
     let target = url == global.redis_url();
     let builder = if target && !global.cluster.is_empty() {
         Client::cluster_builder(&global.cluster)
@@ -60,10 +101,7 @@ pub async fn connect_to(global: &Global, url: &str) -> Result<Client, Failure> {
         })?;
         builder = builder.tls_root_certificate(pem);
     }
-    builder
-        .connect()
-        .await
-        .map_err(|e| Failure::from_lib(e, &address(url)))
+    Ok(builder)
 }
 
 /// The password given apart from the URL: `--password-file`, else `FENCED_REDIS_PASSWORD`,

@@ -23,7 +23,7 @@ use tokio::time::Instant;
 use crate::args::{Global, RunArgs};
 use crate::cmd::hold::{self, Hold};
 use crate::cmd::supervise;
-use crate::cmd::{check_name, check_url, connect};
+use crate::cmd::{check_name, check_url, connect, connect_until};
 use crate::exit::{self, Failure, show};
 
 /// `fenced run`; with `--json`, also one JSON line on stderr when the lock is taken and one
@@ -78,13 +78,27 @@ async fn run_command(global: &Global, args: &RunArgs) -> Result<u8, Failure> {
         return Err(Failure::usage("no command given after `--`"));
     };
     let mut signals = Signals::new()?;
-    let client = connect(global).await?;
+    let asked = Instant::now();
+    // With --wait, a Redis that is down or not answering yet is waited for within it, and
+    // the wait for the lock gets what is left; without, it fails at once (69).
+    let deadline = args.wait.map(|w| asked + w);
+    let client = match deadline {
+        Some(deadline) if !args.no_wait => tokio::select! {
+            result = connect_until(global, deadline) => result?,
+            sig = signals.next() => return Ok(128 + sig as u8),
+        },
+        _ => connect(global).await?,
+    };
     let policy = if args.no_wait {
         WaitPolicy::FOREVER.with_max_attempts(1)
     } else {
-        args.wait.map_or(WaitPolicy::FOREVER, WaitPolicy::up_to)
+        deadline.map_or(WaitPolicy::FOREVER, |d| {
+            WaitPolicy::up_to(
+                d.saturating_duration_since(Instant::now())
+                    .max(std::time::Duration::from_millis(1)),
+            )
+        })
     };
-    let asked = Instant::now();
     let acquired = tokio::select! {
         result = hold::acquire(&client, global, args, policy) => result,
         sig = signals.next() => {
