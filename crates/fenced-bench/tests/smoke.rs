@@ -12,9 +12,9 @@ async fn every_scenario_and_library_produces_a_sane_row() {
     let server =
         fenced_testkit::RedisServer::start().unwrap_or_else(|e| panic!("needs redis-server: {e}"));
     let config = Config {
-        duration: Duration::from_millis(150),
-        warmup: Duration::from_millis(30),
-        hold: Duration::from_millis(150),
+        duration: Duration::from_millis(300),
+        warmup: Duration::from_millis(50),
+        hold: Duration::from_millis(300),
         scenarios: Scenario::ALL.to_vec(),
         libraries: Library::ALL.to_vec(),
         repeat: 1,

@@ -1,5 +1,5 @@
 //! [`ReentrantLock`]: an exclusive lock its holder may take again without waiting for itself
-//! (the seeds' "reusability").
+//! (a lock that is "reusable" by its holder).
 //!
 //! Who the holder is, is explicit. Redisson keys re-entry by JVM thread id; in async Rust a
 //! task moves between threads at every `.await`, and one piece of work spans many tasks (and,

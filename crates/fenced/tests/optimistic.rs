@@ -1,5 +1,5 @@
 //! Optimistic concurrency: transactions that retry on conflict, and one-step atomic scripts,
-//! on the seeds' scenarios (a contended counter, the seckill sale, keeping a maximum).
+//! on the usual scenarios (a contended counter, the seckill sale, keeping a maximum).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};

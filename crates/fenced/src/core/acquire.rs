@@ -18,8 +18,8 @@
 //!    heads (1 for exclusive leases, up to the permits for shared ones) send commands.
 //! 6. A wait keeps its word: an attempt still on its way a round trip's grace past the
 //!    deadline is cut there (a subscription at the deadline), and a wait that ends on a
-//!    timeout names its own deadline. A try (one
-//!    attempt, no wait) is cut at the call timeout, however many round trips it needed.
+//!    timeout names its own deadline. A try (one attempt, no wait) is cut at the call
+//!    timeout, however many round trips it needed.
 
 use std::sync::Arc;
 use std::time::Duration;
