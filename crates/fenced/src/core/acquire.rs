@@ -165,6 +165,10 @@ impl Core {
             policy: req.wait,
             poll: self.options.poll_for(req.wait),
             timeout: self.options.timeout,
+            replica_wait: self
+                .options
+                .replica_acks
+                .map_or(Duration::ZERO, |(_, wait)| wait),
         };
         // A waiter of a plain or fair lock offers to take the lease straight from a local holder.
         let offer = |front: bool| {
@@ -382,6 +386,10 @@ impl Core {
             policy: wait,
             poll: self.options.poll_for(wait),
             timeout: self.options.timeout,
+            replica_wait: self
+                .options
+                .replica_acks
+                .map_or(Duration::ZERO, |(_, wait)| wait),
         };
         wait_for(&self.waiters, &spec, check).await
     }
@@ -402,9 +410,18 @@ impl Core {
             fenced.token = tracing::field::Empty,
         );
         // Cut at the call timeout (invariant 6): a first grant that learns the server's ways
-        // first is still one call.
+        // first is still one call, whose writes may wait for replicas (a grant, then the
+        // give-back of one that falls short).
         let timeout = self.options.timeout;
-        match tokio::time::timeout(timeout, self.try_once(req, kind, owner).instrument(span)).await
+        let replicas = self
+            .options
+            .replica_acks
+            .map_or(Duration::ZERO, |(_, wait)| wait);
+        match tokio::time::timeout(
+            timeout + replicas * 2,
+            self.try_once(req, kind, owner).instrument(span),
+        )
+        .await
         {
             Ok(attempt) => Ok(attempt?.ok()),
             Err(_) => Err(Error::Timeout {
@@ -502,14 +519,18 @@ pub(crate) struct WaitSpec<'a> {
     pub(crate) poll: (Duration, Duration),
     /// Bound on the pub/sub subscription.
     pub(crate) timeout: Duration,
+    /// How long an attempt's writes wait for replicas (`WAIT`; zero without replica
+    /// acknowledgements): part of its round trip.
+    pub(crate) replica_wait: Duration,
 }
 
 impl WaitSpec<'_> {
     /// How long past its deadline a wait lets an attempt already on its way answer: a round
     /// trip of a server that answers (an attempt sent just before the deadline gets its
-    /// "busy" or its grant), never a whole call timeout of one that does not.
+    /// "busy", its grant or its replica shortfall, whose give-back waits for replicas too),
+    /// never a whole call timeout of one that does not.
     fn grace(&self) -> Duration {
-        (self.timeout / 4).min(Duration::from_millis(100))
+        (self.timeout / 4).min(Duration::from_millis(100)) + self.replica_wait * 2
     }
 }
 
@@ -838,6 +859,7 @@ mod tests {
             policy,
             poll: (poll, poll),
             timeout: Duration::from_millis(50),
+            replica_wait: Duration::ZERO,
         }
     }
 
