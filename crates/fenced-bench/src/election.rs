@@ -18,7 +18,6 @@ use std::net::ToSocketAddrs;
 use std::time::Duration;
 
 use fenced::{Client, FencingToken, LeaderChanges};
-use futures_util::StreamExt;
 use redis::aio::MultiplexedConnection;
 use tokio::time::Instant;
 

@@ -718,7 +718,6 @@ async fn raw(url: Option<&String>) -> Option<MultiplexedConnection> {
 /// printed (the checker reads each observer's sequence). `o` tells this observer from one of
 /// an earlier incarnation of the same worker.
 async fn observe(client: Client, w: u32, key: u32) {
-    use futures_util::StreamExt;
     let Ok(mut changes) = client.election(format!("chaos:{key}")).observe() else {
         return;
     };

@@ -51,7 +51,7 @@ pub use sentinel::RedisSentinels;
 pub enum TestkitError {
     /// No `redis-server` binary was found.
     #[error(
-        "no redis-server binary found (looked at $FENCED_REDIS_SERVER, PATH, /usr/bin, /usr/sbin); install it with scripts/ensure-redis-server (Debian: apt-get install redis-server)"
+        "no redis-server found on PATH or in $FENCED_REDIS_SERVER: install one (apt-get install redis-server, brew install redis) or set FENCED_REDIS_SERVER to its path"
     )]
     NoBinary,
     /// No binary has a capability a test needs (TLS, say).

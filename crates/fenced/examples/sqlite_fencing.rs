@@ -3,11 +3,12 @@
 //! stopped VM) cannot overwrite the work of the holder after it.
 //!
 //! ```sh
-//! cargo run -p fenced --example sqlite_fencing -- redis://127.0.0.1:6379
+//! cargo run -p fenced --features testing --example sqlite_fencing -- redis://127.0.0.1:6379
 //! ```
 //!
-//! Without a URL the example starts a throwaway redis-server (the test kit's). The same SQL
-//! works in PostgreSQL and MySQL (`INSERT … ON CONFLICT` is `ON DUPLICATE KEY` in MySQL).
+//! Without a URL the example starts a throwaway redis-server (`fenced::testing`, the `testing`
+//! feature). The same SQL works in PostgreSQL and MySQL (`INSERT … ON CONFLICT` is `ON
+//! DUPLICATE KEY` in MySQL).
 //!
 //! Two shapes:
 //! - **a fence column** on the rows a holder writes blindly: one `UPDATE … WHERE fence <=
@@ -105,7 +106,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let url = match std::env::args().nth(1) {
         Some(url) => url,
         None => {
-            server = fenced_testkit::RedisServer::start()?;
+            server = fenced::testing::RedisServer::start()?;
             server.url()
         }
     };

@@ -191,6 +191,8 @@ pub mod resource;
 mod rwlock;
 mod semaphore;
 mod striped;
+#[cfg(feature = "testing")]
+pub mod testing;
 mod ticket;
 mod token;
 mod unfenced;

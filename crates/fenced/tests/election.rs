@@ -7,7 +7,6 @@ use std::time::Duration;
 use fenced::resource::FencedWrite;
 use fenced::{Client, Error, Leader};
 use fenced_testkit::{Fault, Proxy};
-use futures_util::StreamExt;
 
 use crate::support::{Worker, calls, client, eventually, on_backends, raw, server};
 

@@ -7,7 +7,12 @@ use crate::support::{client, raw, server};
 #[path = "../examples/readme.rs"]
 mod example;
 
+/// The README's test of code that takes a lock, run as the README shows it.
+#[path = "readme_testing.rs"]
+mod readme_testing;
+
 const EXAMPLE: &str = include_str!("../examples/readme.rs");
+const README_TEST: &str = include_str!("readme_testing.rs");
 const README: &str = include_str!("../../../README.md");
 
 /// The README's first Rust block.
@@ -24,6 +29,14 @@ fn the_readme_shows_the_example_program_whole() {
         readme_program(),
         EXAMPLE,
         "README.md's program and crates/fenced/examples/readme.rs differ"
+    );
+}
+
+#[test]
+fn the_readme_shows_its_test_with_a_throwaway_server_whole() {
+    assert!(
+        README.contains(&format!("```rust\n{README_TEST}```")),
+        "README.md's test and crates/fenced/tests/readme_testing.rs differ"
     );
 }
 

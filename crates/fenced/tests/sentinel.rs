@@ -253,7 +253,6 @@ async fn without_wait_a_failover_can_lose_a_grant_and_with_wait_no_holder_relies
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_election_follows_the_master_and_its_observers_never_go_backwards() {
-    use futures_util::StreamExt;
     let mut set = sentinels(2);
     let a = through(&set, Some(1)).await;
     let b = through(&set, Some(1)).await;

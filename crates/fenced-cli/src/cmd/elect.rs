@@ -4,7 +4,6 @@
 use std::time::Duration;
 
 use fenced::{Leader, WaitPolicy};
-use futures_util::StreamExt;
 use serde_json::json;
 use tokio::time::Instant;
 

@@ -38,6 +38,31 @@ impl std::fmt::Debug for LeaderChanges {
     }
 }
 
+impl LeaderChanges {
+    /// The next change: `Some(Some(leader))` for a new term or value, `Some(None)` when
+    /// nobody leads any more, `None` once the stream has ended. The same as
+    /// `StreamExt::next`, for code that does not use `futures`.
+    ///
+    /// ```
+    /// # fenced_testkit::doctest(|url| async move {
+    /// let client = fenced::Client::connect(&url).await?;
+    /// let election = client.election("billing-scheduler");
+    /// let mut changes = election.observe()?;
+    /// let leadership = election.campaign("host-a:8080").await?;
+    /// while let Some(change) = changes.next().await {
+    ///     if let Some(leader) = change {
+    ///         assert_eq!(leader.value, "host-a:8080");
+    ///         break;
+    ///     }
+    /// }
+    /// leadership.resign().await?;
+    /// # Ok(()) });
+    /// ```
+    pub async fn next(&mut self) -> Option<Option<Leader>> {
+        futures_util::StreamExt::next(&mut self.inner).await
+    }
+}
+
 impl Stream for LeaderChanges {
     type Item = Option<Leader>;
 
