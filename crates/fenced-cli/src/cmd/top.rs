@@ -345,15 +345,17 @@ pub fn draw(frame: &mut Frame, snapshot: &Snapshot, server: &str, table: &mut Ta
         Constraint::Length(1),
     ])
     .areas(frame.area());
+    // The hint goes on the bottom line, on its own: the title's counts would push it past a
+    // narrow terminal's edge.
     let rates = if snapshot.exact_rates {
-        "grants/s exact (keyspace events)"
+        "GRANTS/S exact (keyspace events)"
     } else {
-        "grants/s are lower bounds (≥): enable notify-keyspace-events K$ for exact ones"
+        "GRANTS/S ≥ lower bounds (CONFIG SET notify-keyspace-events K$ for exact)"
     };
     let status = match &snapshot.error {
         Some(e) => format!("fenced top · {server} · error: {e}"),
         None => format!(
-            "fenced top · {server} · {} entries · {} held · {} waiting · {rates}",
+            "fenced top · {server} · {} entries · {} held · {} waiting",
             snapshot.entries.len(),
             snapshot.held,
             snapshot.waiting
@@ -378,7 +380,7 @@ pub fn draw(frame: &mut Frame, snapshot: &Snapshot, server: &str, table: &mut Ta
     let widths = [
         Constraint::Length(10),
         Constraint::Fill(1),
-        Constraint::Min(26),
+        Constraint::Min(31), // an election's `"value" term` and a 16-digit token
         Constraint::Length(9),
         Constraint::Length(11),
         Constraint::Length(9),
@@ -398,7 +400,10 @@ pub fn draw(frame: &mut Frame, snapshot: &Snapshot, server: &str, table: &mut Ta
         }))
         .row_highlight_style(Style::new().add_modifier(Modifier::BOLD));
     frame.render_stateful_widget(table_widget, body, table);
-    frame.render_widget(Paragraph::new("q quit · ↑/↓ scroll"), help);
+    frame.render_widget(
+        Paragraph::new(format!("q quit · ↑/↓ scroll · {rates}")),
+        help,
+    );
 }
 
 /// Subscribes to the lock keys' keyspace events if the server sends them; the counts of
@@ -717,7 +722,8 @@ mod tests {
         // Grants between two refreshes show as a rate.
         grant(&client, "jobs:busy", 3).await;
         let snapshot = tracker.refresh().await.unwrap();
-        let mut terminal = Terminal::new(TestBackend::new(140, 12)).unwrap();
+        // 130 columns: the hint on how to get exact rates is whole there too.
+        let mut terminal = Terminal::new(TestBackend::new(130, 12)).unwrap();
         terminal
             .draw(|f| draw(f, &snapshot, "127.0.0.1:6379", &mut TableState::default()))
             .unwrap();
@@ -725,11 +731,15 @@ mod tests {
             .backend()
             .buffer()
             .content()
-            .chunks(140)
+            .chunks(130)
             .map(|line| line.iter().map(|c| c.symbol()).collect::<String>() + "\n")
             .collect();
         assert!(text.contains("fenced top · 127.0.0.1:6379"), "{text}");
         assert!(text.contains("KIND") && text.contains("GRANTS/S"), "{text}");
+        assert!(
+            text.contains("(CONFIG SET notify-keyspace-events K$ for exact)"),
+            "{text}"
+        );
         let line = |name: &str| {
             text.lines()
                 .find(|l| l.contains(name))
