@@ -1097,6 +1097,114 @@ async fn list_shows_every_primitive_with_its_holders_queue_and_waiters() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_and_list_name_each_kind_for_what_it_is() {
+    let s = server();
+    let c = client(&s).await;
+    let _permit = c.semaphore("pool", 4).acquire().await.unwrap();
+    let holder = c.fair_lock("line").acquire().await.unwrap();
+    let waiter = c.fair_lock("line");
+    let queued = tokio::spawn(async move { waiter.acquire().await.map(drop) });
+    let writer = c.rw_lock("doc").write().await.unwrap();
+    let next = c.rw_lock("doc");
+    let writing = tokio::spawn(async move { next.write().await.map(drop) });
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while c.fair_lock("line").queued().await.unwrap() == 0
+        || c.rw_lock("doc").status().await.unwrap().waiting_writers == 0
+    {
+        assert!(Instant::now() < deadline, "the waiters never queued");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let status = |name: &'static str| {
+        let url = s.url();
+        async move { finish(fenced(&url, &["status", name]), Duration::from_secs(10)).await }
+    };
+    let pool = status("pool").await;
+    assert_eq!(pool.code, Some(0), "{}", pool.stderr);
+    assert!(
+        pool.stdout.contains("kind:     semaphore\n"),
+        "{}",
+        pool.stdout
+    );
+    assert!(
+        pool.stdout.contains("permits:  1 held by 1 holder(s)"),
+        "{}",
+        pool.stdout
+    );
+    assert!(
+        !pool.stdout.contains("state:"),
+        "no free lock shown: {}",
+        pool.stdout
+    );
+    let line = status("line").await;
+    assert!(
+        line.stdout.contains("kind:     fair lock\n"),
+        "{}",
+        line.stdout
+    );
+    assert!(
+        line.stdout.contains("queue:    1 fair waiter(s)"),
+        "{}",
+        line.stdout
+    );
+    let doc = status("doc").await;
+    assert!(
+        doc.stdout.contains("kind:     read-write lock\n"),
+        "{}",
+        doc.stdout
+    );
+    assert!(doc.stdout.contains("held by a writer"), "{}", doc.stdout);
+    let nothing = status("nothing").await;
+    assert!(
+        nothing.stdout.contains("kind:     none"),
+        "{}",
+        nothing.stdout
+    );
+    let json = finish(
+        fenced(&s.url(), &["--json", "status", "pool"]),
+        Duration::from_secs(10),
+    )
+    .await;
+    let json: serde_json::Value = serde_json::from_str(&json.stdout).unwrap();
+    assert_eq!(json["kind"], "semaphore", "{json}");
+
+    let list = finish(fenced(&s.url(), &["list"]), Duration::from_secs(10)).await;
+    let row = |name: &str| {
+        list.stdout
+            .lines()
+            .find(|l| l.starts_with(&format!("{name} ")))
+            .unwrap_or_else(|| panic!("no row for {name}: {}", list.stdout))
+            .to_owned()
+    };
+    assert!(row("line").contains(" fair lock "), "{}", list.stdout);
+    assert!(row("doc").contains(" rw writer "), "{}", list.stdout);
+    let json = finish(
+        fenced(&s.url(), &["--json", "list"]),
+        Duration::from_secs(10),
+    )
+    .await;
+    let all: serde_json::Value = serde_json::from_str(&json.stdout).unwrap();
+    let held_as: Vec<(String, String)> = all
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|v| v["kind"] == "lock")
+        .map(|v| (v["name"].to_string(), v["held_as"].to_string()))
+        .collect();
+    assert!(
+        held_as.contains(&("\"line\"".into(), "\"fair_lock\"".into())),
+        "{held_as:?}"
+    );
+    assert!(
+        held_as.contains(&("\"doc\"".into(), "\"rw_lock\"".into())),
+        "{held_as:?}"
+    );
+    holder.release().await.unwrap();
+    writer.release().await.unwrap();
+    queued.await.unwrap().unwrap();
+    writing.await.unwrap().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn demo_against_a_given_server_sells_exactly_the_stock_and_cleans_up() {
     let s = server();
     let done = finish(

@@ -24,8 +24,34 @@ pub async fn status(global: &Global, name: &str) -> Result<u8, Failure> {
     let latch = client.latch(name).count().await.map_err(fail)?;
     let queued = client.fair_lock(name).queued().await.map_err(fail)?;
     let election = unless_unsupported(client.election(name).status().await).map_err(fail)?;
+    let readers = rw
+        .as_ref()
+        .filter(|rw| rw.readers > 0 || rw.waiting_writers > 0);
+    let semaphore = permits.as_ref().filter(|p| p.holders > 0);
+    let leads = election
+        .as_ref()
+        .filter(|e| e.leader.is_some() || e.candidates > 0);
+    // What the name is, from what its keys hold: a semaphore's status does not open with a
+    // free lock. A fair lock's holder and a writer share the plain lock's key; their queue
+    // or readers tell them apart while there are any.
+    let held_as = lock_kind(&status, queued > 0, readers.is_some());
+    let mut kinds: Vec<&str> = Vec::new();
+    if status.holder.is_some() || readers.is_some() || queued > 0 {
+        kinds.push(held_as);
+    }
+    if semaphore.is_some() {
+        kinds.push("semaphore");
+    }
+    if latch.is_some() {
+        kinds.push("latch");
+    }
+    if leads.is_some() {
+        kinds.push("election");
+    }
     if global.json {
         let mut value = to_json(&status);
+        value["kind"] = json!(kinds.first().map_or("none", |k| json_kind(k)));
+        value["kinds"] = json!(kinds.iter().map(|k| json_kind(k)).collect::<Vec<_>>());
         value["semaphore"] = permits.as_ref().map_or(Value::Null, semaphore_json);
         value["readers"] = json!(rw.as_ref().map(|rw| rw.readers));
         value["waiting_writers"] = json!(rw.as_ref().map(|rw| rw.waiting_writers));
@@ -40,78 +66,115 @@ pub async fn status(global: &Global, name: &str) -> Result<u8, Failure> {
         });
         value["node"] = json!(nodes.first().map(|n| n.node.clone()));
         say!("{value}");
-    } else {
-        say!("lock:     {}", status.name);
-        if let Some(n) = nodes.first() {
-            say!("node:     {}", n.node);
+        return Ok(exit::OK);
+    }
+    say!("name:     {}", status.name);
+    say!(
+        "kind:     {}",
+        if kinds.is_empty() {
+            "none: nothing holds, queues on or counts under this name".to_owned()
+        } else {
+            kinds.join(", ")
         }
+    );
+    if let Some(n) = nodes.first() {
+        say!("node:     {}", n.node);
+    }
+    // The plain key's lines: for what holds or queues on it, or for a name with nothing.
+    if kinds.first() == Some(&held_as) || kinds.is_empty() {
         match &status.holder {
             Some(h) => say!(
-                "state:    held by {} ({})",
+                "state:    held by {}{} ({})",
+                if readers.is_some() { "a writer, " } else { "" },
                 h.owner_prefix,
                 h.ttl_left
                     .map_or("no expiry".into(), |t| format!("{} left", show(t)))
             ),
             None => say!("state:    free"),
         }
-        match status.fence {
-            Some(t) => say!("fence:    {t} (every token handed out is at or below it)"),
-            None => say!("fence:    none (no grant within the fence retention)"),
-        }
         if status.holds > 1 {
             say!("holds:    {} (re-entered)", status.holds);
         }
         say!("waiting:  {} client(s)", status.waiting_clients);
-        if let Some(rw) = rw
-            .as_ref()
-            .filter(|rw| rw.readers > 0 || rw.waiting_writers > 0)
-        {
+    }
+    if let Some(rw) = readers {
+        say!(
+            "readers:  {} reading, {} writer(s) waiting",
+            rw.readers,
+            rw.waiting_writers
+        );
+    }
+    if queued > 0 {
+        say!("queue:    {queued} fair waiter(s), served in order");
+    }
+    if let Some(permits) = semaphore {
+        say!(
+            "permits:  {} held by {} holder(s){}",
+            permits.held,
+            permits.holders,
+            permits.next_expiry.map_or(String::new(), |t| format!(
+                "; the first lease ends in {}",
+                show(t)
+            ))
+        );
+    }
+    if let Some(election) = leads {
+        if let Some(l) = &election.leader {
             say!(
-                "readers:  {} reading, {} writer(s) waiting",
-                rw.readers,
-                rw.waiting_writers
+                "election: led by {:?} in term {}, {} of its lease left; {} candidate(s)",
+                l.value,
+                l.term,
+                show(l.lease_left),
+                election.candidates
             );
-        }
-        if queued > 0 {
-            say!("queue:    {queued} fair waiter(s), served in order");
-        }
-        if let Some(election) = &election {
-            if let Some(l) = &election.leader {
-                say!(
-                    "election: led by {:?} in term {}, {} of its lease left; {} candidate(s)",
-                    l.value,
-                    l.term,
-                    show(l.lease_left),
-                    election.candidates
-                );
-            } else if election.candidates > 0 {
-                say!("election: no leader; {} candidate(s)", election.candidates);
-            }
-        }
-        if let Some(left) = latch {
-            say!(
-                "latch:    {}",
-                if left == 0 {
-                    "open".to_owned()
-                } else {
-                    format!("{left} count(s) left")
-                }
-            );
-        }
-        if let Some(permits) = permits.as_ref().filter(|p| p.holders > 0) {
-            say!(
-                "permits:  {} held by {} holder(s) of the semaphore {:?}{}",
-                permits.held,
-                permits.holders,
-                permits.name,
-                permits.next_expiry.map_or(String::new(), |t| format!(
-                    "; the first lease ends in {}",
-                    show(t)
-                ))
-            );
+        } else {
+            say!("election: no leader; {} candidate(s)", election.candidates);
         }
     }
+    if let Some(left) = latch {
+        say!(
+            "latch:    {}",
+            if left == 0 {
+                "open".to_owned()
+            } else {
+                format!("{left} count(s) left")
+            }
+        );
+    }
+    match status.fence {
+        Some(t) => say!("fence:    {t} (every token handed out is at or below it)"),
+        None if kinds.is_empty() || kinds.first() == Some(&held_as) => {
+            say!("fence:    none (no grant within the fence retention)")
+        }
+        None => {}
+    }
     Ok(exit::OK)
+}
+
+/// What holds the plain lock key, as far as the other keys tell: a re-entrant lock counts its
+/// holds, a fair lock has a queue, a read-write lock has readers or waiting writers. A fair
+/// lock's holder or a writer with nobody queued behind it reads as a lock: they hold the
+/// same key.
+fn lock_kind(status: &LockStatus, queued: bool, readers: bool) -> &'static str {
+    if readers {
+        "read-write lock"
+    } else if queued {
+        "fair lock"
+    } else if status.holds > 0 {
+        "re-entrant lock"
+    } else {
+        "lock"
+    }
+}
+
+/// A kind's name in JSON: one word, as `list --json` names them.
+fn json_kind(kind: &str) -> &str {
+    match kind {
+        "re-entrant lock" => "reentrant_lock",
+        "fair lock" => "fair_lock",
+        "read-write lock" => "rw_lock",
+        other => other,
+    }
 }
 
 /// `Ok(None)` for what this deployment cannot read: a status only a script reads, where
@@ -224,10 +287,20 @@ pub async fn list(global: &Global, pattern: &str) -> Result<u8, Failure> {
     } else {
         exit::DATA
     };
+    // A lock row's kind, from the queues and readers listed with it (see `lock_kind`).
+    let held_as = |l: &LockStatus| {
+        let queued = queues.iter().any(|q| q.name == l.name);
+        let read = rw.iter().any(|r| r.name == l.name);
+        lock_kind(l, queued, read)
+    };
     if global.json {
         let all = locks
             .iter()
-            .map(to_json)
+            .map(|l| {
+                let mut v = to_json(l);
+                v["held_as"] = json!(json_kind(held_as(l)));
+                v
+            })
             .chain(semaphores.iter().map(semaphore_json))
             .chain(rw.iter().map(|r| {
                 json!({"kind": "rw_lock", "name": r.name, "readers": r.readers,
@@ -275,6 +348,7 @@ pub async fn list(global: &Global, pattern: &str) -> Result<u8, Failure> {
             };
             vec![
                 l.name.clone(),
+                held_as(l).replace("read-write lock", "rw writer"),
                 holder,
                 ttl,
                 token,
@@ -282,7 +356,9 @@ pub async fn list(global: &Global, pattern: &str) -> Result<u8, Failure> {
                 l.waiting_clients.to_string(),
             ]
         });
-        let head = ["NAME", "HOLDER", "TTL LEFT", "FENCE", "HOLDS", "WAITING"];
+        let head = [
+            "NAME", "KIND", "HOLDER", "TTL LEFT", "FENCE", "HOLDS", "WAITING",
+        ];
         tables.push(table(&head, rows));
     }
     if !semaphores.is_empty() {
