@@ -533,13 +533,66 @@ impl ClientBuilder {
         self
     }
 
-    /// Validates the settings, connects and checks the server answers.
+    /// Keeps [`connect`](Self::connect) trying for up to `wait` while the server cannot be
+    /// reached (connection refused, a server paused or still loading, a failover under way),
+    /// instead of failing at once (default: no wait). A service that starts before its
+    /// Redis, or during a restart, then needs no retry loop of its own.
+    ///
+    /// Attempts are 100ms apart, doubling to 1s; the first failure is logged once as a
+    /// `tracing` warning. `connect` ends by the wait's end: the attempt running then is cut
+    /// short, and its error returned. What waiting cannot mend fails at once: a bad URL or
+    /// setting, a wrong password, a server too old, a refused permission.
+    ///
+    /// ```
+    /// # fenced_testkit::doctest(|url| async move {
+    /// use std::time::Duration;
+    ///
+    /// let client = fenced::Client::builder(&url)
+    ///     .connect_wait(Duration::from_secs(30)) // rides out a Redis restart at start
+    ///     .connect()
+    ///     .await?;
+    /// # drop(client); Ok(()) });
+    /// ```
+    pub fn connect_wait(mut self, wait: Duration) -> Self {
+        self.connect.options.connect_wait = wait;
+        self
+    }
+
+    /// Validates the settings, connects and checks the server answers; within the
+    /// [`connect_wait`](Self::connect_wait), again while the server cannot be reached.
     ///
     /// # Errors
     ///
     /// [`Error::InvalidArgument`] for a bad URL or setting (nothing is sent then);
-    /// [`Error::Unavailable`] or [`Error::Timeout`] when the server cannot be reached.
+    /// [`Error::Unavailable`] or [`Error::Timeout`] when the server cannot be reached (by the
+    /// end of the connect wait, if one is set).
     pub async fn connect(self) -> Result<Client> {
+        let wait = self.connect.options.connect_wait;
+        let deadline = tokio::time::Instant::now() + wait;
+        let mut pause = Duration::from_millis(100);
+        let mut last = match self.clone().connect_once().await {
+            Err(e) if e.is_transient() && !wait.is_zero() => e,
+            done => return done,
+        };
+        tracing::warn!(error = %last, ?wait, "Redis cannot be reached; trying again");
+        loop {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            if left.is_zero() {
+                return Err(last);
+            }
+            tokio::time::sleep(pause.min(left)).await;
+            pause = (pause * 2).min(Duration::from_secs(1));
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            match tokio::time::timeout(left, self.clone().connect_once()).await {
+                Err(_) => return Err(last),
+                Ok(Err(e)) if e.is_transient() => last = e,
+                Ok(done) => return done,
+            }
+        }
+    }
+
+    /// One attempt of [`connect`](Self::connect).
+    async fn connect_once(self) -> Result<Client> {
         let options = self.connect.options.clone();
         options.validate()?;
         self.connect.check_key_events()?;

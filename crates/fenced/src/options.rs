@@ -39,6 +39,8 @@ pub(crate) struct ClientOptions {
     pub(crate) metrics_by_name: bool,
     /// Send no scripts: the lock's steps as transactions (`backend/node/watched.rs`).
     pub(crate) without_scripts: bool,
+    /// How long `connect` keeps trying while the server cannot be reached.
+    pub(crate) connect_wait: Duration,
 }
 
 impl Default for ClientOptions {
@@ -56,6 +58,7 @@ impl Default for ClientOptions {
             counted_grants: true,
             metrics_by_name: false,
             without_scripts: false,
+            connect_wait: Duration::ZERO,
         }
     }
 }

@@ -113,6 +113,91 @@ async fn a_killed_server_gives_typed_errors_and_the_client_recovers_after_restar
     assert!(ok, "the client never recovered after the server came back");
 }
 
+/// A service that starts while its Redis is down connects once it comes up, within the
+/// connect wait, with no retry loop of its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connect_wait_rides_out_a_redis_that_comes_up_late() {
+    let mut server = server();
+    server.kill().unwrap();
+    let url = server.url();
+    let connecting = tokio::spawn(async move {
+        let started = Instant::now();
+        let client = Client::builder(&url)
+            .timeout(TIMEOUT)
+            .connect_wait(Duration::from_secs(20))
+            .connect()
+            .await;
+        (client, started.elapsed())
+    });
+    // Time must pass here: the first attempts have to find the server down.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert!(!connecting.is_finished(), "connect gave up with Redis down");
+    let server = tokio::task::spawn_blocking(move || server.restart().map(|()| server))
+        .await
+        .unwrap()
+        .unwrap();
+    let (client, took) = connecting.await.unwrap();
+    let client = client.unwrap();
+    assert!(took >= Duration::from_millis(400), "{took:?}");
+    client
+        .lock("late")
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    drop(server);
+}
+
+/// With Redis paused, connect keeps trying until the wait's end, and ends by it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connect_wait_ends_by_its_deadline_and_a_paused_server_resumed_in_time_is_reached() {
+    let mut server = server();
+    server.pause().unwrap();
+    let wait = Duration::from_secs(1);
+    let started = Instant::now();
+    let failed = Client::builder(&server.url())
+        .timeout(TIMEOUT)
+        .connect_wait(wait)
+        .connect()
+        .await;
+    let took = started.elapsed();
+    assert!(
+        failed.as_ref().is_err_and(Error::is_transient),
+        "{failed:?}"
+    );
+    assert!(
+        took >= wait - Duration::from_millis(50),
+        "gave up early: {took:?}"
+    );
+    assert!(took < wait + SLACK, "overshot its wait: {took:?}");
+
+    let url = server.url();
+    let connecting = tokio::spawn(async move {
+        Client::builder(&url)
+            .timeout(TIMEOUT)
+            .connect_wait(Duration::from_secs(20))
+            .connect()
+            .await
+    });
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert!(
+        !connecting.is_finished(),
+        "connect gave up with Redis paused"
+    );
+    server.resume().unwrap();
+    let client = connecting.await.unwrap().unwrap();
+    assert!(
+        client
+            .lock("resumed")
+            .try_acquire()
+            .await
+            .unwrap()
+            .is_some()
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acl_passwords_in_the_url_work_and_wrong_ones_are_typed_errors() {
     let server = match RedisServer::start_with(&["--requirepass", "s3cret"]) {

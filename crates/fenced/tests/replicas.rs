@@ -252,6 +252,95 @@ async fn a_minimum_hold_ends_on_time_when_its_release_falls_short_of_the_replica
     set.node(1).resume().unwrap();
 }
 
+/// A minimum hold longer than the ttl, given back early with the only replica frozen: the
+/// renewals and the hold's expiry change all fall short, and each name is still freed at its
+/// minimum, within a round trip, whether its guard is released, dropped, or released after
+/// its renewals began to fall short (each of which had pushed the key a ttl on).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_minimum_hold_under_a_replica_shortfall_frees_the_name_at_the_minimum() {
+    let mut set = master_and_replica();
+    let c = Client::builder(&set.node(0).url())
+        .timeout(Duration::from_millis(800))
+        .replica_acks(1, Duration::from_millis(50))
+        .connect()
+        .await
+        .unwrap();
+    let mut conn = redis::Client::open(set.node(0).url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let (ttl, min) = (Duration::from_secs(2), Duration::from_secs(4));
+    let hold = |name: &str| c.lock(name).with_ttl(ttl).with_min_hold(min);
+    // Each minimum counts from its own grant.
+    let released = hold("released").acquire().await.unwrap();
+    let released_at = Instant::now();
+    let dropped = hold("dropped").acquire().await.unwrap();
+    let dropped_at = Instant::now();
+    let late = hold("late").acquire().await.unwrap();
+    let late_at = Instant::now();
+    freeze_replica(&mut set);
+
+    short("release", released.release().await);
+    drop(dropped);
+    // One renewal round trip at a time: a second one means the first has answered.
+    let before = c.stats();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while c.stats().batches < before.batches + 2 {
+        assert!(Instant::now() < deadline, "no renewal was sent");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(
+        c.stats().renewed,
+        before.renewed,
+        "a frozen replica acknowledged"
+    );
+    match late.release().await {
+        // Past its deadline on a slow machine the lease is known lost: the expiry change is
+        // then sent in the background. The minimum holds either way.
+        Err(Error::NotReplicated { .. } | Error::LeaseLost { .. }) => {}
+        other => panic!("late: expected a shortfall, got {other:?}"),
+    }
+    c.flush().await;
+
+    let names = [
+        ("released", released_at),
+        ("dropped", dropped_at),
+        ("late", late_at),
+    ];
+    let mut freed = [None; 3];
+    let deadline = Instant::now() + min + Duration::from_secs(5);
+    while freed.iter().any(Option::is_none) {
+        for (i, (name, granted)) in names.iter().enumerate() {
+            if freed[i].is_some() {
+                continue;
+            }
+            let pttl: i64 = redis::cmd("PTTL")
+                .arg(format!("fenced:{{{name}}}"))
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            if pttl == -2 {
+                freed[i] = Some(granted.elapsed());
+            }
+        }
+        assert!(Instant::now() < deadline, "never freed: {freed:?}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    for ((name, _), gone) in names.iter().zip(freed) {
+        let gone = gone.unwrap();
+        assert!(
+            gone >= min,
+            "{name}: freed before the minimum hold: {gone:?}"
+        );
+        assert!(
+            gone <= min + Duration::from_millis(300),
+            "{name}: freed {gone:?} after the grant, for a minimum hold of {min:?}"
+        );
+    }
+    set.node(1).resume().unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_take_over_short_of_the_replicas_is_repeated_as_itself_once_they_are_back() {
     let mut set = master_and_replica();

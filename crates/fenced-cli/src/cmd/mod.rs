@@ -30,29 +30,26 @@ pub async fn connect_until(
     global: &Global,
     deadline: tokio::time::Instant,
 ) -> Result<Client, Failure> {
-    let mut pause = std::time::Duration::from_millis(100);
-    let mut said = false;
     let url = global.redis_url();
-    loop {
-        let failure = match builder(global, url)?.connect().await {
-            Ok(client) => return Ok(client),
-            Err(e) if e.is_transient() => Failure::from_lib(e, &address(url)),
-            Err(e) => return Err(Failure::from_lib(e, &address(url))),
-        };
-        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-        if left.is_zero() {
-            return Err(failure);
-        }
-        if !said {
-            warn!(
-                "fenced: {}; trying again until the wait runs out",
-                failure.message
-            );
-            said = true;
-        }
-        tokio::time::sleep(pause.min(left)).await;
-        pause = (pause * 2).min(std::time::Duration::from_secs(1));
+    let fail = |e| Failure::from_lib(e, &address(url));
+    let e = match builder(global, url)?.connect().await {
+        Err(e) if e.is_transient() => e,
+        done => return done.map_err(fail),
+    };
+    let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+    if left.is_zero() {
+        return Err(fail(e));
     }
+    warn!(
+        "fenced: {}; trying again until the wait runs out",
+        fail(e).message
+    );
+    // The library's connect wait: backoff, and an end by the deadline.
+    builder(global, url)?
+        .connect_wait(left)
+        .connect()
+        .await
+        .map_err(fail)
 }
 
 /// Connects to `url`; when `url` is the configured target, to the cluster of `--cluster`,
