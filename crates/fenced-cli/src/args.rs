@@ -41,7 +41,7 @@ pub struct Global {
     #[arg(long, global = true, value_name = "NAME", requires = "sentinel")]
     pub service: Option<String>,
     /// Prefix of every key fenced uses.
-    #[arg(long, global = true, default_value = "fenced:", value_name = "PREFIX")]
+    #[arg(long, global = true, default_value = "fenced:", value_name = "PREFIX", value_parser = utf8("--namespace"))]
     pub namespace: String,
     /// Bound on each Redis call (e.g. 500ms, 2s).
     #[arg(long, global = true, default_value = "2s", value_parser = duration, value_name = "DUR")]
@@ -122,6 +122,7 @@ pub enum Command {
     )]
     Leader {
         /// The election's name.
+        #[arg(value_parser = utf8("NAME"))]
         name: String,
         /// Follow the leader: one line per change, until interrupted.
         #[arg(long)]
@@ -138,6 +139,7 @@ pub enum Command {
     )]
     Status {
         /// The lock's name.
+        #[arg(value_parser = utf8("NAME"))]
         name: String,
     },
     /// List what is held, queued or counting in the namespace: locks, semaphores, read-write
@@ -151,7 +153,7 @@ pub enum Command {
     )]
     List {
         /// Only names matching this glob.
-        #[arg(default_value = "*")]
+        #[arg(default_value = "*", value_parser = utf8("PATTERN"))]
         pattern: String,
     },
     /// A live view of the namespace: every lock, semaphore, read-write lock, fair queue, latch
@@ -166,7 +168,7 @@ pub enum Command {
     )]
     Top {
         /// Only names matching this glob.
-        #[arg(default_value = "*")]
+        #[arg(default_value = "*", value_parser = utf8("PATTERN"))]
         pattern: String,
         /// How often to refresh (at least 100ms).
         #[arg(long, default_value = "1s", value_parser = duration, value_name = "DUR")]
@@ -179,11 +181,12 @@ pub enum Command {
     )]
     Release {
         /// The lock's name.
-        #[arg(required_unless_present = "ticket", conflicts_with = "ticket")]
+        #[arg(required_unless_present = "ticket", conflicts_with = "ticket", value_parser = utf8("NAME"))]
         name: Option<String>,
-        /// Really delete somebody else's lock.
-        #[arg(long, conflicts_with = "ticket")]
-        force: bool,
+        /// Really delete somebody else's lock. Given twice, also delete the lock's keys that
+        /// hold another program's data (WRONGTYPE).
+        #[arg(long, conflicts_with = "ticket", action = clap::ArgAction::Count)]
+        force: u8,
         /// Release the lease of this ticket (from `into_ticket` in a program), as its holder.
         #[arg(long, value_name = "TICKET")]
         ticket: Option<String>,
@@ -218,6 +221,7 @@ pub enum Command {
     )]
     Latch {
         /// The latch's name.
+        #[arg(value_parser = utf8("NAME"))]
         name: String,
         #[command(subcommand)]
         action: LatchAction,
@@ -306,6 +310,7 @@ pub enum LatchAction {
 #[derive(Args, Debug)]
 pub struct RunArgs {
     /// The lock's name.
+    #[arg(value_parser = utf8("NAME"))]
     pub name: String,
     /// Lease length; renewed every third of it while CMD runs.
     #[arg(long, default_value = "30s", value_parser = duration, value_name = "DUR")]
@@ -370,10 +375,11 @@ pub struct RunArgs {
 #[derive(Args, Debug)]
 pub struct ElectArgs {
     /// The election's name.
+    #[arg(value_parser = utf8("NAME"))]
     pub name: String,
     /// What this candidate advertises once elected (its address, say): `fenced leader`
     /// prints it, and CMD gets it as FENCED_VALUE.
-    #[arg(long, default_value = "", value_name = "VALUE")]
+    #[arg(long, default_value = "", value_name = "VALUE", value_parser = utf8("--value"))]
     pub value: String,
     /// Lease length; renewed every third of it while CMD runs. A leader that dies is replaced
     /// within it.
@@ -393,6 +399,16 @@ pub struct ElectArgs {
     /// The program to run, and its arguments, after `--` (passed on byte for byte).
     #[arg(last = true, required = true, value_name = "CMD", value_parser = clap::builder::OsStringValueParser::new())]
     pub command: Vec<std::ffi::OsString>,
+}
+
+/// A text argument read as the OS gave it, refused in one line that names it when it is not
+/// UTF-8 (clap's own check names no argument).
+fn utf8(what: &'static str) -> impl clap::builder::TypedValueParser<Value = String> {
+    use clap::builder::TypedValueParser as _;
+    clap::builder::OsStringValueParser::new().try_map(move |text| {
+        text.into_string()
+            .map_err(|_| format!("{what} must be UTF-8"))
+    })
 }
 
 /// `--kill-after`: a duration of at most a day.

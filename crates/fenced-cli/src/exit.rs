@@ -112,14 +112,14 @@ impl Failure {
         let code = code_of(&err);
         use fenced::Error as E;
         let message = match err {
-            E::InvalidArgument(msg) => msg,
-            E::Unsupported(msg) => format!("not supported by this deployment: {msg}"),
-            E::NotAcquired { name, waited, .. } => format!(
-                "lock {name:?} is held by somebody else (gave up after {})",
-                show(waited)
-            ),
+            E::InvalidArgument(msg) | E::Unsupported(msg) => msg,
             E::LeaseLost { name, .. } | E::LeaseEnded { name, .. } | E::NotHeld { name } => {
                 format!("the lease on lock {name:?} was lost")
+            }
+            E::Redis(e) | E::Unavailable { source: e } if is_not_resp(&e) => {
+                format!(
+                    "the server at {redis} does not speak the Redis protocol; check the host and port"
+                )
             }
             e @ (E::Unavailable { .. } | E::Timeout { .. }) => {
                 format!("cannot reach Redis at {redis}: {e}")
@@ -128,6 +128,7 @@ impl Failure {
                 format!("authentication failed at Redis {redis}: {e}")
             }
             e @ (E::Redis(_) | E::Permission { .. }) => format!("Redis at {redis} refused: {e}"),
+            E::WrongType { key, .. } => wrong_type(&key),
             other => other.to_string(),
         };
         Failure::new(code, message)
@@ -157,6 +158,30 @@ pub fn code_of(err: &fenced::Error) -> u8 {
         // A variant added later: said as it is, as an internal error until mapped here.
         _ => SOFTWARE,
     }
+}
+
+/// A reply that is not the Redis protocol (RESP) at all: the server there is another one, a
+/// web server say. (Not a reply of an unexpected type, which the client calls a parse error
+/// too, but without the wire parser's words.)
+fn is_not_resp(e: &fenced::redis::RedisError) -> bool {
+    e.kind() == fenced::redis::ErrorKind::Parse && e.to_string().contains("Parse error")
+}
+
+/// A key of another type than fenced keeps there, with the fix: `release --force --force`
+/// deletes a lock's own keys (the lock and its holds), which are named after the lock.
+pub fn wrong_type(key: &str) -> String {
+    let name = key
+        .split_once('{')
+        .and_then(|(_, rest)| rest.split_once('}'))
+        .filter(|(_, suffix)| suffix.is_empty() || *suffix == ":holds")
+        .map(|(name, _)| name);
+    let fix = match name {
+        Some(name) => format!("delete it (fenced release {name} --force --force)"),
+        None => "delete it".to_owned(),
+    };
+    format!(
+        "the key {key:?} holds another program's data (WRONGTYPE): {fix}, or use another name or --namespace"
+    )
 }
 
 /// A wrong or missing password: `WRONGPASS`, `NOAUTH`, or the client's own word for a failed
@@ -216,6 +241,7 @@ mod tests {
             (Error::Unsupported("x".into()), 78),
             (
                 Error::NotAcquired {
+                    what: fenced::Awaited::Lock,
                     name: "n".into(),
                     waited: Duration::ZERO,
                     attempts: 1,

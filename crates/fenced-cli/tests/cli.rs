@@ -187,6 +187,13 @@ async fn a_held_lock_gives_75_with_no_wait_and_after_the_wait() {
     )
     .await;
     assert_eq!(once.code, Some(75), "{}", once.stderr);
+    assert!(
+        once.stderr
+            .contains("lock \"busy\" is held by another owner")
+            && once.stderr.contains(", 1 attempt)"),
+        "{}",
+        once.stderr
+    );
     let waited = finish(
         fenced(&s.url(), &["run", "busy", "--wait", "300ms", "--", "true"]),
         Duration::from_secs(10),
@@ -195,6 +202,30 @@ async fn a_held_lock_gives_75_with_no_wait_and_after_the_wait() {
     assert_eq!(waited.code, Some(75), "{}", waited.stderr);
     assert!(waited.took >= Duration::from_millis(300));
     assert!(waited.stderr.contains("held"), "{}", waited.stderr);
+    assert!(waited.stderr.contains(" attempt"), "{}", waited.stderr);
+    assert_eq!(
+        waited.stderr.trim_end().lines().count(),
+        1,
+        "{}",
+        waited.stderr
+    );
+    // Each primitive in its own words.
+    let _permit = c.semaphore("pool", 1).acquire().await.unwrap();
+    let full = finish(
+        fenced(
+            &s.url(),
+            &["run", "pool", "--permits", "1", "--no-wait", "--", "true"],
+        ),
+        Duration::from_secs(10),
+    )
+    .await;
+    assert_eq!(full.code, Some(75), "{}", full.stderr);
+    assert!(
+        full.stderr
+            .contains("semaphore \"pool\" has no free permits"),
+        "{}",
+        full.stderr
+    );
 }
 
 /// Five cron-style runs of one job, started 0.3 s apart (machines whose clocks differ), each
@@ -820,6 +851,13 @@ async fn non_utf8_names_are_usage_errors_and_command_arguments_pass_byte_exact()
             "{:?}",
             done.stderr
         );
+        // The argument is named, not clap's "invalid UTF-8 was detected".
+        let named = if args[0] == "--namespace" {
+            "--namespace must be UTF-8"
+        } else {
+            "NAME must be UTF-8"
+        };
+        assert!(done.stderr.contains(named), "{args:?}: {}", done.stderr);
     }
     // A file whose name is not UTF-8 reaches CMD intact.
     let dir = tempfile::tempdir().unwrap();
@@ -849,7 +887,9 @@ async fn a_server_that_does_not_speak_resp_gives_69_in_one_line() {
     });
     let url = format!("redis://127.0.0.1:{port}");
     let done = finish(
-        fenced(&url, &["--timeout", "500ms", "status", "x"]),
+        // The client's reconnects take about 500 ms to give up on the bad replies: a timeout
+        // well above that, so the reply, not the clock, decides what is said.
+        fenced(&url, &["--timeout", "3s", "status", "x"]),
         Duration::from_secs(10),
     )
     .await;
@@ -862,6 +902,13 @@ async fn a_server_that_does_not_speak_resp_gives_69_in_one_line() {
     );
     assert!(
         done.stderr.contains(&format!("127.0.0.1:{port}")),
+        "{}",
+        done.stderr
+    );
+    // Said in the user's terms, not the client's parser's.
+    assert!(
+        done.stderr.contains("does not speak the Redis protocol")
+            && !done.stderr.contains("Parse error"),
         "{}",
         done.stderr
     );
@@ -2063,6 +2110,59 @@ async fn the_password_comes_from_a_file_or_the_environment_and_is_never_printed(
     assert_eq!(out.code, Some(64), "{}", out.stderr);
 }
 
+/// A password (from the environment, a file or the URL) for a server that has none set: one
+/// line that says so, exit 64, the password never echoed, and no word of a failed
+/// authentication.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_password_for_a_server_without_one_is_named_as_such() {
+    let s = server();
+    let limit = Duration::from_secs(10);
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("pw");
+    std::fs::write(&file, "not-needed-secret\n").unwrap();
+    let in_url = s.url().replace("redis://", "redis://:not-needed-secret@");
+    let mut from_env = fenced(&s.url(), &["status", "x"]);
+    from_env
+        .env_remove("REDISCLI_AUTH")
+        .env("FENCED_REDIS_PASSWORD", "not-needed-secret");
+    let mut from_file = fenced(
+        &s.url(),
+        &["--password-file", file.to_str().unwrap(), "status", "x"],
+    );
+    from_file
+        .env_remove("FENCED_REDIS_PASSWORD")
+        .env_remove("REDISCLI_AUTH");
+    let mut from_url = fenced(&in_url, &["status", "x"]);
+    from_url
+        .env_remove("FENCED_REDIS_PASSWORD")
+        .env_remove("REDISCLI_AUTH");
+    for (what, cmd) in [("env", from_env), ("file", from_file), ("url", from_url)] {
+        let out = finish(cmd, limit).await;
+        assert_eq!(out.code, Some(64), "{what}: {}", out.stderr);
+        assert_eq!(
+            out.stderr.trim().lines().count(),
+            1,
+            "{what}: {}",
+            out.stderr
+        );
+        assert!(
+            out.stderr.contains("no password set"),
+            "{what}: {}",
+            out.stderr
+        );
+        assert!(
+            !out.stderr.contains("authentication"),
+            "{what}: {}",
+            out.stderr
+        );
+        assert!(
+            !out.stderr.contains("not-needed-secret"),
+            "{what}: {}",
+            out.stderr
+        );
+    }
+}
+
 /// Runs the shell `line` on a terminal of its own (a pty from `script`), recording what it
 /// draws in `typescript`.
 fn on_a_terminal(line: &str, typescript: &std::path::Path, stdin: Stdio) -> Child {
@@ -2223,6 +2323,13 @@ async fn each_failure_exits_with_the_code_of_the_table() {
     };
     let latch = finish(on_redlock(&["latch", "gate", "count"]), limit).await;
     assert_eq!(latch.code, Some(78), "{}", latch.stderr);
+    let line = latch.stderr.trim();
+    assert_eq!(line.lines().count(), 1, "{line}");
+    assert!(line.len() <= 160, "{line}");
+    assert!(
+        line.contains("a latch") && line.contains("Redlock"),
+        "{line}"
+    );
     // Paused, not killed: a killed master's port is free, and another test's new server may
     // take it and answer in its place.
     for m in masters.iter_mut().take(3) {
@@ -2304,6 +2411,61 @@ async fn a_key_of_another_type_is_named_at_once_with_exit_65() {
     assert!(kinds.contains(&("lock", "fine")), "{kinds:?}");
     assert!(kinds.contains(&("unreadable", "typed")), "{kinds:?}");
     held.release().await.unwrap();
+}
+
+/// A key of another type where a lock keeps its string: every message gives the fix, and
+/// `release --force` says how to delete it, which `--force` given twice does; the name then
+/// works again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn release_with_force_twice_deletes_a_lock_key_another_program_wrote() {
+    let limit = Duration::from_secs(20);
+    let s = server();
+    let mut conn = raw(&s).await;
+    let _: () = fenced::redis::cmd("HSET")
+        .arg("fenced:{typed}")
+        .arg("f")
+        .arg("v")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let run = finish(fenced(&s.url(), &["run", "typed", "--", "true"]), limit).await;
+    assert_eq!(run.code, Some(65), "{}", run.stderr);
+    assert_eq!(run.stderr.trim_end().lines().count(), 1, "{}", run.stderr);
+    assert!(
+        run.stderr.contains("fenced release typed --force --force")
+            && run.stderr.contains("another name or --namespace"),
+        "{}",
+        run.stderr
+    );
+    let once = finish(fenced(&s.url(), &["release", "typed", "--force"]), limit).await;
+    assert_eq!(once.code, Some(65), "{}", once.stderr);
+    assert_eq!(once.stderr.trim_end().lines().count(), 1, "{}", once.stderr);
+    assert!(once.stderr.contains("--force twice"), "{}", once.stderr);
+    let kept: i64 = fenced::redis::cmd("EXISTS")
+        .arg("fenced:{typed}")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(kept, 1, "one --force deleted another program's key");
+    let twice = finish(
+        fenced(&s.url(), &["release", "typed", "--force", "--force"]),
+        limit,
+    )
+    .await;
+    assert_eq!(twice.code, Some(0), "{}", twice.stderr);
+    assert!(
+        twice.stdout.contains("deleted the key \"fenced:{typed}\""),
+        "{}",
+        twice.stdout
+    );
+    let left: i64 = fenced::redis::cmd("EXISTS")
+        .arg("fenced:{typed}")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(left, 0);
+    let again = finish(fenced(&s.url(), &["run", "typed", "--", "true"]), limit).await;
+    assert_eq!(again.code, Some(0), "{}", again.stderr);
 }
 
 /// Waits (up to 10 s) until the election `name` has a leader, and returns its value.
@@ -2653,4 +2815,28 @@ async fn without_scripts_runs_work_and_what_needs_scripts_exits_78() {
     assert_eq!(latch.code, Some(78), "{}", latch.stderr);
     assert_eq!(latch.stderr.trim().lines().count(), 1, "{}", latch.stderr);
     assert!(latch.stderr.contains("script"), "{}", latch.stderr);
+    // One short line: the primitive, and the fix (the client was told to send no scripts).
+    assert!(latch.stderr.trim().len() <= 160, "{}", latch.stderr);
+    assert!(
+        latch.stderr.contains("a latch") && latch.stderr.contains("--no-scripts"),
+        "{}",
+        latch.stderr
+    );
+    // Refused by the ACL: the command refused, and the grant that fixes it.
+    let refused = finish(
+        fenced(&url, &["latch", "go", "arm", "2"]),
+        Duration::from_secs(10),
+    )
+    .await;
+    assert_eq!(refused.code, Some(78), "{}", refused.stderr);
+    let line = refused.stderr.trim();
+    assert_eq!(line.lines().count(), 1, "{line}");
+    assert!(line.len() <= 160, "{line}");
+    assert!(
+        line.contains("a latch")
+            && (line.contains("evalsha") || line.contains("script|load"))
+            && line.contains("+@scripting")
+            && !line.contains("needed by"),
+        "{line}"
+    );
 }

@@ -34,7 +34,7 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::core::{Core, metrics};
-use crate::error::{Error, Result};
+use crate::error::{Awaited, Error, Result};
 use crate::guard::{Lease, LockGuard};
 use crate::keys::validate_name;
 use crate::kind::unexpected;
@@ -308,6 +308,7 @@ impl Cache {
                         let outcome = match deadline {
                             Some(at) => tokio::time::timeout_at(at, done).await.map_err(|_| {
                                 Error::NotAcquired {
+                                    what: Awaited::CacheEntry,
                                     name: entry.lock.name().to_owned(),
                                     waited: started.elapsed(),
                                     attempts: 0,
@@ -362,7 +363,12 @@ impl Cache {
             .key(&entry.cached)
             .key(&entry.lock.keys().fence)
             .arg(self.core.fence_retention_ms());
-        let dropped: i64 = self.core.node()?.run_replicated(&call).await?;
+        let dropped: i64 = self
+            .core
+            .backend()
+            .node_for("a cache")?
+            .run_replicated(&call)
+            .await?;
         Ok(dropped == 1)
     }
 
@@ -510,7 +516,8 @@ impl Cache {
                     })
                 }
             })
-            .await?;
+            .await
+            .map_err(|e| e.waited_for(Awaited::CacheEntry))?;
         // A value found after waiting was computed by somebody else.
         let waited = reads > 1;
         let (guard, cached, recheck) = match next {
@@ -659,7 +666,7 @@ impl Cache {
     async fn read(&self, entry: &Entry) -> Result<Found> {
         let call = ScriptCall::new(&CACHE_READ).key(&entry.cached);
         let (pttl, value, compute, stale): (i64, Field, Field, Field) =
-            self.core.node()?.run(&call).await?;
+            self.core.backend().node_for("a cache")?.run(&call).await?;
         parse_entry(
             vec![value, compute, stale],
             pttl,
@@ -697,7 +704,11 @@ impl Cache {
         if let Some(value) = value {
             call = call.arg(value);
         }
-        let stored: i64 = core.node()?.run_replicated(&call).await?;
+        let stored: i64 = core
+            .backend()
+            .node_for("a cache")?
+            .run_replicated(&call)
+            .await?;
         if stored == 1 {
             // Our own message is skipped by our pub/sub task: wake this process directly (the
             // waiters of other handles on this client).

@@ -13,14 +13,15 @@ use crate::token::FencingToken;
 #[derive(Clone, Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// [`Lock::acquire`](crate::Lock::acquire) (or a semaphore's, or a reentrant lock's) gave
-    /// up: its wait deadline or its attempt limit was used up while somebody else held it; or
-    /// [`Latch::wait`](crate::Latch::wait) gave up before the latch opened.
-    #[error(
-        "{name:?} was not acquired: still held (or, for a latch, not open) after waiting {waited:?} ({attempts} attempts)"
-    )]
+    /// [`Lock::acquire`](crate::Lock::acquire) (or any primitive's acquire, or a campaign)
+    /// gave up: its wait deadline or its attempt limit was used up while somebody else held
+    /// it; or [`Latch::wait`](crate::Latch::wait) gave up before the latch opened. `what`
+    /// says which it was.
+    #[error("{}", not_acquired_text(*what, name, *waited, *attempts))]
     NotAcquired {
-        /// The lock's name.
+        /// What was waited for: a lock, a semaphore's permits, a latch, ...
+        what: Awaited,
+        /// Its name.
         name: String,
         /// How long the call waited, on the monotonic clock.
         waited: Duration,
@@ -141,13 +142,14 @@ pub enum Error {
         /// The server's own words.
         detail: String,
     },
-    /// An argument was rejected before anything was sent to Redis.
+    /// An argument was rejected before anything was sent to Redis; or, at connect, a
+    /// password given to a server that has none set (for its default user).
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
     /// The deployment cannot do this: a primitive or an operation its backend does not run
     /// (a lock over several names on a Redis Cluster, a latch on Redlock). Checked before
     /// anything is sent.
-    #[error("not supported by this deployment: {0}")]
+    #[error("not supported: {0}")]
     Unsupported(String),
     /// The call would wait for itself, forever: a handle asking for a write lease while it
     /// (or a clone) holds a read lease of the same lock. Refused before anything is sent.
@@ -181,6 +183,81 @@ pub enum Error {
         /// What was wrong with the reply.
         detail: String,
     },
+}
+
+/// What an [`Error::NotAcquired`] waited for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Awaited {
+    /// A [`Lock`](crate::Lock) (or a striped lock's stripe).
+    Lock,
+    /// A [`ReentrantLock`](crate::ReentrantLock).
+    ReentrantLock,
+    /// A [`FairLock`](crate::FairLock).
+    FairLock,
+    /// An [`UnfencedLock`](crate::UnfencedLock).
+    UnfencedLock,
+    /// A [`MultiLock`](crate::MultiLock).
+    MultiLock,
+    /// Permits of a [`Semaphore`](crate::Semaphore).
+    Semaphore,
+    /// A read lease of an [`RwLock`](crate::RwLock).
+    ReadLease,
+    /// The write lease of an [`RwLock`](crate::RwLock).
+    WriteLease,
+    /// Leadership of an [`Election`](crate::Election).
+    Election,
+    /// A [`Latch`](crate::Latch) to open.
+    Latch,
+    /// A [`Cache`](crate::Cache) entry that another caller computes.
+    CacheEntry,
+}
+
+impl std::fmt::Display for Awaited {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Awaited::Lock => "lock",
+            Awaited::ReentrantLock => "re-entrant lock",
+            Awaited::FairLock => "fair lock",
+            Awaited::UnfencedLock => "unfenced lock",
+            Awaited::MultiLock => "multi-lock",
+            Awaited::Semaphore => "semaphore",
+            Awaited::ReadLease | Awaited::WriteLease => "read-write lock",
+            Awaited::Election => "election",
+            Awaited::Latch => "latch",
+            Awaited::CacheEntry => "cache entry",
+        })
+    }
+}
+
+/// `lock "x" is held by another owner (gave up after 1.5s, 3 attempts)`.
+fn not_acquired_text(what: Awaited, name: &str, waited: Duration, attempts: u32) -> String {
+    let state = match what {
+        Awaited::Lock | Awaited::ReentrantLock | Awaited::UnfencedLock => {
+            "is held by another owner"
+        }
+        Awaited::FairLock => "is held by another owner, or others are ahead in its queue",
+        Awaited::MultiLock => "has a name held by another owner",
+        Awaited::Semaphore => "has no free permits",
+        Awaited::ReadLease => "has a writer, holding it or waiting",
+        Awaited::WriteLease => "is held by readers or another writer",
+        Awaited::Election => "is led by another candidate",
+        Awaited::Latch => "is not open",
+        Awaited::CacheEntry => "is still being computed by another caller",
+    };
+    let ms = waited.as_millis();
+    let after = if ms < 1000 {
+        format!("{ms}ms")
+    } else {
+        format!("{:.1}s", waited.as_secs_f64())
+    };
+    match (what, attempts) {
+        (Awaited::Latch | Awaited::CacheEntry, _) | (_, 0) => {
+            format!("{what} {name:?} {state} (gave up after {after})")
+        }
+        (_, 1) => format!("{what} {name:?} {state} (gave up after {after}, 1 attempt)"),
+        (_, n) => format!("{what} {name:?} {state} (gave up after {after}, {n} attempts)"),
+    }
 }
 
 /// Shorthand for results of this crate.
@@ -306,6 +383,26 @@ impl Error {
         }
     }
 
+    /// A refusal of scripts ([`refuses_scripts`](Self::refuses_scripts)) in a few words: the
+    /// command refused, and the fix.
+    pub(crate) fn script_refusal(&self) -> String {
+        match self {
+            Error::Permission { command, .. } => {
+                format!("the Redis user may not run {command}: grant it +@scripting")
+            }
+            Error::Redis(e) => {
+                let text = e.to_string().to_ascii_lowercase();
+                let command = if text.contains("'evalsha'") {
+                    "evalsha"
+                } else {
+                    "script"
+                };
+                format!("the server refuses {command}: use one that runs Lua scripts")
+            }
+            other => other.to_string(),
+        }
+    }
+
     /// Whether this is Redis' `WRONGTYPE`, not yet named ([`Error::Redis`]).
     pub(crate) fn is_raw_wrong_type(&self) -> bool {
         matches!(self, Error::Redis(e) if is_wrong_type(e))
@@ -336,6 +433,14 @@ impl Error {
             return None;
         }
         keys(digits.parse().ok()?)
+    }
+
+    /// A wait's end named after what it waited for: the wait loop names a lock.
+    pub(crate) fn waited_for(mut self, what: Awaited) -> Self {
+        if let Error::NotAcquired { what: was, .. } = &mut self {
+            *was = what;
+        }
+        self
     }
 
     pub(crate) fn invalid(msg: impl Into<String>) -> Self {
@@ -566,6 +671,52 @@ mod wrong_type_tests {
             "{text}"
         );
         assert_eq!(text.lines().count(), 1);
+    }
+}
+
+#[cfg(test)]
+mod not_acquired_tests {
+    use std::time::Duration;
+
+    use super::{Awaited, Error};
+
+    #[test]
+    fn not_acquired_names_what_it_waited_for_in_one_line() {
+        let text = |what, attempts| {
+            Error::NotAcquired {
+                what,
+                name: "x".into(),
+                waited: Duration::from_millis(1500),
+                attempts,
+            }
+            .to_string()
+        };
+        assert_eq!(
+            text(Awaited::Lock, 1),
+            "lock \"x\" is held by another owner (gave up after 1.5s, 1 attempt)"
+        );
+        assert_eq!(
+            text(Awaited::Semaphore, 3),
+            "semaphore \"x\" has no free permits (gave up after 1.5s, 3 attempts)"
+        );
+        assert_eq!(
+            text(Awaited::Latch, 4),
+            "latch \"x\" is not open (gave up after 1.5s)"
+        );
+        for what in [
+            Awaited::ReentrantLock,
+            Awaited::FairLock,
+            Awaited::UnfencedLock,
+            Awaited::MultiLock,
+            Awaited::ReadLease,
+            Awaited::WriteLease,
+            Awaited::Election,
+            Awaited::CacheEntry,
+        ] {
+            let shown = text(what, 2);
+            assert!(shown.starts_with(&format!("{what} \"x\" ")), "{shown}");
+            assert_eq!(shown.lines().count(), 1, "{shown}");
+        }
     }
 }
 

@@ -108,7 +108,12 @@ impl crate::ReentrantLock {
     /// As [`Lock::status`].
     pub async fn status(&self) -> Result<LockStatus> {
         let (core, keys) = self.parts();
-        lock_status(core.node()?, self.name(), keys).await
+        lock_status(
+            core.backend().node_for("a re-entrant lock's status")?,
+            self.name(),
+            keys,
+        )
+        .await
     }
 }
 
@@ -120,7 +125,7 @@ impl crate::FairLock {
     ///
     /// As [`Lock::status`].
     pub async fn status(&self) -> Result<LockStatus> {
-        let node = self.core().node()?;
+        let node = self.core().backend().node_for("a fair lock's status")?;
         let mut status = lock_status(node, self.name(), self.keys()).await?;
         status.queued = self.queued().await?;
         Ok(status)
@@ -139,13 +144,18 @@ impl crate::MultiLock {
         let (core, keys) = self.parts();
         if core.backend().is_cluster() {
             return Err(Error::unsupported(
-                "a multi-lock's status needs one Redis server: on a Redis Cluster its names live in different hash slots",
+                "a multi-lock's status needs one server or Sentinel (its names are in different Cluster slots): read each lock's status",
             ));
         }
         for name in self.names() {
             validate_name("lock", name)?;
         }
-        let seen = inspect(core.node()?, keys, "status").await?;
+        let seen = inspect(
+            core.backend().node_for("a multi-lock's status")?,
+            keys,
+            "status",
+        )
+        .await?;
         self.names()
             .iter()
             .zip(seen)
@@ -260,7 +270,12 @@ impl Lock {
     /// [`Error::WrongType`](crate::Error::WrongType) naming the lock's key (or its holds')
     /// when another program wrote another type of data there; transport errors.
     pub async fn status(&self) -> Result<LockStatus> {
-        lock_status(self.core().node()?, self.name(), self.keys()).await
+        lock_status(
+            self.core().backend().node_for("a lock's status")?,
+            self.name(),
+            self.keys(),
+        )
+        .await
     }
 
     /// The lock as each node that keeps it sees it: the server (its address); on a cluster,
@@ -323,7 +338,11 @@ impl Lock {
             .key(&keys.holds)
             .arg(&keys.channel)
             .arg(&*core.release_message(Wake::One));
-        let owner: Option<String> = core.node()?.run(&call).await?;
+        let owner: Option<String> = core
+            .backend()
+            .node_for("breaking a lock")?
+            .run(&call)
+            .await?;
         if owner.is_some() {
             tracing::warn!(lock = %self.name(), "fenced: lock broken by force");
             core.wake_local(&keys.channel, Wake::One);
@@ -408,7 +427,7 @@ impl Client {
     /// of keys takes many steps. On Redlock, [`Error::Unsupported`](crate::Error::Unsupported).
     pub async fn list(&self, pattern: &str) -> Result<Listing> {
         let ns = &self.core().options().namespace;
-        let found = scan(self.core().node()?, ns, pattern).await?;
+        let found = scan(self.core().backend().node_for("listing")?, ns, pattern).await?;
         let mut unreadable = Vec::new();
         let u = &mut unreadable;
         Ok(Listing {

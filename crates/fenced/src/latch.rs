@@ -8,7 +8,7 @@ use std::time::Duration;
 use tracing::Instrument;
 
 use crate::core::{Core, Wake};
-use crate::error::{Error, Result};
+use crate::error::{Awaited, Error, Result};
 use crate::keys::validate_name;
 use crate::kind::unexpected;
 use crate::options::{MAX_TTL, ttl_millis};
@@ -123,7 +123,12 @@ impl Latch {
             .key(&*self.key)
             .arg(count)
             .arg(ttl_millis(self.lifetime));
-        let armed: i64 = self.core.node()?.run_replicated(&call).await?;
+        let armed: i64 = self
+            .core
+            .backend()
+            .node_for("a latch")?
+            .run_replicated(&call)
+            .await?;
         Ok(armed == 1)
     }
 
@@ -142,7 +147,12 @@ impl Latch {
             .key(&*self.key)
             .arg(&*self.channel)
             .arg(&*self.core.release_message(Wake::All));
-        let (reply, short) = self.core.node()?.run_acked(&call).await?;
+        let (reply, short) = self
+            .core
+            .backend()
+            .node_for("a latch")?
+            .run_acked(&call)
+            .await?;
         let left: i64 = redis::from_redis_value(reply)
             .map_err(|e| unexpected("latch count down", e.to_string()))?;
         if left == 0 {
@@ -165,7 +175,8 @@ impl Latch {
         validate_name("latch", &self.name)?;
         let raw: Option<String> = self
             .core
-            .node()?
+            .backend()
+            .node_for("a latch")?
             .query("latch count", redis::cmd("GET").arg(&*self.key))
             .await?;
         raw.map(|v| {
@@ -197,5 +208,6 @@ impl Latch {
             })
             .instrument(span)
             .await
+            .map_err(|e| e.waited_for(Awaited::Latch))
     }
 }

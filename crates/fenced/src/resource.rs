@@ -201,7 +201,12 @@ impl FencedResource {
         for (field, value) in fields {
             call = call.arg(*field).arg(*value);
         }
-        let (reply, short) = self.core.node()?.run_acked(&call).await?;
+        let (reply, short) = self
+            .core
+            .backend()
+            .node_for("a fenced resource")?
+            .run_acked(&call)
+            .await?;
         let (applied, value): (i64, Value) = redis::from_redis_value(reply)
             .map_err(|e| unexpected("fenced write", e.to_string()))?;
         match (applied, value) {
@@ -260,7 +265,12 @@ impl FencedResource {
         for field in fields {
             call = call.arg(*field);
         }
-        let reply: Vec<Value> = self.core.node()?.run_replicated(&call).await?;
+        let reply: Vec<Value> = self
+            .core
+            .backend()
+            .node_for("a fenced resource")?
+            .run_replicated(&call)
+            .await?;
         match reply.split_first() {
             Some((Value::Int(1), values)) if values.len() == fields.len() => values
                 .iter()
@@ -325,7 +335,11 @@ impl FencedResource {
         validate_name("resource", &self.name)?;
         let mut cmd = redis::cmd("HGET");
         cmd.arg(&self.keys.data).arg(field);
-        self.core.node()?.query("resource read", &cmd).await
+        self.core
+            .backend()
+            .node_for("a fenced resource")?
+            .query("resource read", &cmd)
+            .await
     }
 
     /// The highest fencing token this resource has accepted, if any.
@@ -337,7 +351,12 @@ impl FencedResource {
         validate_name("resource", &self.name)?;
         let mut cmd = redis::cmd("GET");
         cmd.arg(&self.keys.fence);
-        let raw: Option<Vec<u8>> = self.core.node()?.query("resource read", &cmd).await?;
+        let raw: Option<Vec<u8>> = self
+            .core
+            .backend()
+            .node_for("a fenced resource")?
+            .query("resource read", &cmd)
+            .await?;
         raw.map(|b| parse_token("resource read", &b)).transpose()
     }
 }

@@ -198,6 +198,27 @@ async fn connect_wait_ends_by_its_deadline_and_a_paused_server_resumed_in_time_i
     );
 }
 
+/// What waiting cannot mend fails at once, whatever the connect wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connect_wait_does_not_retry_a_wrong_password() {
+    let server = RedisServer::start_with(&["--requirepass", "s3cret"]).unwrap();
+    let started = Instant::now();
+    let bad = Client::builder(&format!(
+        "redis://default:wrong@127.0.0.1:{}",
+        server.port()
+    ))
+    .timeout(Duration::from_secs(3))
+    .connect_wait(Duration::from_secs(20))
+    .connect()
+    .await;
+    assert!(bad.is_err());
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}: {bad:?}",
+        started.elapsed()
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acl_passwords_in_the_url_work_and_wrong_ones_are_typed_errors() {
     let server = match RedisServer::start_with(&["--requirepass", "s3cret"]) {

@@ -276,10 +276,10 @@ pub async fn list(global: &Global, pattern: &str) -> Result<u8, Failure> {
     // Keys of another type are named after the rest is listed, and make the exit code 65.
     for u in &unreadable {
         warn!(
-            "fenced: {} {:?}: the key {:?} holds another type of data than fenced keeps there (WRONGTYPE): another program wrote it",
+            "fenced: {} {:?}: {}",
             u.kind.replace('_', " "),
             u.name,
-            u.key
+            exit::wrong_type(&u.key)
         );
     }
     let done = if unreadable.is_empty() {
@@ -463,25 +463,62 @@ fn table(head: &[&str], rows: impl Iterator<Item = Vec<String>>) -> String {
     out
 }
 
-pub async fn release(global: &Global, name: &str, force: bool) -> Result<u8, Failure> {
+pub async fn release(global: &Global, name: &str, force: u8) -> Result<u8, Failure> {
     check_name(name)?;
-    if !force {
+    if force == 0 {
         return Err(Failure::usage(format!(
             "refusing to break {name:?} without --force: it deletes the lock whoever holds it, and a live holder may still be writing (only fencing tokens protect the resource then); see who holds it with `fenced status {name}`"
         )));
     }
     check_url(global.redis_url())?;
     let client = connect(global).await?;
-    let was = client
-        .lock(name)
-        .force_release()
-        .await
-        .map_err(|e| Failure::from_lib(e, &address(global.redis_url())))?;
+    let fail = |e| Failure::from_lib(e, &address(global.redis_url()));
+    // Another program's data where the lock keeps its own (its key, its holds): with --force
+    // twice, deleted one key at a time, and the lock broken then.
+    let mut deleted = 0;
+    let was = loop {
+        match client.lock(name).force_release().await {
+            Err(fenced::Error::WrongType { key, .. }) if force >= 2 && deleted < 2 => {
+                delete_foreign(&client, &key).await.map_err(fail)?;
+                deleted += 1;
+            }
+            Err(fenced::Error::WrongType { key, .. }) => {
+                return Err(Failure::new(
+                    exit::DATA,
+                    format!(
+                        "the key {key:?} holds another program's data (WRONGTYPE): give --force twice to delete it, or use another name or --namespace"
+                    ),
+                ));
+            }
+            other => break other.map_err(fail)?,
+        }
+    };
     match was {
         Some(owner) => say!("released {name:?}, which was held by {owner}"),
         None => say!("{name:?} was not held; nothing to release"),
     }
     Ok(exit::OK)
+}
+
+/// Deletes `key`, a lock's key (or its holds) that holds another program's data, in a
+/// transaction on it: what is deleted is what was read, and neither a key gone since nor one
+/// of the type fenced keeps there (a lock taken since) is touched.
+async fn delete_foreign(client: &fenced::Client, key: &str) -> fenced::Result<()> {
+    let ours = if key.ends_with('}') { "string" } else { "hash" };
+    let found = client
+        .transaction(&[key], |tx| async move {
+            let found: String = tx.query(fenced::redis::cmd("TYPE").arg(key)).await?;
+            if found == "none" || found == ours {
+                return Ok::<_, fenced::Error>(None);
+            }
+            tx.del(key);
+            Ok(Some(found))
+        })
+        .await?;
+    if let Some(found) = found {
+        say!("deleted the key {key:?}, which held another program's data (a {found})");
+    }
+    Ok(())
 }
 
 fn semaphore_json(s: &SemaphoreStatus) -> Value {

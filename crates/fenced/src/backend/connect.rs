@@ -92,7 +92,7 @@ impl Connect {
     pub(crate) async fn backend(&self) -> Result<Backend> {
         if self.options.without_scripts && !self.scriptless_topology() {
             return Err(Error::unsupported(
-                "without scripts, locks run on one server or behind Sentinel; a Redis Cluster and Redlock need scripts",
+                "locks on a Redis Cluster or Redlock need Lua scripts, and this client sends none: drop without_scripts (fenced --no-scripts)",
             ));
         }
         match &self.topology {
@@ -102,7 +102,9 @@ impl Connect {
                     .with_acks(self.options.replica_acks)
                     .with_counted_grants(self.options.counted_grants)
                     .with_scripts_forbidden(self.options.without_scripts);
-                check_server(&node).await?;
+                if let Err(e) = check_server(&node).await {
+                    return Err(self.unwanted_password(url, e).await);
+                }
                 Ok(Backend::Single {
                     node,
                     client: Dedicated::Fixed(client),
@@ -123,6 +125,38 @@ impl Connect {
             Topology::Sentinel { sentinels, service } => {
                 self.sentinel_backend(sentinels, service).await
             }
+        }
+    }
+
+    /// A refused password, said as it is when the server has none set: redis-rs reports
+    /// every refused `AUTH` alike, while a server whose default user needs no password
+    /// refuses a password sent without a user name ("AUTH <password> called without any
+    /// password configured for the default user"). Asked once more without it: a server
+    /// that then answers `PING` has none set. Any other error is returned as it is.
+    async fn unwanted_password(&self, url: &str, err: Error) -> Error {
+        let refused =
+            matches!(&err, Error::Redis(e) if e.kind() == redis::ErrorKind::AuthenticationFailed);
+        let Some(info) = self.connection_info(url).ok().filter(|_| refused) else {
+            return err;
+        };
+        let settings = info.redis_settings();
+        if settings.username().is_some() || settings.password().is_none() {
+            return err;
+        }
+        let bare = redis::RedisConnectionInfo::default().set_db(settings.db());
+        let Ok(client) = self.client_of(info.set_redis_settings(bare)) else {
+            return err;
+        };
+        let ping = async {
+            let mut conn = client.get_multiplexed_async_connection().await?;
+            redis::cmd("PING").query_async::<String>(&mut conn).await
+        };
+        match tokio::time::timeout(self.options.timeout, ping).await {
+            Ok(Ok(_)) => Error::invalid(format!(
+                "the Redis server at {} has no password set: connect without one, or name its ACL user (redis://USER:PASSWORD@host)",
+                redact(url)
+            )),
+            _ => err,
         }
     }
 
@@ -680,7 +714,7 @@ async fn check_server(node: &Node) -> Result<()> {
     };
     match server_version(&info) {
         Some(v) if (v.0, v.1) < MIN_SERVER_VERSION => Err(Error::unsupported(format!(
-            "Redis {}.{}.{} is older than {}.{}, the oldest fenced supports",
+            "Redis {}.{}.{} is older than {}.{}, the oldest fenced supports: upgrade the server (or use Valkey)",
             v.0, v.1, v.2, MIN_SERVER_VERSION.0, MIN_SERVER_VERSION.1
         ))),
         _ => Ok(()),

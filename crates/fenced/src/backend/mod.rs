@@ -140,12 +140,18 @@ impl Backend {
     /// The node that serves the keys of one primitive (all share its `{hash tag}`), for what
     /// is not a lease step: refused on Redlock, where one node alone decides nothing.
     pub(crate) fn node(&self) -> Result<&Node> {
+        self.node_for("this")
+    }
+
+    /// [`node`](Self::node), refused on Redlock in the words of what needs it (`"a latch"`).
+    #[cfg_attr(not(feature = "redlock"), allow(unused_variables))]
+    pub(crate) fn node_for(&self, what: &str) -> Result<&Node> {
         match self.route() {
             Route::One(node) => Ok(node),
             #[cfg(feature = "redlock")]
-            Route::Quorum(_) => Err(Error::unsupported(
-                "this operation needs one Redis server; a Redlock client (several independent masters) runs locks (acquire, try_acquire, with_lock, #[fenced::locked]) and semaphores (acquire, release) only so far",
-            )),
+            Route::Quorum(_) => Err(Error::unsupported(format!(
+                "{what} needs one Redis server, Sentinel or a Redis Cluster: on Redlock only locks and semaphores run"
+            ))),
         }
     }
 
@@ -316,8 +322,8 @@ impl Backend {
             Backend::Single { .. } => Ok(()),
             #[cfg(feature = "cluster")]
             Backend::Cluster { .. } if !kind.one_slot() => Err(Error::unsupported(format!(
-                "a {} over several names needs one Redis server: on a Redis Cluster its names live in different hash slots, which one script cannot reach",
-                kind.primitive()
+                "{} needs one server or Sentinel (its names are in different Cluster slots): lock them one by one, in a fixed order",
+                kind.primitive().with_article()
             ))),
             #[cfg(feature = "cluster")]
             Backend::Cluster { .. } => Ok(()),

@@ -219,8 +219,8 @@ impl Redlock {
         match kind.on_redlock() {
             true => Ok(()),
             false => Err(Error::unsupported(format!(
-                "a {} does not run on several independent masters (Redlock) yet; locks and semaphores do",
-                kind.primitive()
+                "{} does not run on Redlock (only locks and semaphores do): use one server, Sentinel or a Redis Cluster",
+                kind.primitive().with_article()
             ))),
         }
     }

@@ -35,7 +35,7 @@ use crate::core::lease::{Holds, LeaseState};
 use crate::core::metrics::{self, Via};
 use crate::core::notify::LocalWaiters;
 use crate::core::renew::Tracked;
-use crate::error::{Error, Result};
+use crate::error::{Awaited, Error, Result};
 use crate::kind::{AcquireReply, ExpiryReply, HandOverTo, LeaseKind};
 use crate::options::ttl_millis;
 use crate::token::{FencingToken, OwnerToken};
@@ -258,7 +258,10 @@ impl Core {
             }
             Err(_) => {}
         }
-        outcome
+        match primitive.get() {
+            Some(p) => outcome.map_err(|e| e.waited_for(p.awaited())),
+            None => outcome,
+        }
     }
 
     /// Makes a granted lease a [`Held`]: tracked for renewal (if asked), with its validity
@@ -323,8 +326,8 @@ impl Core {
         let Some(call) = kind.resume(&owner, ttl_millis(ttl), epoch, take_over) else {
             attempt.answered();
             return Err(Error::unsupported(format!(
-                "a {} is not handed between processes",
-                kind.primitive()
+                "{} cannot be resumed from a ticket: only plain, fair and unfenced locks can",
+                kind.primitive().with_article()
             )));
         };
         let reply = self.backend().extend("take over", &call, &*kind).await?;
@@ -366,7 +369,9 @@ impl Core {
 
     /// Waits, by `wait`, for a condition that is not a lease (a latch opening): `check` is
     /// the attempt, run at once, on every wake-up from `channel`, and by the fallback poll.
-    /// Every waiter of the process may check at once (a condition frees them all).
+    /// Every waiter of the process may check at once (a condition frees them all). A wait
+    /// that runs out names a lock: the caller names what it waited for
+    /// ([`Error::waited_for`]).
     pub(crate) async fn wait_until<G, F, Fut>(
         &self,
         name: &str,
@@ -594,6 +599,8 @@ impl<'a> Budget<'a> {
 
     fn give_up(&self) -> Error {
         Error::NotAcquired {
+            // A lock's, unless the caller names what it waited for (`Error::waited_for`).
+            what: Awaited::Lock,
             name: self.spec.name.to_owned(),
             waited: self.started.elapsed(),
             attempts: self.attempts,

@@ -81,7 +81,7 @@ pub struct ElectionStatus {
 
 pub(crate) fn redlock_refusal(what: &str) -> Error {
     Error::unsupported(format!(
-        "{what} an election needs one Redis server, Sentinel or a Cluster: on several independent masters (Redlock) there is no one record of the leader"
+        "{what} an election needs one server, Sentinel or a Redis Cluster: Redlock's masters keep no one record of the leader"
     ))
 }
 

@@ -66,6 +66,32 @@ impl Primitive {
             Primitive::Election => "election",
         }
     }
+
+    /// What a wait for a lease of it waits for, as [`Error::NotAcquired`](crate::Error::NotAcquired)
+    /// names it.
+    pub(crate) fn awaited(self) -> crate::error::Awaited {
+        use crate::error::Awaited;
+        match self {
+            Primitive::Lock => Awaited::Lock,
+            Primitive::ReentrantLock => Awaited::ReentrantLock,
+            Primitive::Semaphore => Awaited::Semaphore,
+            Primitive::RwRead => Awaited::ReadLease,
+            Primitive::RwWrite => Awaited::WriteLease,
+            Primitive::FairLock => Awaited::FairLock,
+            Primitive::MultiLock => Awaited::MultiLock,
+            Primitive::UnfencedLock => Awaited::UnfencedLock,
+            Primitive::Election => Awaited::Election,
+        }
+    }
+
+    /// The words a message uses for it, with their article: "a lock", "an election".
+    pub(crate) fn with_article(self) -> String {
+        let words = self.to_string();
+        match words.starts_with(['a', 'e', 'i', 'o', 'u']) {
+            true => format!("an {words}"),
+            false => format!("a {words}"),
+        }
+    }
 }
 
 /// The words a message uses for it (the label is for metrics and spans).

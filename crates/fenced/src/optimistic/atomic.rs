@@ -84,7 +84,11 @@ fn unexpected(script: &'static str, reply: impl std::fmt::Debug) -> Error {
 
 impl Client {
     async fn eval<T: redis::FromRedisValue>(&self, call: &ScriptCall) -> Result<T> {
-        self.core().node()?.run_replicated(call).await
+        self.core()
+            .backend()
+            .node_for("the atomic helpers")?
+            .run_replicated(call)
+            .await
     }
 
     /// Sets `key` to `new` if it holds `expected` (`None`: if it does not exist), in one
@@ -149,8 +153,12 @@ impl Client {
         check_key(key)?;
         let mut cmd = redis::cmd("HMGET");
         cmd.arg(key).arg("v").arg("d");
-        let (version, value): (Option<u64>, Option<Vec<u8>>) =
-            self.core().node()?.query("versioned read", &cmd).await?;
+        let (version, value): (Option<u64>, Option<Vec<u8>>) = self
+            .core()
+            .backend()
+            .node_for("get_versioned")?
+            .query("versioned read", &cmd)
+            .await?;
         Ok(match (version, value) {
             (Some(version), Some(value)) => Some(Versioned { version, value }),
             _ => None,

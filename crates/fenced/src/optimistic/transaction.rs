@@ -238,7 +238,7 @@ impl Client {
         };
         // One node: a transaction's WATCH lives on one connection. On a cluster, that is the
         // master of the keys' one slot.
-        self.core().node()?;
+        self.core().backend().node_for("a transaction")?;
         #[cfg(feature = "cluster")]
         let slot = if self.core().backend().is_cluster() {
             Some(one_slot(keys)?)

@@ -25,6 +25,9 @@ use redis::{Cmd, ToRedisArgs};
 pub(crate) struct Lua {
     /// The operation, as shown in errors and logs ("acquire", "release", ...).
     pub(crate) operation: &'static str,
+    /// The static's own name (`SEMAPHORE_ACQUIRE`), which [`primitive`](Self::primitive)
+    /// reads.
+    name: &'static str,
     classic: Body,
     /// For a script that announces releases: the same script announcing with `SPUBLISH`
     /// (sharded pub/sub on a Redis Cluster, `spublish.lua`). `None` for the others.
@@ -72,7 +75,34 @@ impl Body {
     }
 }
 
+/// The primitive each prefix of the statics' names stands for, as a message names it; a
+/// plain lock's scripts have none of these.
+const PRIMITIVES: [(&str, &str); 14] = [
+    ("UNFENCED_", "an unfenced lock"),
+    ("REENTRANT_", "a re-entrant lock"),
+    ("SEMAPHORE_", "a semaphore"),
+    ("MULTI_", "a multi-lock"),
+    ("RW_", "a read-write lock"),
+    ("FAIR_", "a fair lock"),
+    ("ELECTION_", "an election"),
+    ("LATCH_", "a latch"),
+    ("CACHE_", "a cache"),
+    ("FENCED_", "a fenced resource"),
+    ("COMPARE_AND_SET", "compare_and_set"),
+    ("SET_IF_VERSION", "set_if_version"),
+    ("SET_EXTREME", "set_max or set_min"),
+    ("DECREMENT_IF_AT_LEAST", "decrement_if_at_least"),
+];
+
 impl Lua {
+    /// The primitive (or helper) this script serves, as a message names it: "a semaphore".
+    pub(crate) fn primitive(&self) -> &'static str {
+        PRIMITIVES
+            .iter()
+            .find(|&&(prefix, _)| self.name.starts_with(prefix))
+            .map_or("a lock", |&(_, words)| words)
+    }
+
     /// The text to send: the sharded one when the node announces on sharded pub/sub and the
     /// script announces anything.
     pub(crate) fn body(&self, sharded: bool) -> &Body {
@@ -120,6 +150,7 @@ macro_rules! lua {
         $(#[$doc])*
         pub(crate) static $name: Lua = Lua {
             operation: $operation,
+            name: stringify!($name),
             classic: Body {
                 source: concat!(include_str!("publish.lua"), $(include_str!($file)),+),
             },
@@ -133,6 +164,7 @@ macro_rules! lua {
         $(#[$doc])*
         pub(crate) static $name: Lua = Lua {
             operation: $operation,
+            name: stringify!($name),
             classic: Body {
                 source: concat!($(include_str!($file)),+),
             },
@@ -460,6 +492,24 @@ impl ScriptCall {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_script_names_its_primitive() {
+        for (lua, words) in [
+            (&ACQUIRE, "a lock"),
+            (&HAND_OVER, "a lock"),
+            (&UNFENCED_ACQUIRE, "an unfenced lock"),
+            (&SEMAPHORE_STATUS, "a semaphore"),
+            (&RW_STATUS, "a read-write lock"),
+            (&ELECTION_LEADER, "an election"),
+            (&LATCH_ARM, "a latch"),
+            (&CACHE_READ, "a cache"),
+            (&FENCED_WRITE, "a fenced resource"),
+            (&SET_EXTREME, "set_max or set_min"),
+        ] {
+            assert_eq!(lua.primitive(), words, "{}", lua.name);
+        }
+    }
 
     #[test]
     fn shared_lua_is_prepended_and_user_data_stays_out_of_bodies() {

@@ -88,7 +88,7 @@ impl Scripts {
     fn why(&self) -> String {
         lock_unpoisoned(&self.why)
             .clone()
-            .unwrap_or_else(|| "scripts are off".to_owned())
+            .unwrap_or_else(|| "this client sends none".to_owned())
     }
 }
 
@@ -329,7 +329,7 @@ impl Node {
         if forbidden {
             self.scripts.chosen.store(true, Ordering::Relaxed);
             self.scripts
-                .forbid("this client was built without scripts (ClientBuilder::without_scripts)");
+                .forbid("this client sends none: drop without_scripts (fenced --no-scripts)");
         }
         self
     }
@@ -371,13 +371,13 @@ impl Node {
         }
         if Twin::of(call).is_none() {
             return Refusal::NoTwin(Error::unsupported(format!(
-                "this {} needs a Lua script, and the server refused one ({e}); without scripts, a lock or an unfenced lock on one server or behind Sentinel works, any other primitive needs scripts",
-                call.lua.operation
+                "{} needs Lua scripts, and {}",
+                call.lua.primitive(),
+                e.script_refusal()
             )));
         }
         tracing::debug!(error = %e, "fenced: the server refuses scripts; the lock goes on without them");
-        self.scripts
-            .forbid(format!("the server refused a script: {e}"));
+        self.scripts.forbid(e.script_refusal());
         Refusal::Learned
     }
 
@@ -548,15 +548,15 @@ impl Node {
         let operation = call.lua.operation;
         let refused = |what: &str| {
             Error::unsupported(format!(
-                "{what} needs a Lua script, and this client sends none ({}); without scripts, a lock or an unfenced lock on one server or behind Sentinel works, any other primitive needs scripts",
+                "{what} needs Lua scripts, and {}",
                 self.scripts.why()
             ))
         };
         let Some(pool) = &self.pool else {
-            return Err(refused("a lock on a Redis Cluster or on Redlock"));
+            return Err(refused("a lock on a Redis Cluster or Redlock"));
         };
         let Some(twin) = Twin::of(call) else {
-            return Err(refused(&format!("this {operation}")));
+            return Err(refused(call.lua.primitive()));
         };
         let publish = if self.sharded { "SPUBLISH" } else { "PUBLISH" };
         let wait = self.wait_cmd();
