@@ -32,7 +32,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let waiter = lock
         .clone()
         .with_wait(fenced::WaitPolicy::up_to(Duration::from_millis(50)));
-    let _ = waiter.acquire().await; // runs out: counted as contention and a wait not granted
+    // Another task (this one, the holder, would be refused at once): its wait runs out,
+    // counted as contention and a wait not granted.
+    let _ = tokio::spawn(async move { waiter.acquire().await.map(drop) }).await;
     held.release().await?;
     client
         .semaphore("prometheus-pool", 2)

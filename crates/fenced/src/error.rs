@@ -151,8 +151,25 @@ pub enum Error {
     /// anything is sent.
     #[error("not supported: {0}")]
     Unsupported(String),
-    /// The call would wait for itself, forever: a handle asking for a write lease while it
-    /// (or a clone) holds a read lease of the same lock. Refused before anything is sent.
+    /// The call would wait for itself, forever (or, with a deadline, only to run out), and is
+    /// refused before anything is sent:
+    ///
+    /// - a handle asking for a write lease while it (or a clone) holds a read lease of the
+    ///   same lock;
+    /// - a task waiting, in [`Lock::acquire`](crate::Lock::acquire),
+    ///   [`FairLock::acquire`](crate::FairLock::acquire) or
+    ///   [`Semaphore::acquire_many`](crate::Semaphore::acquire_many), for a name that guards it
+    ///   acquired itself hold, or for more permits than those guards leave.
+    ///
+    /// A guard is held by the future that acquired it, known by its waker: its task (or
+    /// `block_on`, the body of `#[tokio::main]`), or its own future in a `FuturesUnordered`
+    /// (`buffer_unordered`, `for_each_concurrent`: those wait for each other as before), for
+    /// as long as it lives and its lease is renewed until given back. A lease without
+    /// renewal, or under a maximum hold, ends by itself and is waited for. A guard moved to
+    /// another task still counts as its acquirer's, and the arms of one `join!` or `select!`
+    /// are their task: to wait for a guard that another task, or another arm, will give
+    /// back, acquire from a task of its own (`tokio::spawn`). A `try_acquire` never waits,
+    /// and is never refused.
     #[error("would deadlock: {0}")]
     WouldDeadlock(String),
     /// A key `fenced` uses holds another type of data than `fenced` keeps there (Redis'

@@ -148,7 +148,8 @@ impl FairLock {
     ///
     /// # Errors
     ///
-    /// As [`Lock::acquire`](crate::Lock::acquire).
+    /// As [`Lock::acquire`](crate::Lock::acquire), whose
+    /// [`Error::WouldDeadlock`](crate::Error::WouldDeadlock) comes before this waiter queues.
     ///
     /// # Cancel safety
     ///
@@ -156,6 +157,9 @@ impl FairLock {
     /// in flight is released if it took the lock.
     pub async fn acquire(&self) -> Result<LockGuard> {
         let ttl = self.opts.checked_ttl(&self.core, "lock", &self.name)?;
+        self.core
+            .refuse_waiting_for_itself("fair lock", &self.name, &self.keys.lock, 1, 1)
+            .await?;
         let waiter: Arc<str> = OwnerToken::fresh()?.as_str()[..16].into();
         let channel = format!("{}{waiter}", self.channel_prefix);
         // A holder in this client hands the lock straight to this waiter when it is the head

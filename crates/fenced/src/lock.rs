@@ -140,11 +140,19 @@ impl Lock {
     /// notification comes. Waiters of one process queue in FIFO order and only the first one
     /// sends commands to Redis.
     ///
+    /// A lock is not re-entrant: a task that holds the name asks for it again in vain. That
+    /// acquire fails at once instead of waiting for itself: see [`Error::WouldDeadlock`] for
+    /// the rule (a guard counts as held by the task that acquired it). Other tasks of this
+    /// client wait for the holder as usual.
+    ///
     /// # Errors
     ///
-    /// [`Error::NotAcquired`] when the deadline or the attempt limit is reached, with how long
-    /// it waited; [`Error::InvalidArgument`] for bad settings or a deadline that overflows the
-    /// clock. Transient failures (a reset connection, a timeout, `LOADING`, a failover) are
+    /// [`Error::WouldDeadlock`], before anything is sent, when a guard this task acquired
+    /// through this client holds the name (any lock of it: plain, fair, re-entrant, unfenced,
+    /// multi, or a read-write lock's writer) and is renewed until given back.
+    /// [`Error::NotAcquired`] when the deadline or the attempt limit is reached, with how
+    /// long it waited; [`Error::InvalidArgument`] for bad settings or a deadline that overflows
+    /// the clock. Transient failures (a reset connection, a timeout, `LOADING`, a failover) are
     /// retried with jittered backoff within the deadline and the attempt limit, and the last
     /// one ([`Error::Unavailable`], [`Error::Timeout`]) is returned when they run out; with
     /// [`WaitPolicy::FOREVER`](crate::WaitPolicy::FOREVER) the wait goes on until Redis answers. Permanent ones
@@ -157,6 +165,9 @@ impl Lock {
     /// background if it took the lease.
     pub async fn acquire(&self) -> Result<LockGuard> {
         let ttl = self.opts.checked_ttl(&self.core, "lock", &self.name)?;
+        self.core
+            .refuse_waiting_for_itself("lock", &self.name, &self.keys.lock, 1, 1)
+            .await?;
         let span = tracing::debug_span!("fenced.acquire", fenced.name = %self.name, fenced.primitive = "lock", fenced.token = tracing::field::Empty);
         self.core
             .acquire_with(

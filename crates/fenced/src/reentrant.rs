@@ -118,6 +118,11 @@ impl ReentrantLock {
     /// As [`Lock::acquire`](crate::Lock::acquire).
     pub async fn acquire(&self) -> Result<ReentrantGuard> {
         let ttl = self.opts.checked_ttl(&self.core, "lock", &self.name)?;
+        // A new holder, so a hold of this task's own is waited for in vain: enter it again
+        // through its guard (`reenter`) instead.
+        self.core
+            .refuse_waiting_for_itself("re-entrant lock", &self.name, &self.keys.lock, 1, 1)
+            .await?;
         let span = tracing::debug_span!("fenced.acquire", fenced.name = %self.name, fenced.primitive = "reentrant_lock", fenced.token = tracing::field::Empty);
         let held = self
             .core

@@ -158,9 +158,14 @@ impl RwLock {
     ///
     /// # Errors
     ///
-    /// As [`Lock::acquire`](crate::Lock::acquire).
+    /// [`Error::WouldDeadlock`] when this task holds the write lease; otherwise as
+    /// [`Lock::acquire`](crate::Lock::acquire).
     pub async fn read(&self) -> Result<ReadGuard> {
         let ttl = self.opts.checked_ttl(&self.core, "lock", &self.name)?;
+        // A write lease of this task's own keeps every reader out, this one too.
+        self.core
+            .refuse_waiting_for_itself("rw lock", &self.name, &self.keys.lock.lock, 1, 1)
+            .await?;
         let req = self
             .opts
             .request(&self.name, &self.keys.lock.channel, ttl, usize::MAX);
@@ -192,10 +197,13 @@ impl RwLock {
     ///
     /// # Errors
     ///
-    /// [`Error::WouldDeadlock`] when this handle (or a clone) holds a read guard; otherwise
-    /// as [`Lock::acquire`](crate::Lock::acquire).
+    /// [`Error::WouldDeadlock`] when this handle (or a clone) holds a read guard, or this
+    /// task holds the write lease already; otherwise as [`Lock::acquire`](crate::Lock::acquire).
     pub async fn write(&self) -> Result<WriteGuard> {
         self.refuse_upgrade()?;
+        self.core
+            .refuse_waiting_for_itself("rw lock", &self.name, &self.keys.lock.lock, 1, 1)
+            .await?;
         let ttl = self.opts.checked_ttl(&self.core, "lock", &self.name)?;
         let req = self
             .opts

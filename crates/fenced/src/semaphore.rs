@@ -154,7 +154,7 @@ impl Semaphore {
     ///
     /// # Errors
     ///
-    /// As [`Lock::acquire`](crate::Lock::acquire).
+    /// As [`acquire_many`](Self::acquire_many).
     ///
     /// # Cancel safety
     ///
@@ -168,10 +168,16 @@ impl Semaphore {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidArgument`] when `n` is 0 or more than the semaphore has; otherwise as
-    /// [`Lock::acquire`](crate::Lock::acquire).
+    /// [`Error::InvalidArgument`] when `n` is 0 or more than the semaphore has;
+    /// [`Error::WouldDeadlock`], before anything is sent, when the permits that guards this
+    /// task acquired hold (renewed until given back) and `n` add up to more than the
+    /// semaphore has: the task would wait for itself (see [`Error::WouldDeadlock`] for the
+    /// rule). Otherwise as [`Lock::acquire`](crate::Lock::acquire).
     pub async fn acquire_many(&self, n: u32) -> Result<SemaphorePermit> {
         let ttl = self.check(n)?;
+        self.core
+            .refuse_waiting_for_itself("semaphore", &self.name, &self.keys.holders, n, self.permits)
+            .await?;
         let span = tracing::debug_span!("fenced.acquire", fenced.name = %self.name, fenced.primitive = "semaphore", fenced.token = tracing::field::Empty, n);
         let held = self
             .core

@@ -113,6 +113,9 @@ impl UnfencedLock {
     /// As [`Lock::acquire`].
     pub async fn acquire(&self) -> Result<UnfencedGuard> {
         let ttl = self.opts.checked_ttl(&self.core, "lock", &self.name)?;
+        self.core
+            .refuse_waiting_for_itself("lock", &self.name, &self.keys.lock, 1, 1)
+            .await?;
         let span = tracing::debug_span!("fenced.acquire", fenced.name = %self.name, fenced.primitive = "unfenced_lock", fenced.token = tracing::field::Empty);
         // No handover: a fenced holder's would mint a token for it, an unfenced holder has
         // no script to do it in.

@@ -57,7 +57,9 @@ async fn a_waiter_that_gives_up_leaves_the_queue_at_once() {
     let server = server();
     let c = client(&server).await;
     let lock = c.fair_lock("leave");
-    let held = lock.acquire().await.unwrap();
+    // Held by another client: this task would be refused at once, without queueing.
+    let holder = client(&server).await;
+    let held = holder.fair_lock("leave").acquire().await.unwrap();
     let impatient = lock
         .clone()
         .with_wait(WaitPolicy::up_to(Duration::from_millis(200)));

@@ -88,7 +88,8 @@ async fn calls_on_one_name_take_turns_across_clients_and_the_body_gets_its_lease
 async fn a_lock_that_cannot_be_taken_is_the_functions_error() {
     let server = server();
     let c = client(&server).await;
-    let _held = c.lock("report").acquire().await.unwrap();
+    let holder = client(&server).await;
+    let _held = holder.lock("report").acquire().await.unwrap();
     let orders = Orders { client: c.clone() };
     match orders.report().await {
         Err(AppError::Lock(Error::NotAcquired { .. })) => {}

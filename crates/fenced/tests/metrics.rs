@@ -78,7 +78,12 @@ async fn every_primitive_reports_acquisitions_contention_releases_and_losses() {
     let waiter = c
         .lock("m")
         .with_wait(WaitPolicy::up_to(Duration::from_millis(100)));
-    assert!(waiter.acquire().await.is_err());
+    // From a task of its own: this one holds the lock, and would be refused at once.
+    let waited = tokio::spawn(async move { waiter.acquire().await.map(drop) });
+    assert!(matches!(
+        waited.await.unwrap(),
+        Err(fenced::Error::NotAcquired { .. })
+    ));
     g.release().await.unwrap();
     // A semaphore permit and a read lease.
     c.semaphore("pool", 2)

@@ -53,3 +53,4 @@ mod tickets;
 mod unfenced;
 mod wakeup;
 mod without_scripts;
+mod would_deadlock;

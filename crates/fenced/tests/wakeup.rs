@@ -139,7 +139,9 @@ async fn many_waiters_in_one_client_share_one_subscription_and_all_get_the_lock(
 async fn a_waiter_with_a_deadline_gives_up_with_how_long_it_waited() {
     let server = server();
     let c = crate::support::client(&server).await;
-    let _held = c.lock("busy").acquire().await.unwrap();
+    // Held by another client: a wait for this task's own guard would be refused at once.
+    let holder = crate::support::client(&server).await;
+    let _held = holder.lock("busy").acquire().await.unwrap();
     let started = Instant::now();
     let err = c
         .lock("busy")

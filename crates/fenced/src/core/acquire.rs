@@ -34,7 +34,7 @@ use crate::core::held::{Held, Lease};
 use crate::core::lease::{Holds, LeaseState};
 use crate::core::metrics::{self, Via};
 use crate::core::notify::LocalWaiters;
-use crate::core::renew::Tracked;
+use crate::core::renew::{Caller, Tracked};
 use crate::error::{Awaited, Error, Result};
 use crate::kind::{AcquireReply, ExpiryReply, HandOverTo, LeaseKind};
 use crate::options::ttl_millis;
@@ -195,6 +195,7 @@ impl Core {
             Some(handed)
         };
         // What is handed over is this core's to adopt (`handover.rs`, invariant 4).
+        let acquirer = Caller::current().await;
         let adopt = |handed: Handed| {
             let g = handed.take();
             self.adopt(
@@ -207,6 +208,7 @@ impl Core {
                 g.auto_renew,
                 g.holds,
                 Via::Handover,
+                acquirer.clone(),
             )
         };
         let offers: Option<&OfferFn<'_, Handed>> =
@@ -264,6 +266,39 @@ impl Core {
         }
     }
 
+    /// Refuses, before anything is sent, a wait for `want` of `key` (a lock key, or a
+    /// semaphore's permits, of which `limit` may be held at once) that only the caller's own
+    /// leases stand in the way of for good: those it took and still holds, renewed until given
+    /// back, leave less than `want`. The caller would wait for itself (with a deadline, only to
+    /// run out).
+    ///
+    /// The caller is the Tokio task, or outside any task the thread ([`Caller`]). A lease
+    /// counts as its acquirer's while its guard lives, wherever the guard went since: nothing
+    /// tells a guard the task keeps from one it handed to another task, nor a future of the
+    /// task that holds from one that waits (two arms of one `join!`).
+    pub(crate) async fn refuse_waiting_for_itself(
+        &self,
+        what: &str,
+        name: &str,
+        key: &str,
+        want: u32,
+        limit: u32,
+    ) -> Result<()> {
+        let held = self.renewer.held_by(&Caller::current().await, key);
+        if held.saturating_add(want) <= limit {
+            return Ok(());
+        }
+        Err(Error::WouldDeadlock(if limit == 1 {
+            format!(
+                "{what} {name:?} is held by a guard this task acquired, so it would wait for itself: release that guard first, or acquire from another task"
+            )
+        } else {
+            format!(
+                "{what} {name:?}: guards this task acquired hold {held} of its {limit} permits, and {want} more would wait for itself: release some first, or acquire from another task"
+            )
+        }))
+    }
+
     /// Makes a granted lease a [`Held`]: tracked for renewal (if asked), with its validity
     /// counted from `requested_at`, before the request that took it was sent.
     #[allow(clippy::too_many_arguments)]
@@ -278,6 +313,7 @@ impl Core {
         auto_renew: bool,
         holds: Holds,
         via: Via,
+        acquirer: Caller,
     ) -> Held {
         tracing::debug!(name = %name, %fencing_token, via = via.as_str(), "fenced: acquired");
         // The acquiring call's span (`fenced.acquire`, `fenced.try_acquire`, ...) declares it.
@@ -297,6 +333,7 @@ impl Core {
             fencing_token,
             renew: auto_renew,
             state: state.clone(),
+            acquirer,
         });
         let lease = Lease::new(name, fencing_token, state);
         let min_until = holds.min.map(|min| granted_at + min);
@@ -351,6 +388,7 @@ impl Core {
             fencing_token,
             renew: true,
             state: state.clone(),
+            acquirer: Caller::current().await,
         });
         let lease = Lease::new(name, fencing_token, state);
         Ok(Held::new(self.clone(), kind, owner, id, lease, None))
@@ -478,6 +516,7 @@ impl Core {
                 req.auto_renew,
                 req.holds,
                 Via::Attempt,
+                Caller::current().await,
             ))),
             AcquireReply::Busy { remaining } => {
                 metrics::busy(kind.primitive());

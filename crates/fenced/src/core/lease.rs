@@ -237,6 +237,11 @@ impl LeaseState {
     pub(crate) fn is_over(&self) -> bool {
         self.lost.is_cancelled() || Instant::now() >= self.valid_until()
     }
+
+    /// True while only its guard can end the lease: not over, and under no maximum hold.
+    pub(crate) fn lasts_until_given_back(&self) -> bool {
+        !self.is_over() && self.timing().end_by.is_none()
+    }
 }
 
 impl Timing {

@@ -30,6 +30,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Poll, Waker};
 use std::time::Duration;
 
 use futures_util::FutureExt;
@@ -58,6 +59,30 @@ pub(crate) struct Tracked {
     pub(crate) fencing_token: FencingToken,
     pub(crate) renew: bool,
     pub(crate) state: Arc<LeaseState>,
+    /// Who took it ([`Caller::current`] at the grant).
+    pub(crate) acquirer: Caller,
+}
+
+/// Who waits for a lease, or took one: the future that polls the acquire, known by its waker.
+/// That is a Tokio task (or `block_on`, the body of `#[tokio::main]` or `#[tokio::test]`), or
+/// one of the futures a `FuturesUnordered` runs (`buffer_unordered`, `for_each_concurrent`),
+/// each woken apart and able to wait for a sibling; the arms of one `join!` or `select!` are
+/// polled with their task's waker and are that task. An acquire that could only be granted
+/// once leases its own caller holds are given back would wait for itself
+/// (`Core::refuse_waiting_for_itself`).
+#[derive(Clone, Debug)]
+pub(crate) struct Caller(Waker);
+
+impl Caller {
+    /// The future polling now.
+    pub(crate) async fn current() -> Self {
+        Caller(std::future::poll_fn(|cx| Poll::Ready(cx.waker().clone())).await)
+    }
+
+    /// Whether `other` is this same caller.
+    pub(crate) fn is(&self, other: &Caller) -> bool {
+        self.0.will_wake(&other.0)
+    }
 }
 
 enum Command {
@@ -217,6 +242,21 @@ impl Renewer {
             lost: c.lost.load(Ordering::Relaxed),
             woken: c.woken.load(Ordering::Relaxed),
         }
+    }
+
+    /// How much of `key` (a lock key, or a semaphore's permits) the leases `caller` took hold
+    /// for as long as their guards keep them: renewed, under no maximum hold, and not over.
+    /// Nothing but their guards frees those while `caller` waits.
+    pub(crate) fn held_by(&self, caller: &Caller, key: &str) -> u32 {
+        self.shared
+            .registry()
+            .entries
+            .values()
+            .map(|entry| &entry.lease)
+            .filter(|lease| lease.acquirer.is(caller) && lease.renew)
+            .filter(|lease| lease.state.lasts_until_given_back())
+            .map(|lease| lease.kind.holds(key))
+            .fold(0, u32::saturating_add)
     }
 
     /// Stops watching a lease (it is being released by its guard).
@@ -553,6 +593,7 @@ mod tests {
                 fencing_token: FencingToken::new(1),
                 renew,
                 state,
+                acquirer: Caller(Waker::noop().clone()),
             },
             renew_at,
             in_flight: false,

@@ -40,6 +40,10 @@ impl LeaseKind for Exclusive {
         Wake::One
     }
 
+    fn holds(&self, key: &str) -> u32 {
+        u32::from(self.keys.lock == key)
+    }
+
     fn acquire(&self, owner: &OwnerToken, ttl_ms: u64) -> ScriptCall {
         ScriptCall::new(if self.counted {
             &ACQUIRE

@@ -46,6 +46,10 @@ impl LeaseKind for FairLease {
         Wake::One
     }
 
+    fn holds(&self, key: &str) -> u32 {
+        self.exclusive.holds(key)
+    }
+
     fn acquire(&self, owner: &OwnerToken, ttl_ms: u64) -> ScriptCall {
         let keys = &self.exclusive.keys;
         ScriptCall::new(&FAIR_ACQUIRE)

@@ -122,6 +122,13 @@ pub(crate) trait LeaseKind: Send + Sync + 'static {
     fn channels(&self) -> &[String];
     /// Whom a release of this lease wakes.
     fn wakes(&self) -> Wake;
+    /// How much of `key` this lease holds while it lives: 1 for each lock key it holds
+    /// exclusively, its permits for a semaphore's permits key, 0 for any other key. An acquire
+    /// of `key` by the task that holds it may wait for itself
+    /// (`Core::refuse_waiting_for_itself`).
+    fn holds(&self, _key: &str) -> u32 {
+        0
+    }
     /// One acquire attempt by `owner` for `ttl_ms`.
     fn acquire(&self, owner: &OwnerToken, ttl_ms: u64) -> ScriptCall;
     /// Renew (or re-time) the lease to `ttl_ms` from now, in epoch order.

@@ -50,6 +50,10 @@ impl LeaseKind for MultiExclusive {
         Wake::One
     }
 
+    fn holds(&self, key: &str) -> u32 {
+        u32::from(self.keys.iter().any(|k| k.lock == key))
+    }
+
     fn one_slot(&self) -> bool {
         self.keys.len() == 1
     }

@@ -70,6 +70,14 @@ impl LeaseKind for Permits {
         Wake::N(self.permits)
     }
 
+    fn holds(&self, key: &str) -> u32 {
+        if self.keys.holders == key {
+            self.permits
+        } else {
+            0
+        }
+    }
+
     fn acquire(&self, owner: &OwnerToken, ttl_ms: u64) -> ScriptCall {
         ScriptCall::new(&SEMAPHORE_ACQUIRE)
             .key(&self.keys.holders)

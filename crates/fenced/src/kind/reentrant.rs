@@ -46,6 +46,10 @@ impl LeaseKind for ReentrantHold {
         Wake::One
     }
 
+    fn holds(&self, key: &str) -> u32 {
+        u32::from(self.keys.lock == key)
+    }
+
     fn acquire(&self, owner: &OwnerToken, ttl_ms: u64) -> ScriptCall {
         ScriptCall::new(&REENTRANT_ACQUIRE)
             .key(&self.keys.lock)

@@ -140,6 +140,10 @@ impl LeaseKind for WriteLease {
         Wake::All
     }
 
+    fn holds(&self, key: &str) -> u32 {
+        self.exclusive.holds(key)
+    }
+
     fn acquire(&self, owner: &OwnerToken, ttl_ms: u64) -> ScriptCall {
         let keys = &self.keys.lock;
         ScriptCall::new(&RW_WRITE_ACQUIRE)

@@ -45,6 +45,10 @@ impl LeaseKind for Unfenced {
         Wake::One
     }
 
+    fn holds(&self, key: &str) -> u32 {
+        u32::from(self.keys.lock == key)
+    }
+
     fn acquire(&self, owner: &OwnerToken, ttl_ms: u64) -> ScriptCall {
         ScriptCall::new(&UNFENCED_ACQUIRE)
             .key(&self.keys.lock)
