@@ -25,6 +25,7 @@ mod faults;
 mod fencing;
 mod grants;
 mod guards;
+mod guide_snippets;
 mod handover;
 mod holds;
 mod hostile;
