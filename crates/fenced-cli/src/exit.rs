@@ -260,6 +260,7 @@ mod tests {
                 Error::LeaseLost {
                     name: "n".into(),
                     fencing_token: token,
+                    cause: None,
                 },
                 76,
             ),

@@ -602,10 +602,13 @@ impl Cache {
         let value = match computed {
             None => {
                 metrics::cache_computed("failed");
+                // Its cause is named before the drop gives the lease back.
+                let cause = lease.lost_cause();
                 drop(guard);
                 return Err(Error::LeaseLost {
                     name: entry.lock.name().to_owned(),
                     fencing_token: lease.fencing_token(),
+                    cause,
                 }
                 .into());
             }

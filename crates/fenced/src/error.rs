@@ -41,13 +41,16 @@ pub enum Error {
     /// validity deadline passed without a successful renewal. Returned by
     /// [`Lock::with_lock`](crate::Lock::with_lock) and [`Lease::check`](crate::Lease::check).
     #[error(
-        "the lease on lock {name:?} (fencing token {fencing_token}) was lost before the work finished"
+        "the lease on lock {name:?} (fencing token {fencing_token}) was lost before the work finished{}",
+        because(*cause)
     )]
     LeaseLost {
         /// The lock's name.
         name: String,
         /// The fencing token of the lease that was lost.
         fencing_token: FencingToken,
+        /// Why it was lost, where that is known.
+        cause: Option<LostCause>,
     },
     /// The guard gave the lease back (it was released or dropped) while work holding a
     /// [`Lease`](crate::Lease) clone still ran: from then on somebody else may hold the lock.
@@ -247,6 +250,52 @@ impl std::fmt::Display for Awaited {
     }
 }
 
+/// Why a lease was lost: [`Lease::lost_cause`](crate::Lease::lost_cause), and the `cause` of
+/// [`Error::LeaseLost`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LostCause {
+    /// Redis refused a renewal or an `extend`: the key had expired, was deleted, or belongs to
+    /// another holder.
+    Refused,
+    /// The validity deadline passed before Redis confirmed a renewal: Redis did not answer in
+    /// time (down, paused, slow) or refused the renewal (an ACL, too few replicas, no quorum);
+    /// or the lease was not renewed (`with_auto_renew(false)`, a maximum hold).
+    Expired,
+    /// Renewal could not run in time: the client's renewal task was due to send it at least a
+    /// sixth of a ttl before the validity deadline, waiting on no reply from Redis, and had
+    /// not run by the deadline. The threads of the runtime the client was connected on were
+    /// busy or blocked: blocking work on a `current_thread` runtime, or on every worker of a
+    /// multi-threaded one. Run it in [`tokio::task::spawn_blocking`].
+    RenewalLate {
+        /// How long after the renewal was due the loss was found, the renewal still not sent.
+        late_by: Duration,
+    },
+}
+
+impl std::fmt::Display for LostCause {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LostCause::Refused => f.write_str(
+                "Redis refused its renewal (the key expired, was deleted, or belongs to another holder)",
+            ),
+            LostCause::Expired => {
+                f.write_str("its validity deadline passed before Redis confirmed a renewal")
+            }
+            LostCause::RenewalLate { late_by } => write!(
+                f,
+                "its renewal was {} late, past its deadline: the runtime's threads were busy or blocked (run blocking work in spawn_blocking)",
+                short(*late_by)
+            ),
+        }
+    }
+}
+
+/// `: <cause>` after a lost lease's message, when the cause is known.
+fn because(cause: Option<LostCause>) -> String {
+    cause.map(|c| format!(": {c}")).unwrap_or_default()
+}
+
 /// `lock "x" is held by another owner (gave up after 1.5s, 3 attempts)`.
 fn not_acquired_text(what: Awaited, name: &str, waited: Duration, attempts: u32) -> String {
     let state = match what {
@@ -262,18 +311,23 @@ fn not_acquired_text(what: Awaited, name: &str, waited: Duration, attempts: u32)
         Awaited::Latch => "is not open",
         Awaited::CacheEntry => "is still being computed by another caller",
     };
-    let ms = waited.as_millis();
-    let after = if ms < 1000 {
-        format!("{ms}ms")
-    } else {
-        format!("{:.1}s", waited.as_secs_f64())
-    };
+    let after = short(waited);
     match (what, attempts) {
         (Awaited::Latch | Awaited::CacheEntry, _) | (_, 0) => {
             format!("{what} {name:?} {state} (gave up after {after})")
         }
         (_, 1) => format!("{what} {name:?} {state} (gave up after {after}, 1 attempt)"),
         (_, n) => format!("{what} {name:?} {state} (gave up after {after}, {n} attempts)"),
+    }
+}
+
+/// `850ms`, `1.5s`.
+fn short(d: Duration) -> String {
+    let ms = d.as_millis();
+    if ms < 1000 {
+        format!("{ms}ms")
+    } else {
+        format!("{:.1}s", d.as_secs_f64())
     }
 }
 
@@ -695,7 +749,7 @@ mod wrong_type_tests {
 mod not_acquired_tests {
     use std::time::Duration;
 
-    use super::{Awaited, Error};
+    use super::{Awaited, Error, LostCause};
 
     #[test]
     fn not_acquired_names_what_it_waited_for_in_one_line() {
@@ -734,6 +788,29 @@ mod not_acquired_tests {
             assert!(shown.starts_with(&format!("{what} \"x\" ")), "{shown}");
             assert_eq!(shown.lines().count(), 1, "{shown}");
         }
+    }
+
+    #[test]
+    fn a_lost_lease_says_why_when_it_is_known() {
+        let text = |cause| {
+            Error::LeaseLost {
+                name: "x".into(),
+                fencing_token: crate::FencingToken::new(7),
+                cause,
+            }
+            .to_string()
+        };
+        let lost = "the lease on lock \"x\" (fencing token 7) was lost before the work finished";
+        assert_eq!(text(None), lost);
+        let late = LostCause::RenewalLate {
+            late_by: Duration::from_millis(805),
+        };
+        assert_eq!(
+            text(Some(late)),
+            format!(
+                "{lost}: its renewal was 805ms late, past its deadline: the runtime's threads were busy or blocked (run blocking work in spawn_blocking)"
+            )
+        );
     }
 }
 

@@ -285,17 +285,16 @@ where
         _ = lease.lost() => None,
         out = work(lease.clone()) => Some(out),
     };
-    let lost = || crate::Error::LeaseLost {
-        name: lease.name().to_owned(),
-        fencing_token: lease.fencing_token(),
-    };
     let Some(out) = outcome else {
+        // Its cause is named before the drop gives the lease back.
+        let lost = lease.lost_error();
         drop(guard);
-        return Err(lost());
+        return Err(lost);
     };
     match guard.release().await {
         Ok(()) => Ok(out),
-        Err(crate::Error::NotHeld { .. } | crate::Error::LeaseLost { .. }) => Err(lost()),
+        Err(lost @ crate::Error::LeaseLost { .. }) => Err(lost),
+        Err(crate::Error::NotHeld { .. }) => Err(lease.lost_error()),
         Err(e) => {
             tracing::warn!(lock = %lease.name(), error = %e, "fenced: release after the work failed; the lease will expire by its ttl");
             Ok(out)

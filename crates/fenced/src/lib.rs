@@ -204,7 +204,7 @@ pub use client::{Client, ClientBuilder};
 
 pub use core::renew::RenewalStats;
 pub use election::{Election, ElectionStatus, Leader, LeaderChanges, Leadership};
-pub use error::{Awaited, Error, Result};
+pub use error::{Awaited, Error, LostCause, Result};
 pub use fair::FairLock;
 /// Runs an async function under a distributed lock, as an annotation declares a lock on a
 /// method elsewhere.

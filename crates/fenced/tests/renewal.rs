@@ -1,9 +1,10 @@
 //! Automatic renewal keeps a long section's lease; the lost-lease signal fires when the lease
-//! is taken away, or when Redis stops answering.
+//! is taken away, or when Redis stops answering; a lease lost because renewal could not run
+//! says so.
 
 use std::time::Duration;
 
-use fenced::Error;
+use fenced::{Error, LostCause};
 use tokio::time::Instant;
 
 use crate::support::{client, lock_key, raw, server};
@@ -200,5 +201,50 @@ async fn taking_and_giving_back_leases_in_a_loop_does_not_wake_the_renewal_loop_
         stats.woken < 10,
         "{} wake-ups for {cycles} leases",
         stats.woken
+    );
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_lease_lost_to_a_blocked_runtime_names_the_late_renewal() {
+    let server = server();
+    let a = client(&server).await;
+    let ttl = Duration::from_millis(300);
+    let checked = a.lock("blocked-1").with_ttl(ttl).acquire().await.unwrap();
+    let watched = a.lock("blocked-2").with_ttl(ttl).acquire().await.unwrap();
+    // Blocking work on the runtime's only thread: renewal cannot run meanwhile. Each renewal
+    // was due about a third of a ttl after its grant.
+    std::thread::sleep(ttl * 3);
+
+    // The work finds it first, before renewal had a chance to run again.
+    let err = checked.lease().check().unwrap_err();
+    let Error::LeaseLost {
+        cause: Some(LostCause::RenewalLate { late_by }),
+        ..
+    } = &err
+    else {
+        panic!("{err:?}");
+    };
+    assert!(*late_by > ttl * 2, "{late_by:?}");
+    let message = err.to_string();
+    assert!(
+        message.contains("late") && message.contains("spawn_blocking"),
+        "{message}"
+    );
+    assert!(matches!(
+        checked.release().await,
+        Err(Error::LeaseLost {
+            cause: Some(LostCause::RenewalLate { .. }),
+            ..
+        })
+    ));
+
+    // The lost signal, fired by renewal once it runs again, names it too.
+    tokio::time::timeout(ttl, watched.lost())
+        .await
+        .expect("lost signal");
+    let cause = watched.lease().lost_cause();
+    assert!(
+        matches!(cause, Some(LostCause::RenewalLate { late_by }) if late_by > ttl * 2),
+        "{cause:?}"
     );
 }

@@ -13,7 +13,7 @@ use crate::core::cleanup::release_with_retry;
 use crate::core::handover::{Grant, Handed};
 use crate::core::lease::LeaseState;
 use crate::core::metrics::{self, Outcome};
-use crate::error::{Error, Result};
+use crate::error::{Error, LostCause, Result};
 use crate::kind::ExpiryReply;
 use crate::kind::{HandOverReply, LeaseKind, ReleaseReply, hand_over_reply};
 use crate::options::{ttl_millis, validate_ttl};
@@ -364,14 +364,15 @@ impl Held {
     }
 
     /// [`Error::LeaseLost`] when the lease is known to be over: lost, or past its validity
-    /// deadline (then the lost signal fires now, as the renewal loop would make it). Calls on
-    /// such a guard answer with it at once, without a round trip.
+    /// deadline (then it is declared lost now, with its cause, as the renewal loop would).
+    /// Calls on such a guard answer with it at once, without a round trip.
     fn known_over(&self) -> Option<Error> {
         if !self.lease.state.is_over() {
             return None;
         }
+        let error = self.lease.lost_error();
         self.lease.state.lost.cancel();
-        Some(self.lease.lost_error())
+        Some(error)
     }
 
     fn not_held(&self) -> Error {
@@ -487,7 +488,7 @@ impl Lease {
     ///
     /// [`Error::LeaseEnded`] when the guard released the lease (or was dropped) while this
     /// clone was still in use; [`Error::LeaseLost`] when the lease was lost or its deadline
-    /// passed.
+    /// passed (then it is declared lost now), naming the [cause](Self::lost_cause).
     pub fn check(&self) -> Result<()> {
         if self.state.is_released() {
             return Err(Error::LeaseEnded {
@@ -501,11 +502,21 @@ impl Lease {
         Ok(())
     }
 
+    /// [`Error::LeaseLost`] for this lease, with its cause (declaring a lease past its deadline
+    /// lost).
     pub(crate) fn lost_error(&self) -> Error {
         Error::LeaseLost {
             name: self.name.to_string(),
             fencing_token: self.fencing_token,
+            cause: self.state.lost_cause(),
         }
+    }
+
+    /// Why the lease was lost ([`LostCause`]): `None` while it is held, once its guard gave it
+    /// back, or when the cause is unknown. A lease found past its validity deadline is declared
+    /// lost by this call (its lost signal fires).
+    pub fn lost_cause(&self) -> Option<LostCause> {
+        self.state.lost_cause()
     }
 
     /// Completes when the lease is over: a renewal was refused, the validity deadline passed

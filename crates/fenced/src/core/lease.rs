@@ -20,15 +20,18 @@
 //!    the older ones from then on, and the ones of E cannot shorten the lease (2).
 //! 4. A lease ends exactly once, when its guard releases it or is dropped, or when it is lost.
 //!    From then on every clone says so: `check` fails, `remaining` is zero, `lost` resolves.
+//! 5. A lost lease has one cause, named by whoever declares the loss first (the renewal loop, or
+//!    a clone that finds the deadline passed), before its lost signal fires.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::error::{Error, Result};
+use crate::core::renew::Watch;
+use crate::error::{Error, LostCause, Result};
 use crate::kind::ExpiryReply;
 use crate::options::drift_allowance;
 
@@ -39,6 +42,11 @@ pub(crate) struct LeaseState {
     pub(crate) lost: CancellationToken,
     /// Set when the guard gave the lease back (release or drop), as opposed to losing it.
     released: AtomicBool,
+    /// Why it was lost: set before `lost` is cancelled (invariant 5).
+    cause: OnceLock<LostCause>,
+    /// The renewal loop tracking it: asked whether it ran late, when a clone finds the
+    /// deadline passed before the loop declared the loss.
+    watch: OnceLock<Watch>,
     timing: Mutex<Timing>,
 }
 
@@ -76,6 +84,8 @@ impl LeaseState {
         LeaseState {
             lost: CancellationToken::new(),
             released: AtomicBool::new(false),
+            cause: OnceLock::new(),
+            watch: OnceLock::new(),
             timing: Mutex::new(Timing {
                 ttl,
                 epoch: 0,
@@ -213,7 +223,7 @@ impl LeaseState {
             ExpiryReply::Superseded => t.unknown.retain(|(e, _)| *e > change.epoch),
             ExpiryReply::NotHeld => {
                 drop(t);
-                self.lost.cancel();
+                self.lose(LostCause::Refused);
             }
         }
     }
@@ -226,6 +236,48 @@ impl LeaseState {
         }
         self.released.store(true, Ordering::Release);
         self.lost.cancel();
+    }
+
+    /// Ends the lease as lost for `cause`, unless it already ended; returns the cause that
+    /// stands (the first one named), `None` if the guard gave it back.
+    pub(crate) fn lose(&self, cause: LostCause) -> Option<LostCause> {
+        if !self.lost.is_cancelled() {
+            let _ = self.cause.set(cause);
+        }
+        self.lost.cancel();
+        self.cause.get().copied()
+    }
+
+    /// Hands the lease to the renewal loop tracking it.
+    pub(crate) fn watched_by(&self, watch: Watch) {
+        let _ = self.watch.set(watch);
+    }
+
+    /// Why the lease was lost; `None` while it is not, or when its guard gave it back. A lease
+    /// past its deadline that is not declared lost yet is declared now, as the renewal loop
+    /// would: [`LostCause::RenewalLate`] if the loop should have renewed it in time and had not
+    /// run, [`LostCause::Expired`] otherwise.
+    ///
+    /// Takes the renewal loop's lock: never call it under that lock.
+    pub(crate) fn lost_cause(&self) -> Option<LostCause> {
+        if self.is_released() {
+            return None;
+        }
+        if !self.lost.is_cancelled() {
+            let now = Instant::now();
+            if now < self.valid_until() {
+                return None;
+            }
+            let cause = self.watch.get().and_then(|w| w.cause_at_deadline(now));
+            return self.lose(cause.unwrap_or(LostCause::Expired));
+        }
+        self.cause.get().copied()
+    }
+
+    /// True when the maximum hold's end is the deadline: no renewal could move it.
+    pub(crate) fn ends_at_max_hold(&self) -> bool {
+        let t = self.timing();
+        t.end_by.is_some_and(|end| end <= t.granted_until())
     }
 
     /// True once the guard released the lease (or was dropped).

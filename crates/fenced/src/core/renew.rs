@@ -26,10 +26,17 @@
 //!    cancelled mid-flight) are abandoned here too: released if they took the lease, voided
 //!    by a tombstone if they are still on their way.
 //! 6. The task ends when the client and every guard are gone and pending releases are done.
+//! 7. A lease lost because this task ran late names it (`LostCause::RenewalLate`): the task was
+//!    due to run (its alarm fell, or it was woken) while no round trip was in flight, so it
+//!    would have sent the lease's renewal by then or by the renewal's due time, whichever is
+//!    later, at least a sixth of a ttl before the deadline; and it had not run by the deadline.
+//!    A task on time always sends a renewal by its due time, so only threads kept from it
+//!    (busy or blocked) make it late. Waiting on Redis never counts: a lease whose renewal was
+//!    held back by a round trip in flight is lost as `Expired`.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::task::{Poll, Waker};
 use std::time::Duration;
 
@@ -44,7 +51,7 @@ use crate::core::cleanup::{self, CleanUp, Job};
 use crate::core::lease::{ExpiryChange, LeaseState};
 use crate::core::metrics;
 use crate::core::notify::LocalWaiters;
-use crate::error::{Error, Result};
+use crate::error::{Error, LostCause, Result};
 use crate::kind::ExpiryReply;
 use crate::kind::LeaseKind;
 use crate::options::ttl_millis;
@@ -135,6 +142,38 @@ struct Registry {
     alarm: Option<Instant>,
     /// When a lease was last tracked (invariant 4: the loop lingers after it).
     tracked_at: Option<Instant>,
+    /// Since when the loop owes a run that may send renewals: its alarm fell or it was woken,
+    /// and it has not ticked since (invariant 7). `None` while a round trip is in flight.
+    due: Option<Instant>,
+    /// A renewal round trip is in flight.
+    in_flight: bool,
+}
+
+impl Registry {
+    /// The loop is woken now: it owes a run from now on, unless it waits on a round trip.
+    fn woken(&mut self, now: Instant) {
+        if !self.in_flight {
+            self.due = Some(self.due.map_or(now, |due| due.min(now)));
+        }
+    }
+}
+
+/// A tracked lease's view of its renewal loop: whether the loop ran late (invariant 7).
+#[derive(Debug)]
+pub(crate) struct Watch {
+    shared: Weak<Shared>,
+    id: u64,
+}
+
+impl Watch {
+    /// Why the lease, past its deadline, is lost by `now` ([`cause_at_deadline`]); `None` once
+    /// the loop no longer tracks it.
+    pub(crate) fn cause_at_deadline(&self, now: Instant) -> Option<LostCause> {
+        let shared = self.shared.upgrade()?;
+        let registry = shared.registry();
+        let entry = registry.entries.get(&self.id)?;
+        Some(cause_at_deadline(registry.due, entry, now))
+    }
 }
 
 /// How often the loop wakes while it lingers with no lease (invariant 4): less than a lease
@@ -189,9 +228,14 @@ impl Renewer {
         } else {
             deadline
         };
+        lease.state.watched_by(Watch {
+            shared: Arc::downgrade(&self.shared),
+            id,
+        });
         let wake = {
             let mut registry = self.shared.registry();
-            registry.tracked_at = Some(Instant::now());
+            let now = Instant::now();
+            registry.tracked_at = Some(now);
             registry.entries.insert(
                 id,
                 Entry {
@@ -200,7 +244,11 @@ impl Renewer {
                     in_flight: false,
                 },
             );
-            registry.alarm.is_none_or(|alarm| due < alarm)
+            let wake = registry.alarm.is_none_or(|alarm| due < alarm);
+            if wake {
+                registry.woken(now);
+            }
+            wake
         };
         if wake {
             self.wake_loop();
@@ -224,7 +272,11 @@ impl Renewer {
             };
             let renew_at = entry.lease.state.renew_at();
             entry.renew_at = renew_at;
-            registry.alarm.is_none_or(|alarm| renew_at < alarm)
+            let wake = registry.alarm.is_none_or(|alarm| renew_at < alarm);
+            if wake {
+                registry.woken(Instant::now());
+            }
+            wake
         };
         if wake {
             self.wake_loop();
@@ -359,8 +411,16 @@ async fn run(
     loop {
         let wake = {
             let mut registry = shared.registry();
+            let now = Instant::now();
             registry.alarm = next_wake(&registry.entries, in_flight.is_some())
-                .or_else(|| linger(registry.tracked_at, Instant::now()));
+                .or_else(|| linger(registry.tracked_at, now));
+            // A run owed since before now stays owed until the loop ticks; none is owed while
+            // a round trip is in flight (invariant 7).
+            let idle = in_flight.is_none();
+            registry.in_flight = !idle;
+            let owed = registry.due.filter(|owed| *owed <= now);
+            let next = registry.alarm.map(|at| at.max(now));
+            registry.due = owed.or(next).filter(|_| idle);
             registry.alarm
         };
         tokio::select! {
@@ -380,7 +440,8 @@ async fn run(
             _ = shared.changed.notified() => {}
             _ = sleep_until_opt(wake), if wake.is_some() => {
                 let mut registry = shared.registry();
-                expire(&mut registry.entries, &shared.stats);
+                let due = registry.due.take();
+                expire(&mut registry.entries, due, &shared.stats);
                 if in_flight.is_none() {
                     in_flight = start_batch(&backend, &mut registry.entries);
                     if in_flight.is_some() {
@@ -428,20 +489,46 @@ fn next_wake(entries: &HashMap<u64, Entry>, batch_in_flight: bool) -> Option<Ins
         .min()
 }
 
-/// Declares lost every lease whose validity deadline has passed.
-fn expire(entries: &mut HashMap<u64, Entry>, stats: &Counters) {
+/// Declares lost every lease whose validity deadline has passed; the loop was due to run
+/// since `due` (invariant 7).
+fn expire(entries: &mut HashMap<u64, Entry>, due: Option<Instant>, stats: &Counters) {
     let now = Instant::now();
     entries.retain(|_, e| {
         if now < e.lease.state.valid_until() {
             return true;
         }
+        let cause = cause_at_deadline(due, e, now);
+        // A clone may have declared it first: its cause stands.
+        let cause = e.lease.state.lose(cause).unwrap_or(cause);
         tracing::warn!(name = %e.lease.kind.name(), fencing_token = %e.lease.fencing_token,
-            "fenced: lease lost: its validity deadline passed without a successful renewal");
-        e.lease.state.lost.cancel();
+            "fenced: lease lost: {cause}");
         stats.lost.fetch_add(1, Ordering::Relaxed);
         metrics::lease_lost(e.lease.kind.primitive());
         false
     });
+}
+
+/// Why `e`, past its deadline, is lost by `now` (invariant 7). [`LostCause::RenewalLate`] when
+/// the loop ran late: it owed a run since `due`, so it would have sent the renewal by then or
+/// by `e.renew_at`, whichever is later, at least a sixth of a ttl before the deadline. Never
+/// for a lease that is not renewed, whose renewal is in flight, or that ends at its maximum
+/// hold: [`LostCause::Expired`].
+fn cause_at_deadline(due: Option<Instant>, e: &Entry, now: Instant) -> LostCause {
+    let state = &e.lease.state;
+    let deadline = state.valid_until();
+    if let Some(due) = due
+        && e.lease.renew
+        && !e.in_flight
+        && !state.ends_at_max_hold()
+    {
+        let renew_by = due.max(e.renew_at);
+        if renew_by + state.ttl() / 6 <= deadline && deadline <= now {
+            return LostCause::RenewalLate {
+                late_by: now - renew_by,
+            };
+        }
+    }
+    LostCause::Expired
 }
 
 async fn run_batch(
@@ -532,7 +619,7 @@ fn apply(entries: &mut HashMap<u64, Entry>, (ids, result): RenewOutcome, stats: 
             }
             Some(Ok(ExpiryReply::NotHeld)) => {
                 tracing::warn!(name = %e.lease.kind.name(), fencing_token = %e.lease.fencing_token,
-                    "fenced: lease lost: renewal refused (the key expired, was deleted, or belongs to another holder)");
+                    "fenced: lease lost: {}", LostCause::Refused);
                 e.lease.state.settle(&change, ExpiryReply::NotHeld);
                 stats.lost.fetch_add(1, Ordering::Relaxed);
                 metrics::lease_lost(e.lease.kind.primitive());
@@ -675,7 +762,8 @@ mod tests {
         let stats = Counters::default();
         tokio::time::advance(Duration::from_millis(1_000)).await;
         let (due, _, _) = take_due(&mut entries, Instant::now(), |_| None);
-        let lost_a = entries[&0].lease.state.lost.clone();
+        let a = entries[&0].lease.state.clone();
+        let lost_a = a.lost.clone();
         let timeout = crate::error::Error::Timeout {
             operation: "renew",
             after: Duration::from_millis(1),
@@ -685,21 +773,114 @@ mod tests {
         ordered.sort_by_key(|(id, _)| *id);
         apply(&mut entries, (ordered, Ok(replies)), &stats);
         assert!(lost_a.is_cancelled(), "refused: lost at once");
+        assert_eq!(a.lost_cause(), Some(LostCause::Refused));
         assert!(!entries.contains_key(&0));
         // b's outcome is unknown: retried soon, and lost only when its deadline passes.
         let b = &entries[&1];
         assert_eq!(b.renew_at, Instant::now() + Duration::from_millis(300));
         let lost_b = b.lease.state.lost.clone();
+        let state_b = b.lease.state.clone();
         let deadline = b.lease.state.valid_until();
         tokio::time::advance(deadline - Instant::now() - Duration::from_millis(1)).await;
-        expire(&mut entries, &stats);
+        expire(&mut entries, None, &stats);
         assert!(!lost_b.is_cancelled());
         tokio::time::advance(Duration::from_millis(1)).await;
-        expire(&mut entries, &stats);
+        expire(&mut entries, None, &stats);
         assert!(
             lost_b.is_cancelled(),
             "past its deadline without a renewal: lost"
         );
+        assert_eq!(state_b.lost_cause(), Some(LostCause::Expired));
         assert_eq!(stats.lost.load(Ordering::Relaxed), 2);
+    }
+
+    const MS: Duration = Duration::from_millis(1);
+
+    /// The cause `expire` names for a lease of a 300ms ttl (renewal due at 95ms, deadline at
+    /// 295ms) when the loop runs `at` after the grant, having owed a run since `due`, with the
+    /// renewal due at `renew_at` instead of 95ms if given. Times from the grant.
+    async fn cause_of_loss(
+        due: Option<Duration>,
+        renew_at: Option<Duration>,
+        at: Duration,
+    ) -> Option<LostCause> {
+        let granted = Instant::now();
+        let mut entries = registry(vec![lease("a", 300, true)]);
+        let state = entries[&0].lease.state.clone();
+        assert_eq!(entries[&0].renew_at, granted + 95 * MS);
+        assert_eq!(state.valid_until(), granted + 295 * MS);
+        if let Some(r) = renew_at {
+            entries.get_mut(&0).expect("tracked").renew_at = granted + r;
+        }
+        tokio::time::advance(at).await;
+        expire(&mut entries, due.map(|d| granted + d), &Counters::default());
+        assert!(state.lost.is_cancelled());
+        state.lost_cause()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_lease_lost_while_the_loop_could_not_run_names_the_late_renewal() {
+        // Due to run at the grant (told of the new lease), kept from it until 900ms: the
+        // renewal due at 95ms ran 805ms late.
+        assert_eq!(
+            cause_of_loss(Some(Duration::ZERO), None, 900 * MS).await,
+            Some(LostCause::RenewalLate { late_by: 805 * MS })
+        );
+        // Its alarm set for the renewal, the same.
+        assert_eq!(
+            cause_of_loss(Some(95 * MS), None, 900 * MS).await,
+            Some(LostCause::RenewalLate { late_by: 805 * MS })
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_loss_the_loop_could_not_have_prevented_is_not_called_late() {
+        // A round trip in flight: the loop waits on Redis, and owes no run.
+        assert_eq!(
+            cause_of_loss(None, None, 900 * MS).await,
+            Some(LostCause::Expired)
+        );
+        // On time at its alarm, the deadline: the retry after a failed renewal fell after it.
+        assert_eq!(
+            cause_of_loss(Some(295 * MS), Some(320 * MS), 295 * MS).await,
+            Some(LostCause::Expired)
+        );
+        // A retry due too close to the deadline to be confirmed in time.
+        assert_eq!(
+            cause_of_loss(Some(Duration::ZERO), Some(280 * MS), 900 * MS).await,
+            Some(LostCause::Expired)
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_clone_that_finds_the_deadline_passed_first_names_the_late_renewal_too() {
+        let shared = Arc::new(Shared {
+            registry: Mutex::new(Registry::default()),
+            changed: Notify::new(),
+            stats: Counters::default(),
+        });
+        let entry = lease("a", 300, true);
+        let (state, renew_at) = (entry.lease.state.clone(), entry.renew_at);
+        state.watched_by(Watch {
+            shared: Arc::downgrade(&shared),
+            id: 0,
+        });
+        {
+            let mut registry = shared.registry();
+            registry.entries.insert(0, entry);
+            registry.woken(Instant::now()); // as `track` does for a lease due before the alarm
+        }
+        tokio::time::advance(900 * MS).await;
+        let late = Some(LostCause::RenewalLate {
+            late_by: Instant::now() - renew_at,
+        });
+        assert_eq!(state.lost_cause(), late, "declared by the clone");
+        assert!(state.lost.is_cancelled());
+        // The loop, running at last, keeps that cause.
+        tokio::time::advance(MS).await;
+        let due = shared.registry().due.take();
+        expire(&mut shared.registry().entries, due, &shared.stats);
+        assert_eq!(state.lost_cause(), late);
+        assert_eq!(shared.stats.lost.load(Ordering::Relaxed), 1);
     }
 }
