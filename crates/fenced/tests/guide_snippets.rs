@@ -16,8 +16,9 @@ fn render(guide: &str) -> String {
     );
     let mut context = String::new();
     let mut items = false;
-    let mut lines = guide.lines().enumerate();
-    while let Some((at, line)) = lines.next() {
+    let mut lines = guide.lines();
+    let mut n = 0;
+    while let Some(line) = lines.next() {
         if let Some(rest) = line.strip_prefix("<!-- compiled with:") {
             context = rest.trim_end_matches("-->").trim().to_owned();
             continue;
@@ -33,15 +34,12 @@ fn render(guide: &str) -> String {
             }
             continue;
         }
-        let body: Vec<&str> = lines
-            .by_ref()
-            .map(|(_, l)| l)
-            .take_while(|l| *l != "```")
-            .collect();
-        let line = at + 1;
+        let body: Vec<&str> = lines.by_ref().take_while(|l| *l != "```").collect();
+        // Numbered in order, not by line: prose edits above a snippet change nothing here.
+        n += 1;
         if items {
             out.push_str(&format!(
-                "\n/// docs/guide.md, line {line}.\nmod line_{line} {{\n    #[allow(unused_imports)]\n    use crate::world::*;\n\n"
+                "\n/// docs/guide.md, Rust snippet {n}.\nmod snippet_{n} {{\n    #[allow(unused_imports)]\n    use crate::world::*;\n\n"
             ));
             for l in &body {
                 out.push_str(&indent(l));
@@ -49,7 +47,7 @@ fn render(guide: &str) -> String {
             out.push_str("}\n");
         } else {
             out.push_str(&format!(
-                "\n/// docs/guide.md, line {line}.\nasync fn line_{line}(client: Client, url: &'static str) -> Result<(), BoxError> {{\n    let _ = (&client, url);\n"
+                "\n/// docs/guide.md, Rust snippet {n}.\nasync fn snippet_{n}(client: Client, url: &'static str) -> Result<(), BoxError> {{\n    let _ = (&client, url);\n"
             ));
             if !context.is_empty() {
                 out.push_str(&indent(&context));

@@ -3,16 +3,16 @@
 
 use crate::world::*;
 
-/// docs/guide.md, line 8.
-async fn line_8(client: Client, url: &'static str) -> Result<(), BoxError> {
+/// docs/guide.md, Rust snippet 1.
+async fn snippet_1(client: Client, url: &'static str) -> Result<(), BoxError> {
     let _ = (&client, url);
     let client = fenced::Client::connect("redis://127.0.0.1:6379").await?;
     #[allow(unreachable_code)]
     Ok(())
 }
 
-/// docs/guide.md, line 80.
-async fn line_80(client: Client, url: &'static str) -> Result<(), BoxError> {
+/// docs/guide.md, Rust snippet 2.
+async fn snippet_2(client: Client, url: &'static str) -> Result<(), BoxError> {
     let _ = (&client, url);
     use std::time::Duration;
     use fenced::{Client, WaitPolicy};
@@ -40,8 +40,8 @@ async fn line_80(client: Client, url: &'static str) -> Result<(), BoxError> {
     Ok(())
 }
 
-/// docs/guide.md, line 119.
-async fn line_119(client: Client, url: &'static str) -> Result<(), BoxError> {
+/// docs/guide.md, Rust snippet 3.
+async fn snippet_3(client: Client, url: &'static str) -> Result<(), BoxError> {
     let _ = (&client, url);
     let lock = client.lock("report");
     let guard = lock.acquire().await?;
@@ -56,8 +56,8 @@ async fn line_119(client: Client, url: &'static str) -> Result<(), BoxError> {
     Ok(())
 }
 
-/// docs/guide.md, line 135.
-async fn line_135(client: Client, url: &'static str) -> Result<(), BoxError> {
+/// docs/guide.md, Rust snippet 4.
+async fn snippet_4(client: Client, url: &'static str) -> Result<(), BoxError> {
     let _ = (&client, url);
     let lock = client.lock("report"); let guard = lock.acquire().await?;
     guard.release().await?;                 // freed when this returns
@@ -69,8 +69,8 @@ async fn line_135(client: Client, url: &'static str) -> Result<(), BoxError> {
     Ok(())
 }
 
-/// docs/guide.md, line 151.
-async fn line_151(client: Client, url: &'static str) -> Result<(), BoxError> {
+/// docs/guide.md, Rust snippet 5.
+async fn snippet_5(client: Client, url: &'static str) -> Result<(), BoxError> {
     let _ = (&client, url);
     let lock = client.lock("export");
     let guard = lock.acquire().await?;
@@ -81,8 +81,8 @@ async fn line_151(client: Client, url: &'static str) -> Result<(), BoxError> {
     Ok(())
 }
 
-/// docs/guide.md, line 179.
-async fn line_179(client: Client, url: &'static str) -> Result<(), BoxError> {
+/// docs/guide.md, Rust snippet 6.
+async fn snippet_6(client: Client, url: &'static str) -> Result<(), BoxError> {
     let _ = (&client, url);
     let report = client.lock("nightly-report").unfenced();
     if let Some(guard) = report.try_acquire().await? {
@@ -93,8 +93,8 @@ async fn line_179(client: Client, url: &'static str) -> Result<(), BoxError> {
     Ok(())
 }
 
-/// docs/guide.md, line 205.
-async fn line_205(client: Client, url: &'static str) -> Result<(), BoxError> {
+/// docs/guide.md, Rust snippet 7.
+async fn snippet_7(client: Client, url: &'static str) -> Result<(), BoxError> {
     let _ = (&client, url);
     let client = fenced::Client::builder(url).without_scripts().connect().await?;
     let guard = client.lock("nightly-report").acquire().await?;
@@ -102,8 +102,8 @@ async fn line_205(client: Client, url: &'static str) -> Result<(), BoxError> {
     Ok(())
 }
 
-/// docs/guide.md, line 218.
-async fn line_218(client: Client, url: &'static str) -> Result<(), BoxError> {
+/// docs/guide.md, Rust snippet 8.
+async fn snippet_8(client: Client, url: &'static str) -> Result<(), BoxError> {
     let _ = (&client, url);
     use std::time::Duration;
 
@@ -120,8 +120,8 @@ async fn line_218(client: Client, url: &'static str) -> Result<(), BoxError> {
     Ok(())
 }
 
-/// docs/guide.md, line 246.
-async fn line_246(client: Client, url: &'static str) -> Result<(), BoxError> {
+/// docs/guide.md, Rust snippet 9.
+async fn snippet_9(client: Client, url: &'static str) -> Result<(), BoxError> {
     let _ = (&client, url);
     let mut queue: Vec<Job> = Vec::new(); let worker_client = client.clone();
     let ticket = client.lock("order:7").acquire().await?.into_ticket();
@@ -135,8 +135,8 @@ async fn line_246(client: Client, url: &'static str) -> Result<(), BoxError> {
     Ok(())
 }
 
-/// docs/guide.md, line 270.
-async fn line_270(client: Client, url: &'static str) -> Result<(), BoxError> {
+/// docs/guide.md, Rust snippet 10.
+async fn snippet_10(client: Client, url: &'static str) -> Result<(), BoxError> {
     let _ = (&client, url);
     let lock = client.reentrant_lock("account:42");
 
@@ -161,8 +161,8 @@ async fn line_270(client: Client, url: &'static str) -> Result<(), BoxError> {
     Ok(())
 }
 
-/// docs/guide.md, line 298.
-async fn line_298(client: Client, url: &'static str) -> Result<(), BoxError> {
+/// docs/guide.md, Rust snippet 11.
+async fn snippet_11(client: Client, url: &'static str) -> Result<(), BoxError> {
     let _ = (&client, url);
     let turnstile = client.fair_lock("turnstile");
     let guard = turnstile.acquire().await?;
@@ -172,8 +172,8 @@ async fn line_298(client: Client, url: &'static str) -> Result<(), BoxError> {
     Ok(())
 }
 
-/// docs/guide.md, line 320.
-async fn line_320(client: Client, url: &'static str) -> Result<(), BoxError> {
+/// docs/guide.md, Rust snippet 12.
+async fn snippet_12(client: Client, url: &'static str) -> Result<(), BoxError> {
     let _ = (&client, url);
     let election = client.election("billing-scheduler").with_ttl(Duration::from_secs(10));
 
@@ -198,8 +198,8 @@ async fn line_320(client: Client, url: &'static str) -> Result<(), BoxError> {
     Ok(())
 }
 
-/// docs/guide.md, line 369.
-async fn line_369(client: Client, url: &'static str) -> Result<(), BoxError> {
+/// docs/guide.md, Rust snippet 13.
+async fn snippet_13(client: Client, url: &'static str) -> Result<(), BoxError> {
     let _ = (&client, url);
     let catalogue = client.rw_lock("catalogue");
 
@@ -214,8 +214,8 @@ async fn line_369(client: Client, url: &'static str) -> Result<(), BoxError> {
     Ok(())
 }
 
-/// docs/guide.md, line 388.
-async fn line_388(client: Client, url: &'static str) -> Result<(), BoxError> {
+/// docs/guide.md, Rust snippet 14.
+async fn snippet_14(client: Client, url: &'static str) -> Result<(), BoxError> {
     let _ = (&client, url);
     let downloads = client.semaphore("downloads", 2);
 
@@ -231,8 +231,8 @@ async fn line_388(client: Client, url: &'static str) -> Result<(), BoxError> {
     Ok(())
 }
 
-/// docs/guide.md, line 411.
-async fn line_411(client: Client, url: &'static str) -> Result<(), BoxError> {
+/// docs/guide.md, Rust snippet 15.
+async fn snippet_15(client: Client, url: &'static str) -> Result<(), BoxError> {
     let _ = (&client, url);
     // A transfer locks both accounts, in whichever order the caller names them.
     let both = client.multi_lock(["account:7", "account:3"])?;
@@ -244,8 +244,8 @@ async fn line_411(client: Client, url: &'static str) -> Result<(), BoxError> {
     Ok(())
 }
 
-/// docs/guide.md, line 430.
-async fn line_430(client: Client, url: &'static str) -> Result<(), BoxError> {
+/// docs/guide.md, Rust snippet 16.
+async fn snippet_16(client: Client, url: &'static str) -> Result<(), BoxError> {
     let _ = (&client, url);
     let products = client.striped_lock("products", 64)?;
     let guard = products.lock_for("product:10100101").acquire().await?;
@@ -255,8 +255,8 @@ async fn line_430(client: Client, url: &'static str) -> Result<(), BoxError> {
     Ok(())
 }
 
-/// docs/guide.md, line 447.
-async fn line_447(client: Client, url: &'static str) -> Result<(), BoxError> {
+/// docs/guide.md, Rust snippet 17.
+async fn snippet_17(client: Client, url: &'static str) -> Result<(), BoxError> {
     let _ = (&client, url);
     let ready = client.latch("deploy:2026-11-23:shards-ready");
     assert!(ready.arm(2).await?);
@@ -273,8 +273,8 @@ async fn line_447(client: Client, url: &'static str) -> Result<(), BoxError> {
     Ok(())
 }
 
-/// docs/guide.md, line 469.
-async fn line_469(client: Client, url: &'static str) -> Result<(), BoxError> {
+/// docs/guide.md, Rust snippet 18.
+async fn snippet_18(client: Client, url: &'static str) -> Result<(), BoxError> {
     let _ = (&client, url);
     use fenced::resource::{FencedRead, FencedUpdate};
 
@@ -296,8 +296,8 @@ async fn line_469(client: Client, url: &'static str) -> Result<(), BoxError> {
     Ok(())
 }
 
-/// docs/guide.md, line 497.
-async fn line_497(client: Client, url: &'static str) -> Result<(), BoxError> {
+/// docs/guide.md, Rust snippet 19.
+async fn snippet_19(client: Client, url: &'static str) -> Result<(), BoxError> {
     let _ = (&client, url);
     struct Orders {
         client: fenced::Client,
@@ -317,8 +317,8 @@ async fn line_497(client: Client, url: &'static str) -> Result<(), BoxError> {
     Ok(())
 }
 
-/// docs/guide.md, line 528.
-mod line_528 {
+/// docs/guide.md, Rust snippet 20.
+mod snippet_20 {
     #[allow(unused_imports)]
     use crate::world::*;
 
@@ -336,8 +336,8 @@ mod line_528 {
     }
 }
 
-/// docs/guide.md, line 656.
-async fn line_656(client: Client, url: &'static str) -> Result<(), BoxError> {
+/// docs/guide.md, Rust snippet 21.
+async fn snippet_21(client: Client, url: &'static str) -> Result<(), BoxError> {
     let _ = (&client, url);
     let (id, db) = ("10100101".to_owned(), Db);
     let products = client.cache("product").with_stale_for(Duration::from_secs(30));
