@@ -47,8 +47,8 @@ pub struct Global {
     #[arg(long, global = true, default_value = "2s", value_parser = duration, value_name = "DUR")]
     pub timeout: Duration,
     /// Send no Lua scripts: for a user whose ACL leaves out @scripting, or a proxy without
-    /// them (learned from the first refusal anyway). Locks work (run, status, list, release --force);
-    /// commands that need scripts exit 78.
+    /// them (learned from the first refusal anyway). Locks work (run, release --force), and
+    /// status and list read every kind; commands that need scripts exit 78.
     #[arg(long, global = true)]
     pub no_scripts: bool,
     /// Read the Redis password from this file (its first line) instead of the URL. Without

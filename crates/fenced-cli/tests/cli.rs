@@ -2798,7 +2798,7 @@ async fn without_scripts_runs_work_and_what_needs_scripts_exits_78() {
             .holder
             .is_none()
     );
-    // Inspecting works too: what only a script reads is left out.
+    // Inspecting works too.
     for args in [
         &["status", "job"][..],
         &["list"][..],
@@ -2839,4 +2839,63 @@ async fn without_scripts_runs_work_and_what_needs_scripts_exits_78() {
             && !line.contains("needed by"),
         "{line}"
     );
+}
+
+/// Without scripts, `status` and `list` read every kind as with them: a held semaphore and a
+/// read-write lock's reader are listed (exit 0), and the semaphore's status names it a
+/// semaphore with its permits, never a free lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_scripts_status_and_list_show_a_held_semaphore_for_what_it_is() {
+    let s = server();
+    let c = client(&s).await;
+    let _permits = c.semaphore("pool", 4).acquire_many(2).await.unwrap();
+    let _reader = c.rw_lock("doc").read().await.unwrap();
+    let run = |args: &'static [&'static str]| {
+        let url = s.url();
+        async move {
+            let mut all = vec!["--no-scripts"];
+            all.extend(args);
+            finish(fenced(&url, &all), Duration::from_secs(10)).await
+        }
+    };
+    let list = run(&["list"]).await;
+    assert_eq!(list.code, Some(0), "{}", list.stderr);
+    for expected in ["SEMAPHORE", "pool", "RW LOCK", "doc"] {
+        assert!(
+            list.stdout.contains(expected),
+            "{expected}: {}",
+            list.stdout
+        );
+    }
+    let pool = run(&["status", "pool"]).await;
+    assert_eq!(pool.code, Some(0), "{}", pool.stderr);
+    assert!(
+        pool.stdout.contains("kind:     semaphore\n"),
+        "{}",
+        pool.stdout
+    );
+    assert!(
+        pool.stdout.contains("permits:  2 held by 1 holder(s)"),
+        "{}",
+        pool.stdout
+    );
+    assert!(
+        !pool.stdout.contains("state:") && !pool.stdout.contains("free"),
+        "{}",
+        pool.stdout
+    );
+    let json = run(&["--json", "status", "pool"]).await;
+    let json: serde_json::Value = serde_json::from_str(&json.stdout).unwrap();
+    assert_eq!(json["kind"], "semaphore", "{json}");
+    assert_eq!(json["semaphore"]["permits_held"], 2, "{json}");
+    let json = run(&["--json", "list"]).await;
+    let all: serde_json::Value = serde_json::from_str(&json.stdout).unwrap();
+    let semaphore = all
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["kind"] == "semaphore")
+        .unwrap_or_else(|| panic!("no semaphore in {all}"));
+    assert_eq!(semaphore["permits_held"], 2, "{all}");
+    assert_eq!(semaphore["holders"], 1, "{all}");
 }

@@ -483,7 +483,10 @@ impl ClientBuilder {
     /// of their own, as many as [`transaction_connections`](Self::transaction_connections)
     /// allows. Every other primitive, a ticket's take-over and a local handover need scripts
     /// and answer [`Error::Unsupported`] before sending anything; so does
-    /// [`connect`](Self::connect) for a Redis Cluster or Redlock.
+    /// [`connect`](Self::connect) for a Redis Cluster or Redlock. Reading works for every
+    /// kind: [`Client::list`](crate::Client::list) and the status of a semaphore, a
+    /// read-write lock or an election read the same commands as their scripts, in one
+    /// `MULTI`/`EXEC`, with the same answer.
     ///
     /// ```no_run
     /// # async fn demo() -> fenced::Result<()> {

@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use tracing::Instrument;
 
+use crate::backend::reads;
 use crate::core::{Core, Held, LeaseOptions};
 use crate::error::{Error, Result};
 use crate::kind::exclusive::Exclusive;
@@ -93,17 +94,38 @@ impl RwLock {
     }
 
     /// Live readers and waiting writers, read in one round trip (for display: who holds
-    /// the write lease is the plain lock's [`status`](crate::Lock::status)).
+    /// the write lease is the plain lock's [`status`](crate::Lock::status)). Where scripts
+    /// are not sent, or refused, the same reads go as one `MULTI`/`EXEC`, and the answer is
+    /// the same.
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidArgument`] for a bad name; transport errors.
+    /// [`Error::InvalidArgument`] for a bad name; [`Error::WrongType`] naming a key of
+    /// another type; transport errors.
     pub async fn status(&self) -> Result<RwStatus> {
         crate::keys::validate_name("lock", &self.name)?;
         let call = ScriptCall::new(&RW_STATUS)
             .key(&self.keys.readers)
             .key(&self.keys.waiting_writers);
-        let reply: Vec<u64> = self.core.node()?.run(&call).await?;
+        let instead = [
+            redis::cmd("TIME"),
+            reads::zrange_all(&self.keys.readers),
+            reads::zrange_all(&self.keys.waiting_writers),
+        ];
+        let reply: Vec<u64> = self
+            .core
+            .node()?
+            .read_only(&call, &instead, |replies| {
+                // What `rw_status.lua` counts: the members whose lease or registration ends
+                // after the server's now.
+                let [time, readers, writers] = replies else {
+                    return None;
+                };
+                let now = reads::server_ms(time)?;
+                let live = |zset: &redis::Value| Some(reads::live(zset, now)?.len() as u64);
+                Some(vec![live(readers)?, live(writers)?])
+            })
+            .await?;
         match reply[..] {
             [readers, waiting_writers] => Ok(RwStatus {
                 readers,

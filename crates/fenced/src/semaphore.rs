@@ -6,12 +6,14 @@
 //! lives, and back in the pool when the lease ends, measured by the Redis server's own clock
 //! (`TIME`) alone.
 
+use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tracing::Instrument;
 
+use crate::backend::reads;
 use crate::core::{Core, Held, LeaseOptions};
 use crate::error::{Error, Result};
 use crate::keys::validate_name;
@@ -230,16 +232,28 @@ impl Semaphore {
     }
 
     /// Who holds permits now, read in one round trip (leases past their end are not counted).
+    /// Where scripts are not sent, or refused, the same reads go as one `MULTI`/`EXEC`, and
+    /// the answer is the same.
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidArgument`] for a bad name; transport errors.
+    /// [`Error::InvalidArgument`] for a bad name; [`Error::WrongType`] naming a key of
+    /// another type; transport errors.
     pub async fn status(&self) -> Result<SemaphoreStatus> {
         validate_name("semaphore", &self.name)?;
         let call = ScriptCall::new(&SEMAPHORE_STATUS)
             .key(&self.keys.holders)
             .key(&self.keys.counts);
-        let reply: Vec<i64> = self.core.node()?.run(&call).await?;
+        let instead = [
+            redis::cmd("TIME"),
+            reads::zrange_all(&self.keys.holders),
+            redis::cmd("HGETALL").arg(&self.keys.counts).take(),
+        ];
+        let reply: Vec<i64> = self
+            .core
+            .node()?
+            .read_only(&call, &instead, status_from_reads)
+            .await?;
         match reply[..] {
             [held, holders, first] if held >= 0 && holders >= 0 => Ok(SemaphoreStatus {
                 name: self.name.to_string(),
@@ -250,6 +264,29 @@ impl Semaphore {
             _ => Err(unexpected("semaphore status", format!("{reply:?}"))),
         }
     }
+}
+
+/// What `semaphore_status.lua` answers, from its reads (`TIME`, the holders with their lease
+/// ends, the permits of each): the permits and number of the live holders, and the ms until
+/// the earliest live lease ends (-1 for none).
+fn status_from_reads(replies: &[redis::Value]) -> Option<Vec<i64>> {
+    let [time, holders, counts] = replies else {
+        return None;
+    };
+    let now = reads::server_ms(time)?;
+    let live = reads::live(holders, now)?;
+    let counts: HashMap<Vec<u8>, Vec<u8>> = redis::from_redis_value_ref(counts).ok()?;
+    let held: i64 = live
+        .iter()
+        .map(|(owner, _)| {
+            counts
+                .get(owner)
+                .and_then(|n| std::str::from_utf8(n).ok()?.parse::<i64>().ok())
+                .unwrap_or(0)
+        })
+        .sum();
+    let first = live.first().map_or(-1, |(_, end)| end - now);
+    Some(vec![held, live.len() as i64, first])
 }
 
 /// Permits held from a [`Semaphore`]. Owned, `Send + 'static`; given back on

@@ -1,7 +1,7 @@
 //! Locks where scripts are forbidden: a user whose ACL leaves out `@scripting`, and a client
 //! built without scripts. The lock and the unfenced lock work (grants with increasing tokens,
 //! renewal, release, the lost signal, wake-ups) beside clients that do send scripts; every
-//! other primitive is refused before anything is sent.
+//! other primitive is refused before anything is sent, and inspecting reads every kind.
 
 use std::time::Duration;
 
@@ -10,6 +10,32 @@ use fenced_testkit::RedisServer;
 use tokio::time::Instant;
 
 use crate::support::{calls, client, dbsize, eventually, raw, server};
+
+/// What two listings of one moment share (leases left aside, which tick).
+fn summary(l: &fenced::inspect::Listing) -> String {
+    let locks: Vec<&str> = l.locks.iter().map(|s| s.name.as_str()).collect();
+    let semaphores: Vec<_> = l
+        .semaphores
+        .iter()
+        .map(|s| (&s.name, s.held, s.holders, s.next_expiry.is_some()))
+        .collect();
+    let elections: Vec<_> = l
+        .elections
+        .iter()
+        .map(|e| {
+            let leader = e.status.leader.as_ref();
+            (
+                &e.name,
+                leader.map(|l| (&l.value, l.term)),
+                e.status.candidates,
+            )
+        })
+        .collect();
+    format!(
+        "{locks:?} {semaphores:?} {:?} {elections:?} {:?}",
+        l.rw_locks, l.unreadable
+    )
+}
 
 /// A user who may run every command but scripts: `EVAL`, `EVALSHA`, `SCRIPT`, `FCALL`.
 async fn no_script_user(server: &RedisServer) -> String {
@@ -286,4 +312,91 @@ async fn a_refusal_for_a_primitive_without_a_twin_is_not_remembered() {
     let g = c.fair_lock("plain").acquire().await.unwrap();
     g.release().await.unwrap();
     assert!(calls(&mut conn, "evalsha").await > before);
+}
+
+/// Inspecting needs no scripts: a client without them, chosen or refused by the ACL, lists a
+/// held semaphore, a read-write lock's readers and waiting writer, and an election's leader
+/// and candidate as a client with scripts does (a lease past its end not counted, a key of
+/// another type named), and each status answers the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_scripts_list_and_status_read_every_kind_as_a_client_with_scripts_does() {
+    let server = server();
+    let with = client(&server).await;
+    let chosen = Client::builder(&server.url())
+        .timeout(Duration::from_millis(800))
+        .without_scripts()
+        .connect()
+        .await
+        .unwrap();
+    let refused = connect(&no_script_user(&server).await).await;
+    let _held = with.lock("plain").acquire().await.unwrap();
+    let _permits = with.semaphore("pool", 3).acquire_many(2).await.unwrap();
+    let _reader = with.rw_lock("doc").read().await.unwrap();
+    let writer = with.rw_lock("doc");
+    let writing = tokio::spawn(async move { writer.write().await.map(drop) });
+    let leading = with.election("leader").campaign("host-a").await.unwrap();
+    let other = client(&server).await;
+    let candidate = other.election("leader");
+    let campaigning = tokio::spawn(async move { candidate.campaign("host-b").await.map(drop) });
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            with.rw_lock("doc").status().await.unwrap().waiting_writers == 1
+                && with.election("leader").status().await.unwrap().candidates == 1
+        })
+        .await,
+        "the writer and the candidate never queued"
+    );
+    let mut conn = raw(&server).await;
+    // A holder whose lease ended (not yet swept), and a key another program wrote.
+    let _: () = redis::cmd("ZADD")
+        .arg(&["fenced:{pool}:permits", "1", "gone"])
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let _: () = redis::cmd("HSET")
+        .arg(&["fenced:{pool}:permits:n", "gone", "1"])
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let _: () = redis::cmd("SET")
+        .arg(&["fenced:{odd}:permits", "another program's"])
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let expected = with.list("*").await.unwrap();
+    assert_eq!(expected.semaphores.len(), 1, "{expected:?}");
+    assert_eq!(expected.rw_locks.len(), 1, "{expected:?}");
+    assert_eq!(expected.elections.len(), 1, "{expected:?}");
+    assert_eq!(expected.unreadable.len(), 1, "{expected:?}");
+    for c in [&chosen, &refused] {
+        let listing = c.list("*").await.unwrap();
+        assert_eq!(summary(&listing), summary(&expected));
+        let pool = c.semaphore("pool", 3).status().await.unwrap();
+        assert_eq!((pool.held, pool.holders), (2, 1), "{pool:?}");
+        assert!(pool.next_expiry.is_some(), "{pool:?}");
+        assert_eq!(c.semaphore("pool", 3).available().await.unwrap(), 1);
+        let free = c.semaphore("free", 1).status().await.unwrap();
+        assert_eq!((free.held, free.holders, free.next_expiry), (0, 0, None));
+        assert_eq!(
+            c.rw_lock("doc").status().await.unwrap(),
+            with.rw_lock("doc").status().await.unwrap()
+        );
+        let election = c.election("leader").status().await.unwrap();
+        let leader = election.leader.expect("a leader");
+        assert_eq!(
+            (leader.value.as_str(), leader.term),
+            ("host-a", leading.term())
+        );
+        assert_eq!(election.candidates, 1);
+        assert!(
+            c.election("nobody")
+                .status()
+                .await
+                .unwrap()
+                .leader
+                .is_none()
+        );
+    }
+    campaigning.abort();
+    writing.abort();
 }

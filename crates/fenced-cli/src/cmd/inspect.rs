@@ -18,19 +18,15 @@ pub async fn status(global: &Global, name: &str) -> Result<u8, Failure> {
         return Ok(by_node(global, name, &nodes));
     }
     let status = client.lock(name).status().await.map_err(fail)?;
-    // Where scripts are refused, what only a script reads is left out (null in JSON).
-    let permits = unless_unsupported(client.semaphore(name, 1).status().await).map_err(fail)?;
-    let rw = unless_unsupported(client.rw_lock(name).status().await).map_err(fail)?;
+    // Without scripts too: the library reads these by transaction then.
+    let permits = client.semaphore(name, 1).status().await.map_err(fail)?;
+    let rw = client.rw_lock(name).status().await.map_err(fail)?;
     let latch = client.latch(name).count().await.map_err(fail)?;
     let queued = client.fair_lock(name).queued().await.map_err(fail)?;
-    let election = unless_unsupported(client.election(name).status().await).map_err(fail)?;
-    let readers = rw
-        .as_ref()
-        .filter(|rw| rw.readers > 0 || rw.waiting_writers > 0);
-    let semaphore = permits.as_ref().filter(|p| p.holders > 0);
-    let leads = election
-        .as_ref()
-        .filter(|e| e.leader.is_some() || e.candidates > 0);
+    let election = client.election(name).status().await.map_err(fail)?;
+    let readers = Some(&rw).filter(|rw| rw.readers > 0 || rw.waiting_writers > 0);
+    let semaphore = Some(&permits).filter(|p| p.holders > 0);
+    let leads = Some(&election).filter(|e| e.leader.is_some() || e.candidates > 0);
     // What the name is, from what its keys hold: a semaphore's status does not open with a
     // free lock. A fair lock's holder and a writer share the plain lock's key; their queue
     // or readers tell them apart while there are any.
@@ -52,17 +48,15 @@ pub async fn status(global: &Global, name: &str) -> Result<u8, Failure> {
         let mut value = to_json(&status);
         value["kind"] = json!(kinds.first().map_or("none", |k| json_kind(k)));
         value["kinds"] = json!(kinds.iter().map(|k| json_kind(k)).collect::<Vec<_>>());
-        value["semaphore"] = permits.as_ref().map_or(Value::Null, semaphore_json);
-        value["readers"] = json!(rw.as_ref().map(|rw| rw.readers));
-        value["waiting_writers"] = json!(rw.as_ref().map(|rw| rw.waiting_writers));
+        value["semaphore"] = semaphore_json(&permits);
+        value["readers"] = json!(rw.readers);
+        value["waiting_writers"] = json!(rw.waiting_writers);
         value["latch_count"] = json!(latch);
         value["fair_queue"] = json!(queued);
-        value["election"] = election.as_ref().map_or(Value::Null, |election| {
-            json!({
-                "leader": election.leader.as_ref().map(|l| l.value.clone()),
-                "term": election.leader.as_ref().map(|l| l.term.get()),
-                "candidates": election.candidates,
-            })
+        value["election"] = json!({
+            "leader": election.leader.as_ref().map(|l| l.value.clone()),
+            "term": election.leader.as_ref().map(|l| l.term.get()),
+            "candidates": election.candidates,
         });
         value["node"] = json!(nodes.first().map(|n| n.node.clone()));
         say!("{value}");
@@ -174,15 +168,6 @@ fn json_kind(kind: &str) -> &str {
         "fair lock" => "fair_lock",
         "read-write lock" => "rw_lock",
         other => other,
-    }
-}
-
-/// `Ok(None)` for what this deployment cannot read: a status only a script reads, where
-/// scripts are refused.
-fn unless_unsupported<T>(r: fenced::Result<T>) -> fenced::Result<Option<T>> {
-    match r {
-        Err(fenced::Error::Unsupported(_)) => Ok(None),
-        other => other.map(Some),
     }
 }
 

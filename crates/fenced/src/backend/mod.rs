@@ -21,7 +21,7 @@ use std::time::Duration;
 use redis::Value;
 use tokio::time::Instant;
 
-pub(crate) use node::{Conn, Node};
+pub(crate) use node::{Conn, Node, reads};
 #[cfg(feature = "redlock")]
 pub(crate) use redlock::Redlock;
 #[cfg(feature = "sentinel")]

@@ -41,6 +41,8 @@
 
 mod grant;
 
+pub(crate) mod reads;
+
 mod watched;
 
 use std::sync::Arc;

@@ -7,7 +7,9 @@ use tracing::Instrument;
 
 use super::leadership::Leadership;
 use super::observe::LeaderChanges;
-use super::record::{ELECTION_PREFIX, ElectionStatus, Leader, Seat, parse_status, redlock_refusal};
+use super::record::{
+    ELECTION_PREFIX, ElectionStatus, Leader, Seat, parse_status, redlock_refusal, status_from_reads,
+};
 use crate::core::acquire::AcquireRequest;
 use crate::core::{Core, LeaseOptions, Wake};
 use crate::error::{Error, Result};
@@ -199,7 +201,8 @@ impl Election {
         Ok(self.status().await?.leader)
     }
 
-    /// The leader and the candidates, read in one step.
+    /// The leader and the candidates, read in one step. Where scripts are not sent, or
+    /// refused, the same reads go as one `MULTI`/`EXEC`, and the answer is the same.
     ///
     /// # Errors
     ///
@@ -210,7 +213,11 @@ impl Election {
             .core
             .node()
             .map_err(|_| redlock_refusal("reading the leader of"))?;
-        parse_status(node.run(&self.seat.status_call()).await?)
+        let seat = &self.seat;
+        parse_status(
+            node.read_only(&seat.status_call(), &seat.status_reads(), status_from_reads)
+                .await?,
+        )
     }
 
     /// A stream of leader changes: `Some(leader)` for each new term or value, `None` when

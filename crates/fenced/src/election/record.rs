@@ -37,6 +37,20 @@ impl Seat {
             .key(&*self.queue)
     }
 
+    /// The reads of [`status_call`](Self::status_call), in its order, for where scripts are
+    /// not sent: the queue's length, the leader key, the record, the lease left.
+    pub(crate) fn status_reads(&self) -> [redis::Cmd; 4] {
+        [
+            redis::cmd("LLEN").arg(&*self.queue).take(),
+            redis::cmd("MGET").arg(&self.keys.lock).take(),
+            redis::cmd("HMGET")
+                .arg(&*self.record)
+                .arg(&["owner", "value", "term", "since", "v"])
+                .take(),
+            redis::cmd("PTTL").arg(&self.keys.lock).take(),
+        ]
+    }
+
     /// A candidate's value, checked with the election's name.
     pub(crate) fn checked_value(&self, value: String) -> Result<Arc<str>> {
         crate::keys::validate_name("election", &self.name)?;
@@ -83,6 +97,44 @@ pub(crate) fn redlock_refusal(what: &str) -> Error {
     Error::unsupported(format!(
         "{what} an election needs one server, Sentinel or a Redis Cluster: Redlock's masters keep no one record of the leader"
     ))
+}
+
+/// What `election_leader.lua` answers, from its reads ([`Seat::status_reads`]).
+pub(crate) fn status_from_reads(replies: &[redis::Value]) -> Option<redis::Value> {
+    use redis::Value;
+    let [
+        Value::Int(candidates),
+        Value::Array(owner),
+        Value::Array(record),
+        lease_left,
+    ] = replies
+    else {
+        return None;
+    };
+    let owner = owner.first()?;
+    // No leader: the key is gone, or held by an owner without a record (a grant between its
+    // lease and its record, which the transaction, atomic as the script, never splits).
+    if *owner == Value::Nil || record.first() != Some(owner) {
+        return Some(Value::Array(vec![Value::Int(0), Value::Int(*candidates)]));
+    }
+    let field = |i: usize| record.get(i).cloned().unwrap_or(Value::Nil);
+    // Lua's `tonumber` of a field: its number, truncated as a script's reply is, or nil.
+    let number = |i: usize| match record.get(i) {
+        Some(Value::BulkString(b)) => std::str::from_utf8(b)
+            .ok()
+            .and_then(|t| t.trim().parse::<f64>().ok())
+            .map_or(Value::Nil, |n| Value::Int(n as i64)),
+        _ => Value::Nil,
+    };
+    Some(Value::Array(vec![
+        Value::Int(1),
+        Value::Int(*candidates),
+        field(1),
+        field(2),
+        number(3),
+        lease_left.clone(),
+        number(4),
+    ]))
 }
 
 /// Reads `election_leader.lua`'s reply.

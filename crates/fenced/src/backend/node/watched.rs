@@ -23,7 +23,8 @@
 //!    its errors tell the client to ask Sentinel again, as the main connection's do.
 //! 5. Only the lock's steps have a twin: renewal, release, abandon, force release, and the
 //!    type check of a refusal (the grant is a transaction of its own, `grant.rs`). Every other call
-//!    is refused with [`Error::Unsupported`] before anything is sent, saying why. One server
+//!    is refused with [`Error::Unsupported`] before anything is sent, saying why; a status a
+//!    script reads is read by a transaction of the same reads instead (`reads.rs`). One server
 //!    or Sentinel only: a Redis Cluster's and Redlock's nodes have no pool here.
 //! 6. Chosen by the client (`ClientBuilder::without_scripts`) or learned from the first
 //!    refusal of a script (`NOPERM` for `evalsha` or `script|load`, an unknown command) of a
