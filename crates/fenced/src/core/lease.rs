@@ -30,10 +30,17 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::core::renew::Watch;
 use crate::error::{Error, LostCause, Result};
 use crate::kind::ExpiryReply;
 use crate::options::drift_allowance;
+
+/// The renewal loop's side of a tracked lease, as the lease sees it: why the lease, past its
+/// deadline, is lost by `now` (a loop that ran late names it). A trait, so that the lease
+/// needs nothing of the loop's module, which builds on this one.
+pub(crate) trait LateWatch: Send + Sync + std::fmt::Debug {
+    /// The cause of a loss found at `now`; `None` once the loop no longer tracks the lease.
+    fn cause_at_deadline(&self, now: Instant) -> Option<LostCause>;
+}
 
 /// What a guard, its lease clones and the renewal loop share about one lease.
 #[derive(Debug)]
@@ -46,7 +53,7 @@ pub(crate) struct LeaseState {
     cause: OnceLock<LostCause>,
     /// The renewal loop tracking it: asked whether it ran late, when a clone finds the
     /// deadline passed before the loop declared the loss.
-    watch: OnceLock<Watch>,
+    watch: OnceLock<Box<dyn LateWatch>>,
     timing: Mutex<Timing>,
 }
 
@@ -249,8 +256,8 @@ impl LeaseState {
     }
 
     /// Hands the lease to the renewal loop tracking it.
-    pub(crate) fn watched_by(&self, watch: Watch) {
-        let _ = self.watch.set(watch);
+    pub(crate) fn watched_by(&self, watch: impl LateWatch + 'static) {
+        let _ = self.watch.set(Box::new(watch));
     }
 
     /// Why the lease was lost; `None` while it is not, or when its guard gave it back. A lease

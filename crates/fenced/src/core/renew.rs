@@ -48,7 +48,7 @@ use tokio::time::Instant;
 
 use crate::backend::Backend;
 use crate::core::cleanup::{self, CleanUp, Job};
-use crate::core::lease::{ExpiryChange, LeaseState};
+use crate::core::lease::{ExpiryChange, LateWatch, LeaseState};
 use crate::core::metrics;
 use crate::core::notify::LocalWaiters;
 use crate::error::{Error, LostCause, Result};
@@ -165,10 +165,10 @@ pub(crate) struct Watch {
     id: u64,
 }
 
-impl Watch {
+impl LateWatch for Watch {
     /// Why the lease, past its deadline, is lost by `now` ([`cause_at_deadline`]); `None` once
     /// the loop no longer tracks it.
-    pub(crate) fn cause_at_deadline(&self, now: Instant) -> Option<LostCause> {
+    fn cause_at_deadline(&self, now: Instant) -> Option<LostCause> {
         let shared = self.shared.upgrade()?;
         let registry = shared.registry();
         let entry = registry.entries.get(&self.id)?;
