@@ -465,10 +465,11 @@ fn cuts(ops: &[Op], carry_waiters: bool, window: usize, completes: &[usize]) -> 
     let mut ends = Vec::new();
     // Invocations in flight, by process: their line.
     let mut in_flight: std::collections::HashMap<u64, usize> = Default::default();
-    // Tokens of operations of unknown outcome not yet pinned, and the highest acknowledged
-    // write's token.
-    let mut unpinned: Vec<u64> = Vec::new();
+    // Operations of unknown outcome not yet pinned (token, line), the highest acknowledged
+    // write's token, and the latest line at which an acknowledged write was invoked.
+    let mut unpinned: Vec<(u64, usize)> = Vec::new();
     let mut highest_ack = 0u64;
+    let mut ack_invoked_at: Option<usize> = None;
     let mut highest_grant = 0u64;
     let mut since = 0usize;
     let grant_free = grant_free(ops);
@@ -484,11 +485,12 @@ fn cuts(ops: &[Op], carry_waiters: bool, window: usize, completes: &[usize]) -> 
                 in_flight.insert(op.process, i);
             }
             kind => {
-                in_flight.remove(&op.process);
+                let invoked = in_flight.remove(&op.process);
                 if kind == Type::Info {
-                    unpinned.push(op.token.unwrap_or(0));
+                    unpinned.push((op.token.unwrap_or(0), i));
                 } else if op.f == F::Write && kind == Type::Ok {
                     highest_ack = highest_ack.max(op.token.unwrap_or(0));
+                    ack_invoked_at = ack_invoked_at.max(invoked);
                 } else if op.f == F::Acquire && kind == Type::Ok {
                     highest_grant = highest_grant.max(op.token.unwrap_or(0));
                 }
@@ -499,11 +501,17 @@ fn cuts(ops: &[Op], carry_waiters: bool, window: usize, completes: &[usize]) -> 
             continue;
         }
         // A fenced write of unknown outcome cannot change the state after the cut once a
-        // newer token was acknowledged: landing later, it is refused. A transaction's EXEC
-        // cannot land later at all (its connection's WATCH ended with it).
-        let pinned = unpinned
-            .iter()
-            .all(|t| grant_free || *t == 0 || *t < highest_ack);
+        // newer token was acknowledged: landing later, it is refused. A write without a token
+        // (a transaction's EXEC) can land after its client gave up: sent to a paused server,
+        // it waits in the server's socket buffer, and the server runs it when it resumes, in
+        // the first pass over its clients. It is settled once a write invoked after it gave
+        // up was acknowledged: that write's several round trips (WATCH, the read, EXEC) each
+        // took a pass of their own, so the stale EXEC had run, or could no longer, by its EXEC.
+        let pinned = unpinned.iter().all(|(t, line)| {
+            grant_free
+                || (*t == 0 && ack_invoked_at.is_some_and(|at| at > *line))
+                || (*t != 0 && *t < highest_ack)
+        });
         let quiet = in_flight
             .values()
             .all(|at| carry_waiters && granted_above(*at, highest_grant));
@@ -591,6 +599,26 @@ mod tests {
             writer: false,
             time,
         }
+    }
+
+    /// A transaction whose `EXEC` went unanswered (a paused server) may still run when the
+    /// server resumes: no window may start before a write invoked after it was acknowledged.
+    #[test]
+    fn no_cut_parts_a_transaction_of_unknown_outcome_from_the_write_that_settles_it() {
+        use F::Write;
+        use Type::{Info, Invoke, Ok};
+        let mut ops = vec![
+            op(1, Invoke, Write, 0, 0, 1),
+            op(1, Info, Write, 0, 0, 2),
+            op(2, Invoke, Write, 0, 0, 3),
+            op(2, Ok, Write, 0, 1, 4),
+        ];
+        let completes = [1, usize::MAX, 3, usize::MAX];
+        assert_eq!(cuts(&ops, false, 2, &completes), vec![4]);
+        // Once settled, the windows are cut again as often as they may be.
+        ops.extend([op(3, Invoke, Write, 0, 0, 5), op(3, Ok, Write, 0, 2, 6)]);
+        let completes = [1, usize::MAX, 3, usize::MAX, 5, usize::MAX];
+        assert_eq!(cuts(&ops, false, 2, &completes), vec![4, 6]);
     }
 
     #[test]
