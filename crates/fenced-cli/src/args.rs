@@ -254,6 +254,9 @@ pub const RUN_HELP: &str = "Examples:
   fenced run index --read -- ./query.sh                 # many readers, or one --write
   fenced run nightly --no-wait --min-hold 5m -- ./job   # from cron on every machine: runs once
   fenced run sync --max-hold 1h -- ./sync.sh            # stop a hung run after an hour (exit 124)
+  fenced run etl --heartbeat-file /run/etl.beat --heartbeat-timeout 1m -- ./etl.sh
+                                                        # ./etl.sh touches the file; hung, it loses the lock
+  fenced run billing --lock-delay 30s -- ./bill.sh      # a lost holder's name stays taken 30s more
   fenced run dedupe --unfenced -- ./dedupe.sh           # no fencing token needed: SET NX PX only
   fenced run order:7 --ticket \"$TICKET\" -- ./finish.sh  # continue a lease a program handed over
   fenced run order:7 --hand-off -- ./enqueue.sh         # CMD queues $FENCED_TICKET; a worker finishes";
@@ -262,6 +265,8 @@ pub const RUN_HELP: &str = "Examples:
 pub const ELECT_HELP: &str = "Examples:
   fenced elect billing-scheduler -- ./scheduler                   # one leader runs it
   fenced elect billing-scheduler --value \"$HOSTNAME\" --again -- ./scheduler  # a standby
+  fenced elect billing-scheduler --heartbeat-file /run/sched.beat --heartbeat-timeout 1m -- ./scheduler
+                                                                   # leads while ./scheduler touches the file
   fenced leader billing-scheduler                                  # who leads";
 
 /// The whole command line, with the exit codes (`exit::TABLE`) after the help of `fenced`
@@ -354,15 +359,17 @@ pub struct RunArgs {
     /// SIGKILL after --kill-after), release the lock and exit 124.
     #[arg(long, value_parser = duration, value_name = "DUR")]
     pub max_hold: Option<Duration>,
+    #[command(flatten)]
+    pub lease: LeaseFlags,
     /// Run under the lease of this ticket (handed over by a program with `into_ticket`)
     /// instead of acquiring: NAME must be the ticket's. Released when CMD ends.
-    #[arg(long, value_name = "TICKET", conflicts_with_all = ["permits", "fair", "read", "write", "unfenced", "no_wait", "wait", "min_hold"])]
+    #[arg(long, value_name = "TICKET", conflicts_with_all = ["permits", "fair", "read", "write", "unfenced", "no_wait", "wait", "min_hold", "heartbeat_file", "lock_delay"])]
     pub ticket: Option<String>,
     /// Hand the lease to a ticket at once and give it to CMD in FENCED_TICKET to pass on: this
     /// run neither renews nor releases it, and whoever resumes the ticket (a program's
     /// `Client::resume`, `fenced run --ticket`, `fenced release --ticket`) within the lease's
     /// --ttl finishes the job. Takes a plain lock (not re-entrant).
-    #[arg(long, conflicts_with_all = ["permits", "read", "write", "ticket", "min_hold"])]
+    #[arg(long, conflicts_with_all = ["permits", "read", "write", "ticket", "min_hold", "heartbeat_file", "lock_delay"])]
     pub hand_off: bool,
     /// After the lease is lost: time between SIGTERM and SIGKILL to CMD (at most 1 day).
     #[arg(long, default_value = "10s", value_parser = kill_after, value_name = "DUR")]
@@ -393,12 +400,35 @@ pub struct ElectArgs {
     /// up to 10 s), and run CMD again when elected; until interrupted.
     #[arg(long)]
     pub again: bool,
+    #[command(flatten)]
+    pub lease: LeaseFlags,
     /// After the leadership is lost: time between SIGTERM and SIGKILL to CMD (at most 1 day).
     #[arg(long, default_value = "10s", value_parser = kill_after, value_name = "DUR")]
     pub kill_after: Duration,
     /// The program to run, and its arguments, after `--` (passed on byte for byte).
     #[arg(last = true, required = true, value_name = "CMD", value_parser = clap::builder::OsStringValueParser::new())]
     pub command: Vec<std::ffi::OsString>,
+}
+
+/// How the lease of `run` and `elect` outlives, or falls short of, CMD's health.
+#[derive(Args, Debug, Clone)]
+pub struct LeaseFlags {
+    /// Renew the lease only while this file was modified less than --heartbeat-timeout ago:
+    /// CMD touches it as it makes progress (`touch PATH`, at least every half of that). When
+    /// it grows older, the lease is no longer renewed: CMD is stopped as on a lost lease (exit
+    /// 76), and the name is free within the timeout and a --ttl of the last touch, even while
+    /// CMD hangs on. The start counts as a touch.
+    #[arg(long, value_name = "PATH", requires = "heartbeat_timeout")]
+    pub heartbeat_file: Option<std::path::PathBuf>,
+    /// How old --heartbeat-file may grow before the lease is no longer renewed.
+    #[arg(long, value_parser = duration, value_name = "DUR", requires = "heartbeat_file")]
+    pub heartbeat_timeout: Option<Duration>,
+    /// Keep the name taken this long past the end of a lease that was lost rather than
+    /// released (fenced killed or cut off from Redis, a heartbeat gone quiet), so that CMD's
+    /// writes still on their way land before the next holder starts: the lock key lives --ttl
+    /// and DUR in Redis. A release, when CMD ends, frees the name at once.
+    #[arg(long, value_parser = duration, value_name = "DUR")]
+    pub lock_delay: Option<Duration>,
 }
 
 /// A text argument read as the OS gave it, refused in one line that names it when it is not

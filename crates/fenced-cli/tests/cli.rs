@@ -2899,3 +2899,192 @@ async fn without_scripts_status_and_list_show_a_held_semaphore_for_what_it_is() 
     assert_eq!(semaphore["permits_held"], 2, "{all}");
     assert_eq!(semaphore["holders"], 1, "{all}");
 }
+
+/// `--heartbeat-file`: the lease is renewed only while CMD keeps touching the file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_that_stops_touching_its_heartbeat_file_loses_the_lock_and_exits_76() {
+    let s = server();
+    let c = client(&s).await;
+    let dir = tempfile::tempdir().unwrap();
+    let url = s.url();
+    let run = |name: &str, beat: &str, script: &str| {
+        fenced(
+            &url,
+            &[
+                "run",
+                name,
+                "--ttl",
+                "600ms",
+                "--heartbeat-file",
+                beat,
+                "--heartbeat-timeout",
+                "800ms",
+                "--kill-after",
+                "1s",
+                "--",
+                "sh",
+                "-c",
+                script,
+            ],
+        )
+    };
+    // Touched every 100 ms, a job of 1.5 s runs to its end.
+    let beat = dir.path().join("steady");
+    let beat = beat.to_str().unwrap();
+    let steady = format!("i=0; while [ $i -lt 15 ]; do touch {beat}; sleep 0.1; i=$((i+1)); done");
+    let done = finish(run("steady", beat, &steady), Duration::from_secs(15)).await;
+    assert_eq!(done.code, Some(0), "{}", done.stderr);
+
+    // Touched for a while (the last time 0.8 s in), then hung: stopped as on a lost lease.
+    let beat = dir.path().join("hangs");
+    let beat = beat.to_str().unwrap();
+    let hangs = format!("for i in 1 2 3 4 5; do touch {beat}; sleep 0.2; done; sleep 30");
+    let done = finish(run("hangs", beat, &hangs), Duration::from_secs(15)).await;
+    assert_eq!(done.code, Some(76), "{}", done.stderr);
+    assert!(
+        done.stderr.contains(&format!("{beat} untouched for")),
+        "{}",
+        done.stderr
+    );
+    assert!(
+        done.took >= Duration::from_millis(1500),
+        "stopped {:?} after the start, before the file was 800ms old",
+        done.took
+    );
+    assert!(done.took < Duration::from_secs(6), "{:?}", done.took);
+    // Its lock key was left to run out: the name is free within a ttl.
+    let next = c
+        .lock("hangs")
+        .with_wait(fenced::WaitPolicy::up_to(Duration::from_secs(2)))
+        .acquire()
+        .await;
+    next.expect("free within a ttl").release().await.unwrap();
+}
+
+/// `--lock-delay`: a run that ends frees the name at once; a killed one leaves it taken for
+/// its ttl and the delay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_delay_keeps_a_killed_runs_name_taken_and_a_finished_run_frees_it_at_once() {
+    let s = server();
+    let c = client(&s).await;
+    let delayed = |cmd: &[&str]| {
+        let mut args = vec![
+            "run",
+            "billing",
+            "--ttl",
+            "600ms",
+            "--lock-delay",
+            "1500ms",
+            "--",
+        ];
+        args.extend_from_slice(cmd);
+        fenced(&s.url(), &args)
+    };
+    let mut run = delayed(&["sleep", "2.5"]).spawn().unwrap();
+    until_held(&c, "billing").await;
+    // Past the grant's own expiry: the renewals keep the lease its ttl and the delay.
+    tokio::time::sleep(Duration::from_millis(1800)).await;
+    let left = c.lock("billing").status().await.unwrap().holder;
+    let left = left.and_then(|h| h.ttl_left);
+    assert!(
+        left.is_some_and(|l| l > Duration::from_millis(600)),
+        "{left:?} left in Redis"
+    );
+    let status = wait_exit(&mut run, Duration::from_secs(10)).await;
+    assert_eq!(status.code(), Some(0));
+    let free = c.lock("billing").try_acquire().await.unwrap();
+    free.expect("free at once when the command ended")
+        .release()
+        .await
+        .unwrap();
+
+    let mut run = delayed(&["sleep", "30"]).spawn().unwrap();
+    until_held(&c, "billing").await;
+    signal(&run, Signal::SIGKILL);
+    wait_exit(&mut run, Duration::from_secs(5)).await;
+    let killed_at = Instant::now();
+    let next = c
+        .lock("billing")
+        .with_wait(fenced::WaitPolicy::up_to(Duration::from_secs(5)))
+        .acquire()
+        .await
+        .unwrap();
+    let after = killed_at.elapsed();
+    assert!(
+        after >= Duration::from_millis(1500),
+        "free {after:?} after fenced was killed, within the delay"
+    );
+    assert!(
+        after < Duration::from_millis(3500),
+        "free only after {after:?}"
+    );
+    next.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn heartbeat_and_lock_delay_flags_are_checked_before_connecting() {
+    let url = "redis://127.0.0.1:1"; // never contacted
+    let heartbeat = ["--heartbeat-file", "f", "--heartbeat-timeout"];
+    for (what, args) in [
+        (
+            "a heartbeat file without its timeout",
+            vec!["run", "x", "--heartbeat-file", "f", "--", "true"],
+        ),
+        (
+            "a heartbeat timeout without its file",
+            vec!["run", "x", "--heartbeat-timeout", "1s", "--", "true"],
+        ),
+        (
+            "a heartbeat timeout of zero",
+            [&["run", "x"][..], &heartbeat[..], &["0s", "--", "true"][..]].concat(),
+        ),
+        (
+            "a lock delay that is no duration",
+            vec!["run", "x", "--lock-delay", "soon", "--", "true"],
+        ),
+        (
+            "a lock delay past the longest lease",
+            vec!["run", "x", "--lock-delay", "400days", "--", "true"],
+        ),
+        (
+            "a lock delay on a ticket's lease",
+            vec![
+                "run",
+                "x",
+                "--ticket",
+                "t",
+                "--lock-delay",
+                "1s",
+                "--",
+                "true",
+            ],
+        ),
+        (
+            "a heartbeat on a lease handed off",
+            [
+                &["run", "x", "--hand-off"][..],
+                &heartbeat[..],
+                &["1s", "--", "true"][..],
+            ]
+            .concat(),
+        ),
+        (
+            "an election's heartbeat timeout of zero",
+            [
+                &["elect", "x"][..],
+                &heartbeat[..],
+                &["0s", "--", "true"][..],
+            ]
+            .concat(),
+        ),
+    ] {
+        let done = finish(fenced(url, &args), Duration::from_secs(10)).await;
+        assert_eq!(done.code, Some(64), "{what}: {}", done.stderr);
+        assert_eq!(
+            done.stderr.trim_end().lines().count(),
+            1,
+            "{what}: {:?}",
+            done.stderr
+        );
+    }
+}

@@ -37,8 +37,9 @@ pub enum Error {
         /// The lock's name.
         name: String,
     },
-    /// The lease ended while the protected work was running: a renewal was refused, or its
-    /// validity deadline passed without a successful renewal. Returned by
+    /// The lease ended while the protected work was running: a renewal was refused, its
+    /// validity deadline passed without a successful renewal, its maximum hold ended it, or
+    /// its holder went silent under a heartbeat ([`LostCause`]). Returned by
     /// [`Lock::with_lock`](crate::Lock::with_lock) and [`Lease::check`](crate::Lease::check).
     #[error(
         "the lease on lock {name:?} (fencing token {fencing_token}) was lost before the work finished{}",
@@ -260,7 +261,7 @@ pub enum LostCause {
     Refused,
     /// The validity deadline passed before Redis confirmed a renewal: Redis did not answer in
     /// time (down, paused, slow) or refused the renewal (an ACL, too few replicas, no quorum);
-    /// or the lease was not renewed (`with_auto_renew(false)`, a maximum hold).
+    /// or the lease was not renewed (`with_auto_renew(false)`).
     Expired,
     /// Renewal could not run in time: the client's renewal task was due to send it at least a
     /// sixth of a ttl before the validity deadline, waiting on no reply from Redis, and had
@@ -270,6 +271,17 @@ pub enum LostCause {
     RenewalLate {
         /// How long after the renewal was due the loss was found, the renewal still not sent.
         late_by: Duration,
+    },
+    /// The maximum hold ([`Lock::with_max_hold`](crate::Lock::with_max_hold)) ended the
+    /// lease: it is not renewed past it, whatever its holder does.
+    MaxHold,
+    /// The holder went silent: a renewal fell due with no heartbeat
+    /// ([`Lease::beat`](crate::Lease::beat)) for longer than the maximum silence
+    /// ([`Lock::with_heartbeat`](crate::Lock::with_heartbeat)). The lease is no longer
+    /// renewed, and Redis frees the name when it runs out: the key is not deleted.
+    Silent {
+        /// How long no beat had come when the renewal fell due.
+        silent_for: Duration,
     },
 }
 
@@ -286,6 +298,12 @@ impl std::fmt::Display for LostCause {
                 f,
                 "its renewal was {} late, past its deadline: the runtime's threads were busy or blocked (run blocking work in spawn_blocking)",
                 short(*late_by)
+            ),
+            LostCause::MaxHold => f.write_str("it reached its maximum hold"),
+            LostCause::Silent { silent_for } => write!(
+                f,
+                "no heartbeat came for {}, longer than its maximum silence: it was no longer renewed",
+                short(*silent_for)
             ),
         }
     }
@@ -809,6 +827,19 @@ mod not_acquired_tests {
             text(Some(late)),
             format!(
                 "{lost}: its renewal was 805ms late, past its deadline: the runtime's threads were busy or blocked (run blocking work in spawn_blocking)"
+            )
+        );
+        assert_eq!(
+            text(Some(LostCause::MaxHold)),
+            format!("{lost}: it reached its maximum hold")
+        );
+        let silent = LostCause::Silent {
+            silent_for: Duration::from_millis(1_240),
+        };
+        assert_eq!(
+            text(Some(silent)),
+            format!(
+                "{lost}: no heartbeat came for 1.2s, longer than its maximum silence: it was no longer renewed"
             )
         );
     }

@@ -127,6 +127,12 @@ macro_rules! lease_surface {
                 self.held.lease().lost()
             }
 
+            /// Says the holder is alive and making progress, for a lease taken with a
+            /// heartbeat. See [`Lease::beat`](crate::Lease::beat).
+            pub fn beat(&self) {
+                self.held.lease().beat()
+            }
+
             /// The moment (monotonic clock) until which this lease is certainly ours, as of
             /// the last successful grant or renewal.
             pub fn valid_until(&self) -> tokio::time::Instant {

@@ -89,6 +89,16 @@ impl StripedLock {
         self.configure(|l| l.with_max_hold(max))
     }
 
+    /// Every stripe's lease renewed only while its holder beats, as [`Lock::with_heartbeat`].
+    pub fn with_heartbeat(self, max_silence: std::time::Duration) -> Self {
+        self.configure(|l| l.with_heartbeat(max_silence))
+    }
+
+    /// Every stripe kept taken past a lost holder's lease, as [`Lock::with_lock_delay`].
+    pub fn with_lock_delay(self, delay: std::time::Duration) -> Self {
+        self.configure(|l| l.with_lock_delay(delay))
+    }
+
     /// Every stripe's settings at once, from a lock configured as a template:
     /// `striped.configure(|l| l.with_ttl(ttl).with_wait(policy))`.
     pub fn configure(mut self, f: impl FnOnce(Lock) -> Lock) -> Self {

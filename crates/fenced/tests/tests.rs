@@ -34,6 +34,7 @@ mod key_events;
 mod latch;
 mod layout;
 mod lease_validity;
+mod leases;
 #[cfg(feature = "macros")]
 mod locked;
 mod multi;

@@ -8,8 +8,8 @@ use serde_json::json;
 use tokio::time::Instant;
 
 use crate::args::{ElectArgs, Global};
-use crate::cmd::hold::Hold;
-use crate::cmd::run::{Signals, Under, run_held};
+use crate::cmd::hold::{self, Hold, Terms};
+use crate::cmd::run::{Signals, Under, heartbeat_of, run_held};
 use crate::cmd::{address, check_name, check_url, connect};
 use crate::exit::{self, Failure, show};
 
@@ -42,6 +42,7 @@ pub async fn elect(global: &Global, args: &ElectArgs) -> Result<u8, Failure> {
             fenced::election::MAX_VALUE_LEN
         )));
     }
+    hold::check_lease_flags(&args.lease)?;
     let Some((program, program_args)) = args.command.split_first() else {
         return Err(Failure::usage("no command given after `--`"));
     };
@@ -51,6 +52,7 @@ pub async fn elect(global: &Global, args: &ElectArgs) -> Result<u8, Failure> {
     let election = client
         .election(&args.name)
         .with_ttl(args.ttl)
+        .terms_of(None, &args.lease)
         .with_wait(args.wait.map_or(WaitPolicy::FOREVER, WaitPolicy::up_to));
     let mut pause = None;
     loop {
@@ -90,6 +92,7 @@ pub async fn elect(global: &Global, args: &ElectArgs) -> Result<u8, Failure> {
             program_args,
             kill_after: args.kill_after,
             max_hold: None,
+            heartbeat: heartbeat_of(&args.lease),
             hand_off: false,
             ticket: None,
             env: vec![

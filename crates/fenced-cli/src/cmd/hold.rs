@@ -15,7 +15,7 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use tokio::time::Instant;
 use tokio_util::sync::WaitForCancellationFutureOwned;
 
-use crate::args::{Global, RunArgs};
+use crate::args::{Global, LeaseFlags, RunArgs};
 use crate::cmd::address;
 use crate::exit::{self, Failure, show};
 
@@ -26,31 +26,64 @@ use crate::exit::{self, Failure, show};
 /// environment, processes of the same user can read them in `/proc/<pid>/environ`.
 pub const HOLDS_VAR: &str = "FENCED_HOLDS";
 
-/// `--min-hold` on any primitive's handle.
-trait MinHold: Sized {
-    fn min_hold_of(self, args: &RunArgs) -> Self;
+/// `--min-hold`, `--heartbeat-timeout` and `--lock-delay` on any primitive's handle.
+pub trait Terms: Sized {
+    fn terms_of(self, min_hold: Option<Duration>, lease: &LeaseFlags) -> Self;
 }
 
-macro_rules! min_hold_of {
+macro_rules! terms_of {
     ($($handle:ty),+) => {$(
-        impl MinHold for $handle {
-            fn min_hold_of(self, args: &RunArgs) -> Self {
-                match args.min_hold {
-                    Some(min) => self.with_min_hold(min),
-                    None => self,
+        impl Terms for $handle {
+            fn terms_of(self, min_hold: Option<Duration>, lease: &LeaseFlags) -> Self {
+                let mut handle = self;
+                if let Some(min) = min_hold {
+                    handle = handle.with_min_hold(min);
                 }
+                // The file's age is read by `run_held`, which reports each touch as a beat.
+                if let Some(silence) = lease.heartbeat_timeout {
+                    handle = handle.with_heartbeat(silence);
+                }
+                if let Some(delay) = lease.lock_delay {
+                    handle = handle.with_lock_delay(delay);
+                }
+                handle
             }
         }
     )+};
 }
 
-min_hold_of!(
+terms_of!(
     fenced::Lock,
     fenced::ReentrantLock,
     fenced::FairLock,
     fenced::RwLock,
-    fenced::Semaphore
+    fenced::Semaphore,
+    fenced::Election
 );
+
+/// `--heartbeat-timeout` and `--lock-delay` in range, checked before anything is sent.
+pub fn check_lease_flags(lease: &LeaseFlags) -> Result<(), Failure> {
+    let max = fenced::limits::MAX_TTL;
+    if let Some(timeout) = lease.heartbeat_timeout
+        && (timeout.is_zero() || timeout > max)
+    {
+        return Err(Failure::usage(format!(
+            "--heartbeat-timeout {} is out of range: more than zero, at most {}",
+            show(timeout),
+            show(max)
+        )));
+    }
+    if let Some(delay) = lease.lock_delay
+        && delay > max
+    {
+        return Err(Failure::usage(format!(
+            "--lock-delay {} is above the maximum of {}",
+            show(delay),
+            show(max)
+        )));
+    }
+    Ok(())
+}
 
 /// The lock or permit held while CMD runs.
 pub enum Hold {
@@ -120,6 +153,20 @@ impl Hold {
             never: tokio_util::sync::CancellationToken::new(),
         };
         (handed, Some(ticket))
+    }
+
+    /// The lease's view, for its heartbeat and the cause of its loss; `None` once handed off.
+    pub fn lease(&self) -> Option<fenced::Lease> {
+        Some(match self {
+            Hold::Lock(g) => g.lease(),
+            Hold::Permits(p) => p.lease(),
+            Hold::Read(r) => r.lease(),
+            Hold::Write(w) => w.lease(),
+            Hold::Fair(g) | Hold::Plain(g) => g.lease(),
+            Hold::Unfenced(g) => g.lease(),
+            Hold::Leader(l) => l.lease(),
+            Hold::HandedOff { .. } => return None,
+        })
     }
 
     pub fn is_lost(&self) -> bool {
@@ -231,7 +278,7 @@ pub async fn acquire(
         let pool = client
             .semaphore(args.name.clone(), n)
             .with_ttl(args.ttl)
-            .min_hold_of(args)
+            .terms_of(args.min_hold, &args.lease)
             .with_wait(policy);
         let lookup = || {
             let pool = pool.clone();
@@ -254,7 +301,7 @@ pub async fn acquire(
         let fair = client
             .fair_lock(args.name.clone())
             .with_ttl(args.ttl)
-            .min_hold_of(args)
+            .terms_of(args.min_hold, &args.lease)
             .with_wait(policy);
         let lookup = || {
             let fair = fair.clone();
@@ -272,7 +319,7 @@ pub async fn acquire(
         let rw = client
             .rw_lock(args.name.clone())
             .with_ttl(args.ttl)
-            .min_hold_of(args)
+            .terms_of(args.min_hold, &args.lease)
             .with_wait(policy);
         let plain = client.lock(args.name.clone());
         let lookup = || {
@@ -297,7 +344,7 @@ pub async fn acquire(
         let unfenced = client
             .lock(args.name.clone())
             .with_ttl(args.ttl)
-            .min_hold_of(args)
+            .terms_of(args.min_hold, &args.lease)
             .with_wait(policy)
             .unfenced();
         let plain = client.lock(args.name.clone());
@@ -330,7 +377,7 @@ pub async fn acquire(
     let lock = client
         .reentrant_lock(args.name.clone())
         .with_ttl(args.ttl)
-        .min_hold_of(args)
+        .terms_of(args.min_hold, &args.lease)
         .with_wait(policy);
     if let Some(secret) = inherited {
         // Started under a `fenced run` that holds this lock: enter its hold, never wait for it.
@@ -405,7 +452,7 @@ async fn plain_lock(
     let plain = client
         .lock(args.name.clone())
         .with_ttl(args.ttl)
-        .min_hold_of(args)
+        .terms_of(args.min_hold, &args.lease)
         .with_wait(policy);
     let lookup = || async { Ok("somebody".to_owned()) }.boxed();
     let guard = showing_progress(&args.name, plain.acquire(), lookup, global.verbose).await;

@@ -8,6 +8,11 @@
 //! been stopped): release, exit with its code. Every exit path after the acquire releases the
 //! lock (or hands the release to the client's background clean-up, which `flush` waits for).
 //! If `fenced` itself is killed, the supervisor SIGKILLs the whole subtree at once.
+//!
+//! With `--heartbeat-file`, a task reads the file's modification time every quarter of
+//! `--heartbeat-timeout` (at most every second) and reports it to the lease as a beat: the
+//! library renews the lease only while the last beat is younger than the timeout, and fires
+//! its lost signal (76 here, as any loss) when a renewal falls due after that.
 
 use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
@@ -20,7 +25,7 @@ use tokio::process::Command;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::time::Instant;
 
-use crate::args::{Global, RunArgs};
+use crate::args::{Global, LeaseFlags, RunArgs};
 use crate::cmd::hold::{self, Hold};
 use crate::cmd::supervise;
 use crate::cmd::{check_name, check_url, connect, connect_until};
@@ -74,6 +79,7 @@ async fn run_command(global: &Global, args: &RunArgs) -> Result<u8, Failure> {
             show(max)
         )));
     }
+    hold::check_lease_flags(&args.lease)?;
     let Some((program, program_args)) = args.command.split_first() else {
         return Err(Failure::usage("no command given after `--`"));
     };
@@ -135,6 +141,7 @@ async fn run_command(global: &Global, args: &RunArgs) -> Result<u8, Failure> {
         program_args,
         kill_after: args.kill_after,
         max_hold: args.max_hold,
+        heartbeat: heartbeat_of(&args.lease),
         hand_off: args.hand_off,
         ticket: ticket.as_deref(),
         env: Vec::new(),
@@ -153,6 +160,9 @@ pub struct Under<'a> {
     pub kill_after: std::time::Duration,
     /// `--max-hold`.
     pub max_hold: Option<std::time::Duration>,
+    /// `--heartbeat-file` and `--heartbeat-timeout`: the lease is renewed only while the
+    /// file is younger than the timeout (the handle was given it `with_heartbeat`).
+    pub heartbeat: Option<(&'a std::path::Path, std::time::Duration)>,
     /// `--hand-off`: the lease is a ticket's, not this run's to release.
     pub hand_off: bool,
     /// FENCED_TICKET for CMD.
@@ -255,6 +265,12 @@ pub async fn run_held(
         .and_then(|id| i32::try_from(id).ok())
         .map(Pid::from_raw);
 
+    // `--heartbeat-file`: each touch CMD makes is reported to the lease as a beat, by a task
+    // of its own (a file system that hangs only silences the heartbeat); it ends with the
+    // lease.
+    if let (Some((path, timeout)), Some(lease)) = (args.heartbeat, guard.lease()) {
+        tokio::spawn(report_touches(path.to_owned(), timeout, lease));
+    }
     let mut lost = false;
     // `--max-hold`: from the grant, as the library's maximum hold counts, CMD may run this
     // long; then it is stopped as on a lost lease, and the lock, still held, is released.
@@ -272,7 +288,14 @@ pub async fn run_held(
                 // Signal first: nothing (not even a closed stderr) may delay stopping CMD.
                 send(supervisor, supervise::LEASE_LOST);
                 lost = true;
-                warn!("fenced: the lease on {:?} was lost; stopping the command and everything it started (SIGTERM, SIGKILL after {})", args.name, show(args.kill_after));
+                let cause = guard.lease().and_then(|l| l.lost_cause());
+                let why = match (cause, args.heartbeat) {
+                    (Some(fenced::LostCause::Silent { silent_for }), Some((path, _))) => {
+                        format!(" ({} untouched for {})", path.display(), show(silent_for))
+                    }
+                    _ => String::new(),
+                };
+                warn!("fenced: the lease on {:?} was lost{why}; stopping the command and everything it started (SIGTERM, SIGKILL after {})", args.name, show(args.kill_after));
             }
             sig = signals.next() => {
                 // Ctrl-C and Ctrl-\ on a terminal reach the whole foreground process group,
@@ -361,6 +384,45 @@ pub async fn run_held(
     }
     client.flush().await;
     Ok(exit_code(status))
+}
+
+/// `--heartbeat-file` and `--heartbeat-timeout`, when given (clap makes them go together).
+pub fn heartbeat_of(lease: &LeaseFlags) -> Option<(&std::path::Path, std::time::Duration)> {
+    lease.heartbeat_file.as_deref().zip(lease.heartbeat_timeout)
+}
+
+/// Reports each modification of `path` to `lease` as a beat at its time, reading the file
+/// every quarter of `timeout` (from 10 ms to a second), until the lease ends. The file's time
+/// is compared with this machine's clock, which set it (on a network file system, the
+/// server's clock sets it): a file modified less than `timeout` ago keeps the lease renewed.
+/// A time ahead of the clock counts as now; a missing file, as no touch.
+async fn report_touches(
+    path: std::path::PathBuf,
+    timeout: std::time::Duration,
+    lease: fenced::Lease,
+) {
+    use std::time::{Duration, SystemTime};
+    let every = (timeout / 4).clamp(Duration::from_millis(10), Duration::from_secs(1));
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            () = lease.lost() => return,
+            _ = tick.tick() => {}
+        }
+        // Read off the runtime's threads: a file system that hangs holds up only this task.
+        let file = path.clone();
+        let read = tokio::task::spawn_blocking(move || std::fs::metadata(file)?.modified());
+        let Ok(Ok(modified)) = read.await else {
+            continue;
+        };
+        let age = SystemTime::now()
+            .duration_since(modified)
+            .unwrap_or(Duration::ZERO);
+        if let Some(at) = Instant::now().checked_sub(age) {
+            lease.beat_at(at);
+        }
+    }
 }
 
 /// Releases after a failed start of the command.

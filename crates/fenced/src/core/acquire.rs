@@ -63,7 +63,8 @@ pub(crate) struct AcquireRequest<'a> {
     /// Whether a local holder may hand the lease straight to this waiter (`handover.rs`),
     /// and how it offers to take it.
     pub(crate) hand_over: Option<OfferFrom<'a>>,
-    /// The least and the most time the lease is held ([`Holds`]).
+    /// How the lease is held whatever its holder does ([`Holds`]): at least, at most, while
+    /// its holder beats, and how long Redis keeps it past its ttl.
     pub(crate) holds: Holds,
 }
 
@@ -89,7 +90,8 @@ pub(crate) struct LeaseOptions {
     pub(crate) auto_renew: bool,
     /// How long an acquire waits.
     pub(crate) wait: WaitPolicy,
-    /// The least and the most time a lease is held.
+    /// How a lease is held whatever its holder does: at least, at most, while its holder
+    /// beats, and how long Redis keeps it past its ttl.
     pub(crate) holds: Holds,
 }
 
@@ -321,12 +323,10 @@ impl Core {
         metrics::acquired(kind.primitive(), via);
         tracing::trace!(owner = owner.as_str(), "fenced: owner token");
         // The holds count from now, when the grant is known: at least `min` after the grant,
-        // and never beyond `max` after the request was sent.
+        // and never beyond `max` after the request was sent (nor `silence` after it without
+        // a beat).
         let granted_at = Instant::now();
-        let state = Arc::new(LeaseState::new(requested_at, ttl));
-        if let Some(max) = holds.max {
-            state.end_by(requested_at + max);
-        }
+        let state = Arc::new(LeaseState::new(requested_at, ttl).held_on(&holds));
         let id = self.renewer.track(Tracked {
             kind: kind.clone(),
             owner: owner.clone(),
@@ -493,7 +493,8 @@ impl Core {
             patience: req.ttl.max(self.options.timeout * 10),
         };
         let requested_at = Instant::now();
-        let call = kind.acquire(&owner, ttl_millis(req.ttl));
+        // Redis keeps the lease for its ttl and the lock delay; the holder counts on the ttl.
+        let call = kind.acquire(&owner, req.holds.server_ms(req.ttl));
         // For the replies a quorum backend reads after it decided (see `Backend::acquire`);
         // built only there.
         let patience_ms = ttl_millis(pending.patience);

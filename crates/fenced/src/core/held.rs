@@ -120,7 +120,7 @@ impl Held {
         let renewer = &self.core.renewer;
         let change = self.lease.state.begin(Some(ttl));
         renewer.reschedule(self.id);
-        let call = self.kind.extend(owner, ttl_millis(ttl), change.epoch);
+        let call = self.kind.extend(owner, change.server_ms, change.epoch);
         let reply = self
             .core
             .backend()
@@ -300,7 +300,7 @@ impl Held {
         let Some(call) = self.kind.hand_over(
             &self.owner,
             &offer.owner,
-            ttl_millis(offer.ttl),
+            offer.holds.server_ms(offer.ttl),
             offer.waiter.as_deref(),
         ) else {
             return Handing::No;
@@ -387,6 +387,13 @@ impl Drop for Held {
         metrics::held_for(self.kind.primitive(), self.granted_at.elapsed());
         if self.live {
             self.live = false;
+            // Given up for silence, or lost under a lock delay: Redis frees it when it runs
+            // out, not before (a hung holder may still be writing; the delay keeps the name).
+            if self.lease.state.left_to_run_out() {
+                self.core.renewer.untrack(self.id);
+                self.lease.state.end();
+                return;
+            }
             // Even past its deadline: the expiry change applies only while the owner still
             // holds the lease, and deleting it would end the minimum hold early.
             if let Some(until) = self.min_hold_until() {
@@ -520,9 +527,10 @@ impl Lease {
     }
 
     /// Completes when the lease is over: a renewal was refused, the validity deadline passed
-    /// without a successful renewal (also when Redis is unreachable), or the guard released
-    /// the lease or was dropped. Completes at once if that already happened, so work holding
-    /// a clone never runs on past its guard.
+    /// without a successful renewal (also when Redis is unreachable), its holder went silent
+    /// under a [heartbeat](Self::beat), or the guard released the lease or was dropped.
+    /// Completes at once if that already happened, so work holding a clone never runs on past
+    /// its guard.
     pub fn lost(&self) -> WaitForCancellationFutureOwned {
         self.state.lost.clone().cancelled_owned()
     }
@@ -543,6 +551,48 @@ impl Lease {
     /// How much of the lease is certainly left (zero once past the deadline or given back).
     pub fn remaining(&self) -> Duration {
         self.valid_until().saturating_duration_since(Instant::now())
+    }
+
+    /// Says the holder is alive and making progress, for a lease taken
+    /// [`with_heartbeat`](crate::Lock::with_heartbeat): it is renewed only while a beat
+    /// came within its maximum silence. One atomic store: call it at every step of the work,
+    /// from any task or thread. Changes nothing without a heartbeat, nor once the lease is
+    /// over (a lease given up for silence is not taken back).
+    ///
+    /// ```
+    /// # fenced_testkit::doctest(|test_url| async move {
+    /// let url = "redis://127.0.0.1:6379"; // your server
+    /// # let url = test_url;
+    /// use std::time::Duration;
+    ///
+    /// let client = fenced::Client::connect(&url).await?;
+    /// let guard = client
+    ///     .lock("nightly-import")
+    ///     .with_ttl(Duration::from_secs(10))
+    ///     // A step that hangs for a minute gives the lock up: the next importer takes it
+    ///     // within a minute and a ttl, even while this process lives on.
+    ///     .with_heartbeat(Duration::from_secs(60))
+    ///     .acquire()
+    ///     .await?;
+    /// let lease = guard.lease();
+    /// for batch in 0..3 {
+    ///     lease.check()?; // stop once the lease is gone, for whatever cause
+    ///     println!("importing batch {batch} with token {}", lease.fencing_token());
+    ///     lease.beat(); // progress: keep the lease
+    /// }
+    /// assert_eq!(lease.lost_cause(), None);
+    /// guard.release().await?;
+    /// # Ok(()) });
+    /// ```
+    pub fn beat(&self) {
+        self.state.beat_at(Instant::now());
+    }
+
+    /// [`beat`](Self::beat) for a sign of life seen at `at` (no later than now) rather than
+    /// now: a file's modification time, a message's timestamp. A moment earlier than the
+    /// last beat changes nothing.
+    pub fn beat_at(&self, at: Instant) {
+        self.state.beat_at(at);
     }
 }
 
@@ -587,11 +637,49 @@ macro_rules! lease_option_setters {
 
         /// The most time a lease is held, from the request that took it (default: none).
         /// Then the lease ends whatever its holder does: its lost signal fires (stop the
-        /// work), it is no longer renewed, and Redis frees it within a ttl even if the guard
-        /// is never given back. At most [`MAX_TTL`](crate::limits::MAX_TTL), and no less than
+        /// work), it is no longer renewed, and Redis frees it within a ttl (and the
+        /// [lock delay](Self::with_lock_delay)) even if the guard is never given back. At
+        /// most [`MAX_TTL`](crate::limits::MAX_TTL), and no less than
         /// [`with_min_hold`](Self::with_min_hold).
         pub fn with_max_hold(mut self, max: std::time::Duration) -> Self {
             self.opts.holds.max = Some(max);
+            self
+        }
+
+        /// Renews a lease only while its holder shows signs of life (default: whenever it
+        /// falls due, while the guard lives). The work calls [`Lease::beat`](crate::Lease::beat)
+        /// (or the guard's `beat`) as it makes progress, and the grant counts as the first
+        /// beat. When a renewal falls due more than `max_silence` after the last beat, it is
+        /// not sent: the lost signal fires, with
+        /// [`LostCause::Silent`](crate::LostCause::Silent), and Redis frees the name when the
+        /// lease runs out, within a ttl (and the [lock delay](Self::with_lock_delay)). The key
+        /// is not deleted, not even when the guard is given back later: a holder that hung
+        /// may still be writing. So a holder that hangs with its guard alive, in a process
+        /// that otherwise runs on, keeps the name at most `max_silence` and a ttl after its
+        /// last beat; its lost signal fires within `max_silence` and a third of a ttl (silence
+        /// is read when a renewal falls due).
+        ///
+        /// No timer per lease: the renewal loop reads the last beat as it renews, and a beat
+        /// is one atomic store. Without automatic renewal there is nothing to stop. At most
+        /// [`MAX_TTL`](crate::limits::MAX_TTL).
+        pub fn with_heartbeat(mut self, max_silence: std::time::Duration) -> Self {
+            self.opts.holds.silence = Some(max_silence);
+            self
+        }
+
+        /// Keeps the name taken `delay` past the end of a lease its holder did not give back
+        /// (default: none), as Chubby's and Consul's lock-delay: each grant and renewal has
+        /// Redis keep the lease for its ttl and `delay`, while the holder counts on its ttl
+        /// alone (its deadline and lost signal are unchanged). A holder that crashes, hangs or
+        /// is cut off from Redis thus leaves the name taken until `delay` after its lease ran
+        /// out, so that its writes still on their way land before the next holder starts.
+        ///
+        /// A release, or the drop of a guard whose lease is still held, frees the name at once
+        /// (before a [minimum hold](Self::with_min_hold) ends, at its end); a lost lease's
+        /// guard given back frees nothing. Waiters wait the delay out like the rest of the
+        /// lease. At most [`MAX_TTL`](crate::limits::MAX_TTL).
+        pub fn with_lock_delay(mut self, delay: std::time::Duration) -> Self {
+            self.opts.holds.lock_delay = delay;
             self
         }
 

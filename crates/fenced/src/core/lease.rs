@@ -22,8 +22,11 @@
 //!    From then on every clone says so: `check` fails, `remaining` is zero, `lost` resolves.
 //! 5. A lost lease has one cause, named by whoever declares the loss first (the renewal loop, or
 //!    a clone that finds the deadline passed), before its lost signal fires.
+//! 6. Redis keeps a lease for its ttl and the lock delay (`Holds::lock_delay`); the holder
+//!    counts on the ttl alone. Every grant and expiry change asks for both (`server_ms`),
+//!    but a release before a minimum hold ends, which asks for what is left of the minimum.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
@@ -32,7 +35,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::error::{Error, LostCause, Result};
 use crate::kind::ExpiryReply;
-use crate::options::drift_allowance;
+use crate::options::{drift_allowance, ttl_millis};
 
 /// The renewal loop's side of a tracked lease, as the lease sees it: why the lease, past its
 /// deadline, is lost by `now` (a loop that ran late names it). A trait, so that the lease
@@ -54,6 +57,14 @@ pub(crate) struct LeaseState {
     /// The renewal loop tracking it: asked whether it ran late, when a clone finds the
     /// deadline passed before the loop declared the loss.
     watch: OnceLock<Box<dyn LateWatch>>,
+    /// When the request that took the lease was sent: what beats count from.
+    born: Instant,
+    /// The holder's last beat, in ms since `born` (the grant counts as one).
+    last_beat: AtomicU64,
+    /// The longest the holder may go without a beat and still be renewed (a heartbeat).
+    max_silence: Option<Duration>,
+    /// How much longer than its ttl Redis keeps the lease (invariant 6).
+    lock_delay: Duration,
     timing: Mutex<Timing>,
 }
 
@@ -81,6 +92,8 @@ pub(crate) struct ExpiryChange {
     pub(crate) epoch: u64,
     /// The ttl it asks for.
     pub(crate) ttl: Duration,
+    /// What it asks Redis for, in ms: the ttl and the lock delay (invariant 6).
+    pub(crate) server_ms: u64,
     /// The deadline it sets if Redis applies it.
     deadline: Instant,
 }
@@ -93,6 +106,10 @@ impl LeaseState {
             released: AtomicBool::new(false),
             cause: OnceLock::new(),
             watch: OnceLock::new(),
+            born: requested_at,
+            last_beat: AtomicU64::new(0),
+            max_silence: None,
+            lock_delay: Duration::ZERO,
             timing: Mutex::new(Timing {
                 ttl,
                 epoch: 0,
@@ -102,6 +119,17 @@ impl LeaseState {
                 end_by: None,
             }),
         }
+    }
+
+    /// This lease held on `holds`, counted from its request: a maximum hold caps it, a
+    /// heartbeat makes its renewals wait on beats, a lock delay lengthens what Redis keeps.
+    pub(crate) fn held_on(mut self, holds: &Holds) -> Self {
+        if let Some(max) = holds.max {
+            self.end_by(self.born + max);
+        }
+        self.max_silence = holds.silence;
+        self.lock_delay = holds.lock_delay;
+        self
     }
 
     /// A lease taken over from another process (a ticket), confirmed by an expiry change of
@@ -162,14 +190,13 @@ impl LeaseState {
         // From the validity Redis granted, not the maximum hold's cap: a lease near its cap
         // is renewed on the usual schedule, not over and over.
         let until = t.granted_until();
-        if let Some(end) = t.end_by {
-            // A confirmed request already reaches the cap (it asked for exactly what was left
-            // of the hold, so its deadline is the cap less a capped request's drift): no
-            // renewal can move the lease further. Never due again; the deadline ends it
-            // first, and the renewal loop's early window (a sixth of a ttl) stays shut.
-            if until + drift_allowance(t.ttl) >= end {
-                return end + t.ttl;
-            }
+        if let Some(end) = t.end_by
+            && t.reaches_max_hold()
+        {
+            // A confirmed request already reaches the cap: no renewal can move the lease
+            // further. Never due again; the deadline ends it first, and the renewal loop's
+            // early window (a sixth of a ttl) stays shut.
+            return end + t.ttl;
         }
         // Before the clock's start (a long extend of unknown outcome on a fresh host): now.
         until
@@ -201,6 +228,7 @@ impl LeaseState {
         let change = ExpiryChange {
             epoch: t.epoch,
             ttl,
+            server_ms: server_ms(ttl, self.lock_delay),
             deadline: deadline_of(now, ttl),
         };
         // A request of the confirmed epoch cannot shorten the lease (invariant 2).
@@ -262,8 +290,9 @@ impl LeaseState {
 
     /// Why the lease was lost; `None` while it is not, or when its guard gave it back. A lease
     /// past its deadline that is not declared lost yet is declared now, as the renewal loop
-    /// would: [`LostCause::RenewalLate`] if the loop should have renewed it in time and had not
-    /// run, [`LostCause::Expired`] otherwise.
+    /// would: [`LostCause::MaxHold`] if its maximum hold ended it,
+    /// [`LostCause::RenewalLate`] if the loop should have renewed it in time and had not run,
+    /// [`LostCause::Expired`] otherwise.
     ///
     /// Takes the renewal loop's lock: never call it under that lock.
     pub(crate) fn lost_cause(&self) -> Option<LostCause> {
@@ -276,15 +305,25 @@ impl LeaseState {
                 return None;
             }
             let cause = self.watch.get().and_then(|w| w.cause_at_deadline(now));
-            return self.lose(cause.unwrap_or(LostCause::Expired));
+            return self.lose(cause.unwrap_or_else(|| self.deadline_cause()));
         }
         self.cause.get().copied()
     }
 
-    /// True when the maximum hold's end is the deadline: no renewal could move it.
+    /// Why the lease is lost once its deadline passed, the renewal loop aside:
+    /// [`LostCause::MaxHold`] when its maximum hold ends it, [`LostCause::Expired`] otherwise.
+    pub(crate) fn deadline_cause(&self) -> LostCause {
+        if self.ends_at_max_hold() {
+            LostCause::MaxHold
+        } else {
+            LostCause::Expired
+        }
+    }
+
+    /// True when the maximum hold's end is the deadline: a confirmed request already reaches
+    /// it, so no renewal could move it (as `renew_at` reckons).
     pub(crate) fn ends_at_max_hold(&self) -> bool {
-        let t = self.timing();
-        t.end_by.is_some_and(|end| end <= t.granted_until())
+        self.timing().reaches_max_hold()
     }
 
     /// True once the guard released the lease (or was dropped).
@@ -297,9 +336,38 @@ impl LeaseState {
         self.lost.is_cancelled() || Instant::now() >= self.valid_until()
     }
 
-    /// True while only its guard can end the lease: not over, and under no maximum hold.
+    /// True while only its guard can end the lease: not over, under no maximum hold, and
+    /// renewed whether or not its holder beats.
     pub(crate) fn lasts_until_given_back(&self) -> bool {
-        !self.is_over() && self.timing().end_by.is_none()
+        !self.is_over() && self.timing().end_by.is_none() && self.max_silence.is_none()
+    }
+
+    /// Records a sign of life of the holder seen at `at` (no later than now). An earlier
+    /// moment than the last beat changes nothing.
+    pub(crate) fn beat_at(&self, at: Instant) {
+        let since = at.min(Instant::now()).saturating_duration_since(self.born);
+        self.last_beat
+            .fetch_max(ttl_millis(since), Ordering::Relaxed);
+    }
+
+    /// How long the holder has not beaten at `now`, when that is longer than its heartbeat
+    /// allows; `None` without a heartbeat.
+    pub(crate) fn silent_for(&self, now: Instant) -> Option<Duration> {
+        let max = self.max_silence?;
+        let last = self.born + Duration::from_millis(self.last_beat.load(Ordering::Relaxed));
+        let quiet = now.saturating_duration_since(last);
+        (quiet > max).then_some(quiet)
+    }
+
+    /// True when a lease given back now is to be left to run out in Redis rather than
+    /// deleted: given up for silence (its holder, hung, may still be writing), or lost under
+    /// a lock delay (the delay is what keeps the name from the next holder meanwhile).
+    pub(crate) fn left_to_run_out(&self) -> bool {
+        if self.is_released() {
+            return false;
+        }
+        let silent = matches!(self.cause.get(), Some(LostCause::Silent { .. }));
+        silent || (!self.lock_delay.is_zero() && self.is_over())
     }
 }
 
@@ -309,6 +377,14 @@ impl Timing {
             Some(end) => self.granted_until().min(end),
             None => self.granted_until(),
         }
+    }
+
+    /// True when a confirmed request already reaches the maximum hold: it asked for exactly
+    /// what was left of the hold, so its deadline is the end less a capped request's drift
+    /// (or the ttl went past the end). No renewal can move the lease further.
+    fn reaches_max_hold(&self) -> bool {
+        self.end_by
+            .is_some_and(|end| self.granted_until() + drift_allowance(self.ttl) >= end)
     }
 
     /// [`valid_until`](Self::valid_until) without the maximum hold's cap.
@@ -330,23 +406,51 @@ fn deadline_of(sent_at: Instant, ttl: Duration) -> Instant {
     sent_at + ttl - drift_allowance(ttl)
 }
 
-/// How long a lease is held at least and at most, from its grant, whatever its holder does:
-/// a release before `min` leaves the lease to expire at `min` (nothing waits for it), and at
-/// `max` the lease ends (its lost signal fires, it is no longer renewed, and Redis frees it
-/// within a ttl even if the holder never gives it back).
+/// What a grant or an expiry change for `ttl` asks Redis for, in ms (invariant 6).
+fn server_ms(ttl: Duration, lock_delay: Duration) -> u64 {
+    ttl_millis(ttl.saturating_add(lock_delay))
+}
+
+/// How a lease is held whatever its holder does: at least `min` and at most `max` from its
+/// grant, only while its holder beats (`silence`), and kept in Redis `lock_delay` past its
+/// ttl. A release before `min` leaves the lease to expire at `min` (nothing waits for it);
+/// at `max`, or when a renewal falls due more than `silence` after the last beat, the lease
+/// ends (its lost signal fires, it is no longer renewed, and Redis frees it within a ttl and
+/// the lock delay even if the holder never gives it back).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Holds {
     /// The least time held.
     pub(crate) min: Option<Duration>,
     /// The most time held.
     pub(crate) max: Option<Duration>,
+    /// The longest the holder may go without a beat and still be renewed.
+    pub(crate) silence: Option<Duration>,
+    /// How much longer than its ttl Redis keeps the lease after each grant and renewal.
+    pub(crate) lock_delay: Duration,
 }
 
 impl Holds {
+    /// What a grant for `ttl` asks Redis for, in ms: the ttl and the lock delay.
+    pub(crate) fn server_ms(&self, ttl: Duration) -> u64 {
+        server_ms(ttl, self.lock_delay)
+    }
+
     /// Checked before anything is sent: each at most [`MAX_TTL`](crate::limits::MAX_TTL),
     /// and the least no more than the most.
     pub(crate) fn validate(&self) -> Result<()> {
-        for (what, d) in [("min_hold", self.min), ("max_hold", self.max)] {
+        if self.lock_delay > crate::options::MAX_TTL {
+            return Err(Error::invalid(format!(
+                "lock_delay {:?} is above the maximum of {:?}",
+                self.lock_delay,
+                crate::options::MAX_TTL
+            )));
+        }
+        let holds = [
+            ("min_hold", self.min),
+            ("max_hold", self.max),
+            ("heartbeat", self.silence),
+        ];
+        for (what, d) in holds {
             if let Some(d) = d
                 && (d.is_zero() || d > crate::options::MAX_TTL)
             {
@@ -429,6 +533,7 @@ mod tests {
         let old = ExpiryChange {
             epoch: 0,
             ttl: SEC,
+            server_ms: 1_000,
             deadline: start + SEC,
         };
         lease.settle(&old, ExpiryReply::Superseded);
@@ -524,6 +629,98 @@ mod tests {
         assert!(lease.is_released());
         assert!(lease.lost.is_cancelled());
         assert!(lease.valid_until() <= Instant::now());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_heartbeat_counts_from_the_grant_and_from_each_later_beat() {
+        let start = Instant::now();
+        let holds = Holds {
+            silence: Some(SEC),
+            ..Holds::default()
+        };
+        let lease = LeaseState::new(start, 3 * SEC).held_on(&holds);
+        let ms = Duration::from_millis(1);
+        assert_eq!(lease.silent_for(start + SEC), None, "the grant is a beat");
+        assert_eq!(lease.silent_for(start + SEC + ms), Some(SEC + ms));
+        tokio::time::advance(SEC / 2).await;
+        lease.beat_at(Instant::now());
+        lease.beat_at(start); // an older sign of life changes nothing
+        assert_eq!(lease.silent_for(start + SEC + ms), None);
+        assert_eq!(lease.silent_for(start + SEC * 3 / 2 + ms), Some(SEC + ms));
+        // A moment ahead of now counts as now.
+        lease.beat_at(Instant::now() + 10 * SEC);
+        assert!(lease.silent_for(Instant::now() + SEC + ms).is_some());
+        // A task waiting for its own lease is not waiting forever: silence ends it.
+        assert!(!lease.lasts_until_given_back());
+        let without = LeaseState::new(start, 3 * SEC);
+        assert_eq!(without.silent_for(start + 60 * SEC), None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn requests_ask_redis_for_the_lock_delay_too_and_count_on_the_ttl_alone() {
+        let start = Instant::now();
+        let holds = Holds {
+            lock_delay: 2 * SEC,
+            ..Holds::default()
+        };
+        assert_eq!(holds.server_ms(3 * SEC), 5_000);
+        assert_eq!(Holds::default().server_ms(3 * SEC), 3_000);
+        let lease = LeaseState::new(start, 3 * SEC).held_on(&holds);
+        let renewal = lease.begin(None);
+        assert_eq!((renewal.ttl, renewal.server_ms), (3 * SEC, 5_000));
+        lease.settle(&renewal, ExpiryReply::Applied);
+        assert_eq!(lease.valid_until(), start + 3 * SEC - drift(3 * SEC));
+        let extend = lease.begin(Some(SEC));
+        assert_eq!((extend.ttl, extend.server_ms), (SEC, 3_000));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_lost_lease_says_why_and_keeps_its_first_cause() {
+        let lease = LeaseState::new(Instant::now(), SEC);
+        assert_eq!(lease.lost_cause(), None);
+        tokio::time::advance(SEC).await;
+        assert_eq!(lease.lost_cause(), Some(LostCause::Expired));
+
+        let refused = LeaseState::new(Instant::now(), SEC);
+        let r = refused.begin(None);
+        refused.settle(&r, ExpiryReply::NotHeld);
+        refused.lose(LostCause::Silent { silent_for: SEC });
+        assert_eq!(refused.lost_cause(), Some(LostCause::Refused));
+
+        let capped = LeaseState::new(Instant::now(), SEC).held_on(&Holds {
+            max: Some(SEC / 2),
+            ..Holds::default()
+        });
+        tokio::time::advance(SEC / 2).await;
+        assert!(capped.is_over());
+        assert_eq!(capped.lost_cause(), Some(LostCause::MaxHold));
+
+        let given_back = LeaseState::new(Instant::now(), SEC);
+        given_back.end();
+        assert_eq!(given_back.lost_cause(), None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_lease_lost_for_silence_or_under_a_lock_delay_is_left_to_run_out() {
+        let plain = LeaseState::new(Instant::now(), SEC);
+        tokio::time::advance(SEC).await;
+        assert!(plain.is_over());
+        assert!(
+            !plain.left_to_run_out(),
+            "no lock delay: given back as usual"
+        );
+
+        let delayed = LeaseState::new(Instant::now(), SEC).held_on(&Holds {
+            lock_delay: SEC,
+            ..Holds::default()
+        });
+        assert!(!delayed.left_to_run_out(), "still held: released at once");
+        tokio::time::advance(SEC).await;
+        assert!(delayed.left_to_run_out());
+
+        let silent = LeaseState::new(Instant::now(), SEC);
+        silent.lose(LostCause::Silent { silent_for: SEC });
+        assert!(silent.left_to_run_out());
     }
 
     #[tokio::test(start_paused = true)]

@@ -32,7 +32,13 @@
 //!    later, at least a sixth of a ttl before the deadline; and it had not run by the deadline.
 //!    A task on time always sends a renewal by its due time, so only threads kept from it
 //!    (busy or blocked) make it late. Waiting on Redis never counts: a lease whose renewal was
-//!    held back by a round trip in flight is lost as `Expired`.
+//!    held back by a round trip in flight is lost as `Expired`. A lease whose maximum hold
+//!    ends it is lost as `MaxHold`.
+//! 8. A lease with a heartbeat is renewed only while its holder beats: when it falls due
+//!    more than its maximum silence after the last beat, it is not renewed but given up
+//!    (`LostCause::Silent`, its lost signal fires), and left to run out in Redis, never
+//!    deleted here. The beat is read as the lease falls due (one atomic load): no timer per
+//!    lease.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -54,7 +60,6 @@ use crate::core::notify::LocalWaiters;
 use crate::error::{Error, LostCause, Result};
 use crate::kind::ExpiryReply;
 use crate::kind::LeaseKind;
-use crate::options::ttl_millis;
 use crate::scripts::ScriptCall;
 use crate::token::{FencingToken, OwnerToken};
 use crate::util::{lock_unpoisoned, sleep_until_opt};
@@ -218,7 +223,7 @@ impl Renewer {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         if self.commands.is_closed() {
             // Only possible while the runtime shuts down: nobody will renew, so say so now.
-            lease.state.lost.cancel();
+            lease.state.lose(LostCause::Expired);
             return id;
         }
         let renew_at = lease.state.renew_at();
@@ -489,15 +494,22 @@ fn next_wake(entries: &HashMap<u64, Entry>, batch_in_flight: bool) -> Option<Ins
         .min()
 }
 
-/// Declares lost every lease whose validity deadline has passed; the loop was due to run
-/// since `due` (invariant 7).
+/// Declares lost every lease whose validity deadline has passed, the loop due to run since
+/// `due` (invariant 7), and gives up every lease due for renewal whose holder went silent
+/// (invariant 8).
 fn expire(entries: &mut HashMap<u64, Entry>, due: Option<Instant>, stats: &Counters) {
     let now = Instant::now();
     entries.retain(|_, e| {
-        if now < e.lease.state.valid_until() {
+        let cause = if now >= e.lease.state.valid_until() {
+            cause_at_deadline(due, e, now)
+        } else if falls_due(e, now)
+            && let Some(silent_for) = e.lease.state.silent_for(now)
+        {
+            // Not renewed, and not deleted: it runs out in Redis (invariant 8).
+            LostCause::Silent { silent_for }
+        } else {
             return true;
-        }
-        let cause = cause_at_deadline(due, e, now);
+        };
         // A clone may have declared it first: its cause stands.
         let cause = e.lease.state.lose(cause).unwrap_or(cause);
         tracing::warn!(name = %e.lease.kind.name(), fencing_token = %e.lease.fencing_token,
@@ -508,18 +520,20 @@ fn expire(entries: &mut HashMap<u64, Entry>, due: Option<Instant>, stats: &Count
     });
 }
 
-/// Why `e`, past its deadline, is lost by `now` (invariant 7). [`LostCause::RenewalLate`] when
-/// the loop ran late: it owed a run since `due`, so it would have sent the renewal by then or
-/// by `e.renew_at`, whichever is later, at least a sixth of a ttl before the deadline. Never
-/// for a lease that is not renewed, whose renewal is in flight, or that ends at its maximum
-/// hold: [`LostCause::Expired`].
+/// Why `e`, past its deadline, is lost by `now` (invariant 7). [`LostCause::MaxHold`] when its
+/// maximum hold ends it. [`LostCause::RenewalLate`] when the loop ran late: it owed a run
+/// since `due`, so it would have sent the renewal by then or by `e.renew_at`, whichever is
+/// later, at least a sixth of a ttl before the deadline. Never for a lease that is not
+/// renewed, or whose renewal is in flight: [`LostCause::Expired`].
 fn cause_at_deadline(due: Option<Instant>, e: &Entry, now: Instant) -> LostCause {
     let state = &e.lease.state;
+    if state.ends_at_max_hold() {
+        return LostCause::MaxHold;
+    }
     let deadline = state.valid_until();
     if let Some(due) = due
         && e.lease.renew
         && !e.in_flight
-        && !state.ends_at_max_hold()
     {
         let renew_by = due.max(e.renew_at);
         if renew_by + state.ttl() / 6 <= deadline && deadline <= now {
@@ -573,15 +587,15 @@ fn take_due(
     let mut batch = Vec::new();
     let mut quorums = Vec::new();
     for (id, e) in entries.iter_mut() {
-        let ttl = e.lease.state.ttl();
-        if e.lease.renew && !e.in_flight && e.renew_at <= now + ttl / 6 {
+        // A silent holder's lease is never renewed: `expire` gives it up at the next tick.
+        if falls_due(e, now) && e.lease.state.silent_for(now).is_none() {
             e.in_flight = true;
             let change = e.lease.state.begin(None);
             ids.push((*id, change));
             batch.push(
                 e.lease
                     .kind
-                    .extend(&e.lease.owner, ttl_millis(change.ttl), change.epoch),
+                    .extend(&e.lease.owner, change.server_ms, change.epoch),
             );
             if let Some(q) = quorum(&*e.lease.kind) {
                 quorums.push(q);
@@ -589,6 +603,12 @@ fn take_due(
         }
     }
     (ids, batch, quorums)
+}
+
+/// Whether a lease is to be renewed by `now` (or nearly: renewing a little early lets leases
+/// that fall due close together share a round trip).
+fn falls_due(e: &Entry, now: Instant) -> bool {
+    e.lease.renew && !e.in_flight && e.renew_at <= now + e.lease.state.ttl() / 6
 }
 
 /// Applies the replies of one renewal round trip.
@@ -659,14 +679,17 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
+    use crate::core::lease::Holds;
     use crate::keys::LockKeys;
     use crate::kind::exclusive::Exclusive;
 
     fn lease(name: &str, ttl_ms: u64, renew: bool) -> Entry {
-        let state = Arc::new(LeaseState::new(
-            Instant::now(),
-            Duration::from_millis(ttl_ms),
-        ));
+        lease_on(name, ttl_ms, renew, &Holds::default())
+    }
+
+    fn lease_on(name: &str, ttl_ms: u64, renew: bool, holds: &Holds) -> Entry {
+        let state =
+            Arc::new(LeaseState::new(Instant::now(), Duration::from_millis(ttl_ms)).held_on(holds));
         let renew_at = state.renew_at();
         Entry {
             lease: Tracked {
@@ -882,5 +905,61 @@ mod tests {
         expire(&mut shared.registry().entries, due, &shared.stats);
         assert_eq!(state.lost_cause(), late);
         assert_eq!(shared.stats.lost.load(Ordering::Relaxed), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_holder_that_stopped_beating_is_given_up_when_its_renewal_falls_due() {
+        let holds = Holds {
+            silence: Some(Duration::from_millis(1_500)),
+            ..Holds::default()
+        };
+        let mut entries = registry(vec![
+            lease_on("a", 3_000, true, &holds),
+            lease_on("b", 3_000, true, &holds),
+        ]);
+        let a = entries[&0].lease.state.clone();
+        let stats = Counters::default();
+        // The first renewal (about 1s): both within their silence, the grant counting as a
+        // beat. Only b beats from then on.
+        tokio::time::advance(Duration::from_millis(1_000)).await;
+        entries[&1].lease.state.beat_at(Instant::now());
+        expire(&mut entries, None, &stats);
+        let (due, _, _) = take_due(&mut entries, Instant::now(), |_| None);
+        assert_eq!(ids(&due), vec![0, 1]);
+        let replies = due.iter().map(|_| Ok(ExpiryReply::Applied)).collect();
+        apply(&mut entries, (due, Ok(replies)), &stats);
+        // The next (about 2s): a has been silent for longer than 1.5s, and is given up
+        // rather than renewed; b beat a second ago, and is renewed.
+        let next = entries[&0].renew_at;
+        tokio::time::advance(next - Instant::now()).await;
+        expire(&mut entries, None, &stats);
+        assert!(a.lost.is_cancelled(), "silent: given up");
+        assert!(
+            matches!(a.lost_cause(), Some(LostCause::Silent { silent_for }) if silent_for > Duration::from_millis(1_500)),
+            "{:?}",
+            a.lost_cause()
+        );
+        assert!(!entries.contains_key(&0));
+        let (due, _, _) = take_due(&mut entries, Instant::now(), |_| None);
+        assert_eq!(ids(&due), vec![1]);
+        assert_eq!(stats.lost.load(Ordering::Relaxed), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_lease_its_maximum_hold_ended_names_it_even_when_the_loop_ran_late() {
+        let holds = Holds {
+            max: Some(200 * MS),
+            ..Holds::default()
+        };
+        let granted = Instant::now();
+        let mut entries = registry(vec![lease_on("a", 300, true, &holds)]);
+        let state = entries[&0].lease.state.clone();
+        assert_eq!(state.valid_until(), granted + 200 * MS);
+        // Owed a run since the grant, kept from it until well past the deadline: the hold's
+        // end, not the late loop, ended the lease.
+        tokio::time::advance(900 * MS).await;
+        expire(&mut entries, Some(granted), &Counters::default());
+        assert!(state.lost.is_cancelled());
+        assert_eq!(state.lost_cause(), Some(LostCause::MaxHold));
     }
 }

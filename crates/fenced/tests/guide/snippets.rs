@@ -123,6 +123,30 @@ async fn snippet_8(client: Client, url: &'static str) -> Result<(), BoxError> {
 /// docs/guide.md, Rust snippet 9.
 async fn snippet_9(client: Client, url: &'static str) -> Result<(), BoxError> {
     let _ = (&client, url);
+    let batches: Vec<u32> = Vec::new(); async fn import(_batch: u32, _token: fenced::FencingToken) -> fenced::Result<()> { Ok(()) }
+    use std::time::Duration;
+
+    let guard = client
+        .lock("nightly-import")
+        .with_ttl(Duration::from_secs(10))
+        .with_heartbeat(Duration::from_secs(60)) // no progress for a minute: give the lock up
+        .with_lock_delay(Duration::from_secs(30)) // and keep the name 30 s past a lost lease
+        .acquire()
+        .await?;
+    let lease = guard.lease();
+    for batch in batches {
+        lease.check()?;
+        import(batch, lease.fencing_token()).await?;
+        lease.beat(); // one atomic store
+    }
+    guard.release().await?; // a release frees the name at once, lock delay or not
+    #[allow(unreachable_code)]
+    Ok(())
+}
+
+/// docs/guide.md, Rust snippet 10.
+async fn snippet_10(client: Client, url: &'static str) -> Result<(), BoxError> {
+    let _ = (&client, url);
     let mut queue: Vec<Job> = Vec::new(); let worker_client = client.clone();
     let ticket = client.lock("order:7").acquire().await?.into_ticket();
     queue.push(Job { order: 7, ticket });
@@ -135,8 +159,8 @@ async fn snippet_9(client: Client, url: &'static str) -> Result<(), BoxError> {
     Ok(())
 }
 
-/// docs/guide.md, Rust snippet 10.
-async fn snippet_10(client: Client, url: &'static str) -> Result<(), BoxError> {
+/// docs/guide.md, Rust snippet 11.
+async fn snippet_11(client: Client, url: &'static str) -> Result<(), BoxError> {
     let _ = (&client, url);
     let lock = client.reentrant_lock("account:42");
 
@@ -161,8 +185,8 @@ async fn snippet_10(client: Client, url: &'static str) -> Result<(), BoxError> {
     Ok(())
 }
 
-/// docs/guide.md, Rust snippet 11.
-async fn snippet_11(client: Client, url: &'static str) -> Result<(), BoxError> {
+/// docs/guide.md, Rust snippet 12.
+async fn snippet_12(client: Client, url: &'static str) -> Result<(), BoxError> {
     let _ = (&client, url);
     let turnstile = client.fair_lock("turnstile");
     let guard = turnstile.acquire().await?;
@@ -172,8 +196,8 @@ async fn snippet_11(client: Client, url: &'static str) -> Result<(), BoxError> {
     Ok(())
 }
 
-/// docs/guide.md, Rust snippet 12.
-async fn snippet_12(client: Client, url: &'static str) -> Result<(), BoxError> {
+/// docs/guide.md, Rust snippet 13.
+async fn snippet_13(client: Client, url: &'static str) -> Result<(), BoxError> {
     let _ = (&client, url);
     let election = client.election("billing-scheduler").with_ttl(Duration::from_secs(10));
 
@@ -198,8 +222,8 @@ async fn snippet_12(client: Client, url: &'static str) -> Result<(), BoxError> {
     Ok(())
 }
 
-/// docs/guide.md, Rust snippet 13.
-async fn snippet_13(client: Client, url: &'static str) -> Result<(), BoxError> {
+/// docs/guide.md, Rust snippet 14.
+async fn snippet_14(client: Client, url: &'static str) -> Result<(), BoxError> {
     let _ = (&client, url);
     let catalogue = client.rw_lock("catalogue");
 
@@ -214,8 +238,8 @@ async fn snippet_13(client: Client, url: &'static str) -> Result<(), BoxError> {
     Ok(())
 }
 
-/// docs/guide.md, Rust snippet 14.
-async fn snippet_14(client: Client, url: &'static str) -> Result<(), BoxError> {
+/// docs/guide.md, Rust snippet 15.
+async fn snippet_15(client: Client, url: &'static str) -> Result<(), BoxError> {
     let _ = (&client, url);
     let downloads = client.semaphore("downloads", 2);
 
@@ -231,8 +255,8 @@ async fn snippet_14(client: Client, url: &'static str) -> Result<(), BoxError> {
     Ok(())
 }
 
-/// docs/guide.md, Rust snippet 15.
-async fn snippet_15(client: Client, url: &'static str) -> Result<(), BoxError> {
+/// docs/guide.md, Rust snippet 16.
+async fn snippet_16(client: Client, url: &'static str) -> Result<(), BoxError> {
     let _ = (&client, url);
     // A transfer locks both accounts, in whichever order the caller names them.
     let both = client.multi_lock(["account:7", "account:3"])?;
@@ -244,8 +268,8 @@ async fn snippet_15(client: Client, url: &'static str) -> Result<(), BoxError> {
     Ok(())
 }
 
-/// docs/guide.md, Rust snippet 16.
-async fn snippet_16(client: Client, url: &'static str) -> Result<(), BoxError> {
+/// docs/guide.md, Rust snippet 17.
+async fn snippet_17(client: Client, url: &'static str) -> Result<(), BoxError> {
     let _ = (&client, url);
     let products = client.striped_lock("products", 64)?;
     let guard = products.lock_for("product:10100101").acquire().await?;
@@ -255,8 +279,8 @@ async fn snippet_16(client: Client, url: &'static str) -> Result<(), BoxError> {
     Ok(())
 }
 
-/// docs/guide.md, Rust snippet 17.
-async fn snippet_17(client: Client, url: &'static str) -> Result<(), BoxError> {
+/// docs/guide.md, Rust snippet 18.
+async fn snippet_18(client: Client, url: &'static str) -> Result<(), BoxError> {
     let _ = (&client, url);
     let ready = client.latch("deploy:2026-11-23:shards-ready");
     assert!(ready.arm(2).await?);
@@ -273,8 +297,8 @@ async fn snippet_17(client: Client, url: &'static str) -> Result<(), BoxError> {
     Ok(())
 }
 
-/// docs/guide.md, Rust snippet 18.
-async fn snippet_18(client: Client, url: &'static str) -> Result<(), BoxError> {
+/// docs/guide.md, Rust snippet 19.
+async fn snippet_19(client: Client, url: &'static str) -> Result<(), BoxError> {
     let _ = (&client, url);
     use fenced::resource::{FencedRead, FencedUpdate};
 
@@ -296,8 +320,8 @@ async fn snippet_18(client: Client, url: &'static str) -> Result<(), BoxError> {
     Ok(())
 }
 
-/// docs/guide.md, Rust snippet 19.
-async fn snippet_19(client: Client, url: &'static str) -> Result<(), BoxError> {
+/// docs/guide.md, Rust snippet 20.
+async fn snippet_20(client: Client, url: &'static str) -> Result<(), BoxError> {
     let _ = (&client, url);
     struct Orders {
         client: fenced::Client,
@@ -317,8 +341,8 @@ async fn snippet_19(client: Client, url: &'static str) -> Result<(), BoxError> {
     Ok(())
 }
 
-/// docs/guide.md, Rust snippet 20.
-mod snippet_20 {
+/// docs/guide.md, Rust snippet 21.
+mod snippet_21 {
     #[allow(unused_imports)]
     use crate::world::*;
 
@@ -336,8 +360,8 @@ mod snippet_20 {
     }
 }
 
-/// docs/guide.md, Rust snippet 21.
-async fn snippet_21(client: Client, url: &'static str) -> Result<(), BoxError> {
+/// docs/guide.md, Rust snippet 22.
+async fn snippet_22(client: Client, url: &'static str) -> Result<(), BoxError> {
     let _ = (&client, url);
     let (id, db) = ("10100101".to_owned(), Db);
     let products = client.cache("product").with_stale_for(Duration::from_secs(30));
