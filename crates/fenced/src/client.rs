@@ -543,7 +543,7 @@ impl ClientBuilder {
     ///
     /// Attempts are 100ms apart, doubling to 1s; the first failure is logged once as a
     /// `tracing` warning. `connect` ends by the wait's end: the attempt running then is cut
-    /// short, and its error returned. What waiting cannot mend fails at once: a bad URL or
+    /// short, and the last attempt's error returned. What waiting cannot mend fails at once: a bad URL or
     /// setting, a wrong password, a server too old, a refused permission.
     ///
     /// ```
