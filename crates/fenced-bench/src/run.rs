@@ -136,8 +136,8 @@ impl Scenario {
                 Redlock,
             ],
             Scenario::Waiters1000 => &[Fenced, FencedUnfenced, Raw, Rslock],
-            Scenario::Renew10000
-            | Scenario::Semaphore4of16
+            Scenario::Renew10000 => &[Fenced, FencedNoScripts],
+            Scenario::Semaphore4of16
             | Scenario::ReentrantDepth3
             | Scenario::Striped1
             | Scenario::Striped16
@@ -404,7 +404,7 @@ async fn run_pair(
         Scenario::Waiters1000 => {
             return crate::waiters::waiters(library, 1000, config.hold, env, stats).await;
         }
-        Scenario::Renew10000 => return crate::renewal::renew(10_000, env, stats).await,
+        Scenario::Renew10000 => return crate::renewal::renew(10_000, library, env, stats).await,
         Scenario::ElectionFailover => {
             return crate::election::failover(config.duration, env, stats).await;
         }

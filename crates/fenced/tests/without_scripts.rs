@@ -400,3 +400,57 @@ async fn without_scripts_list_and_status_read_every_kind_as_a_client_with_script
     campaigning.abort();
     writing.abort();
 }
+
+/// Holds `leases` locks of `ttl` for `hold` through a proxy adding `one_way` each way, on a
+/// client without scripts; answers how many were lost and how many renewal round trips went.
+async fn hold_many_without_scripts(
+    server: &RedisServer,
+    leases: usize,
+    ttl: Duration,
+    one_way: Duration,
+    hold: Duration,
+) -> (u64, u64) {
+    let proxy = fenced_testkit::LatencyProxy::start(
+        std::net::SocketAddr::from(([127, 0, 0, 1], server.port())),
+        one_way,
+    )
+    .unwrap();
+    let without = Client::builder(&proxy.url())
+        .without_scripts()
+        .timeout(Duration::from_secs(1))
+        .connect()
+        .await
+        .unwrap();
+    let guards = futures_util::future::join_all((0..leases).map(|i| {
+        let lock = without.lock(format!("many-{i}")).with_ttl(ttl);
+        async move { lock.acquire().await }
+    }))
+    .await;
+    let guards: Vec<_> = guards.into_iter().map(Result::unwrap).collect();
+    let until = Instant::now() + hold;
+    while Instant::now() < until {
+        if guards.iter().any(|g| g.is_lost()) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let stats = without.stats();
+    let lost = guards.iter().filter(|g| g.is_lost()).count() as u64;
+    assert_eq!(lost, stats.lost, "{stats:?}");
+    (lost, stats.batches)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_scripts_six_hundred_leases_behind_a_slow_link_are_all_renewed() {
+    let server = server();
+    let (lost, batches) = hold_many_without_scripts(
+        &server,
+        600,
+        Duration::from_millis(1500),
+        Duration::from_millis(5),
+        Duration::from_secs(4),
+    )
+    .await;
+    assert_eq!(lost, 0, "{lost} of 600 leases lost");
+    assert!(batches >= 4, "{batches} renewal rounds in 4 s at ttl 1.5 s");
+}

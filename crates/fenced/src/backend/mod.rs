@@ -38,6 +38,13 @@ use crate::kind::{
 use crate::scripts::ScriptCall;
 use crate::token::OwnerToken;
 
+/// Part of a renewal batch ([`Backend::renew`]): the calls it carried (by index into the
+/// batch) and their replies, or the error of its round trip.
+pub(crate) type RenewPart = futures_util::future::BoxFuture<
+    'static,
+    (std::ops::Range<usize>, Result<Vec<Result<ExpiryReply>>>),
+>;
+
 /// The Redis deployment a client talks to. A closed set, so public types stay non-generic.
 // One per client, never moved in a hot path: the size difference costs nothing, and boxing the
 // single server would add an indirection to every command.
@@ -362,13 +369,41 @@ impl Backend {
         }
     }
 
-    /// Renews a batch of leases in one round trip per node; `quorums` holds each call's
-    /// quorum on Redlock (from [`quorum`](Self::quorum)), and nothing on one server.
-    pub(crate) async fn renew(
+    /// Renews a batch of leases, in parts that each answer for their calls (by index into
+    /// `calls`) as soon as their own round trips do: one part on one server with scripts (one
+    /// pipelined round trip; on a cluster, one per node at once) and on Redlock; without
+    /// scripts, one `WATCH` transaction per dedicated connection (`node/watched.rs`).
+    /// `quorums` holds each call's quorum on Redlock (from [`quorum`](Self::quorum)), and
+    /// nothing on one server.
+    pub(crate) fn renew(&self, calls: Vec<ScriptCall>, quorums: Vec<usize>) -> Vec<RenewPart> {
+        let calls = Arc::new(calls);
+        let ranges = match self.route() {
+            Route::One(node) => node.renewal_parts(calls.len()),
+            #[cfg(feature = "redlock")]
+            Route::Quorum(_) => std::iter::once(0..calls.len()).collect(),
+        };
+        let quorums = Arc::new(quorums);
+        ranges
+            .into_iter()
+            .map(|range| {
+                let (backend, calls, quorums) = (self.clone(), calls.clone(), quorums.clone());
+                let part: RenewPart = Box::pin(async move {
+                    let replies = backend.renew_part(&calls[range.clone()], &quorums).await;
+                    (range, replies)
+                });
+                part
+            })
+            .collect()
+    }
+
+    /// One part of [`renew`](Self::renew).
+    async fn renew_part(
         &self,
         calls: &[ScriptCall],
         quorums: &[usize],
     ) -> Result<Vec<Result<ExpiryReply>>> {
+        #[cfg(not(feature = "redlock"))]
+        let _ = quorums;
         match self.route() {
             Route::One(node) => Ok(node
                 .run_batch_routed("renew", calls)

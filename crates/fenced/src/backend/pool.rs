@@ -103,6 +103,11 @@ impl TxPool {
         lock_unpoisoned(&directory.owners).get(&slot).cloned()
     }
 
+    /// How many connections the pool lends at once.
+    pub(crate) fn size(&self) -> usize {
+        self.size
+    }
+
     /// Closes every idle connection: after one failed as a whole (a restart, a failover), the
     /// others made at the same time are likely dead too, and each would fail one step.
     pub(crate) fn clear_idle(&self) {

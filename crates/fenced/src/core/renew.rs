@@ -2,8 +2,10 @@
 //! moment its lease is gone.
 //!
 //! Invariants:
-//! 1. All leases due for renewal are renewed together, in one pipelined round trip per tick
-//!    (one `extend` script per lease), at about a third of each lease's ttl.
+//! 1. All leases due for renewal are renewed together, in one batch per tick (one `extend`
+//!    per lease), at about a third of each lease's ttl. The backend sends a batch in parts
+//!    (one pipeline per node; without scripts, one transaction per dedicated connection), and
+//!    each part's leases are settled as that part answers: a part held up holds up no other.
 //! 2. A lease's validity deadline is measured on the monotonic clock from BEFORE the request
 //!    that granted or renewed it was sent, minus the drift allowance; the server's own expiry
 //!    can only come later. Renewals and `extend`s are ordered by epoch (`lease.rs`), so a
@@ -12,7 +14,7 @@
 //!    (the key is gone or belongs to somebody else), or when its validity deadline passes
 //!    without a successful renewal, even while Redis does not answer at all. Transport errors
 //!    alone do not declare it lost: the loop retries until the deadline.
-//! 4. At most one renewal round trip is in flight; the deadline timer keeps running meanwhile.
+//! 4. At most one renewal batch is in flight; the deadline timer keeps running meanwhile.
 //!    Guards add and remove leases in a shared registry; the loop is woken only when a new
 //!    lease falls due before its current alarm, not on every acquire and release. So that a
 //!    lease taken while the registry is empty finds an alarm too, the loop keeps ticking every
@@ -46,13 +48,11 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::task::{Poll, Waker};
 use std::time::Duration;
 
-use futures_util::FutureExt;
-use futures_util::future::BoxFuture;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use tokio::sync::{Notify, mpsc, oneshot};
 use tokio::time::Instant;
 
-use crate::backend::Backend;
+use crate::backend::{Backend, RenewPart};
 use crate::core::cleanup::{self, CleanUp, Job};
 use crate::core::lease::{ExpiryChange, LateWatch, LeaseState};
 use crate::core::metrics;
@@ -399,7 +399,14 @@ struct Entry {
     in_flight: bool,
 }
 
-/// Which leases a batch renewed with which request, and the replies.
+/// A renewal batch in flight: which leases it renews with which request, and its parts
+/// still to answer (`Backend::renew`), each settled as it does.
+struct Batch {
+    ids: Vec<(u64, ExpiryChange)>,
+    parts: FuturesUnordered<RenewPart>,
+}
+
+/// The leases of one answered part, with their replies.
 type RenewOutcome = (Vec<(u64, ExpiryChange)>, Result<Vec<Result<ExpiryReply>>>);
 
 async fn run(
@@ -408,7 +415,7 @@ async fn run(
     shared: Arc<Shared>,
     mut commands: mpsc::UnboundedReceiver<Command>,
 ) {
-    let mut in_flight: Option<BoxFuture<'static, RenewOutcome>> = None;
+    let mut in_flight: Option<Batch> = None;
     let mut releases = FuturesUnordered::new();
     let mut flushes: Vec<oneshot::Sender<()>> = Vec::new();
     let mut closed = false;
@@ -437,10 +444,10 @@ async fn run(
                 Some(Command::Flush(done)) => flushes.push(done),
                 None => closed = true,
             },
-            outcome = poll_opt(&mut in_flight) => {
-                in_flight = None;
-                apply(&mut shared.registry().entries, outcome, &shared.stats);
-            }
+            part = next_part(&mut in_flight) => match part {
+                Some(outcome) => apply(&mut shared.registry().entries, outcome, &shared.stats),
+                None => in_flight = None,
+            },
             _ = releases.next(), if !releases.is_empty() => {}
             _ = shared.changed.notified() => {}
             _ = sleep_until_opt(wake), if wake.is_some() => {
@@ -545,34 +552,27 @@ fn cause_at_deadline(due: Option<Instant>, e: &Entry, now: Instant) -> LostCause
     LostCause::Expired
 }
 
-async fn run_batch(
-    backend: &Backend,
-    batch: &[ScriptCall],
-    quorums: &[usize],
-) -> Result<Vec<Result<ExpiryReply>>> {
-    backend.renew(batch, quorums).await
-}
-
-/// Sends one pipelined renewal for every lease that is due (or nearly due).
-fn start_batch(
-    backend: &Backend,
-    entries: &mut HashMap<u64, Entry>,
-) -> Option<BoxFuture<'static, RenewOutcome>> {
+/// Sends the renewal of every lease that is due (or nearly due): one pipeline per node, or
+/// without scripts one transaction per dedicated connection (`Backend::renew`).
+fn start_batch(backend: &Backend, entries: &mut HashMap<u64, Entry>) -> Option<Batch> {
     let (ids, batch, quorums) = take_due(entries, Instant::now(), |k| backend.quorum(k));
     if ids.is_empty() {
         return None;
     }
-    let backend = backend.clone();
-    Some(
-        async move {
-            tracing::trace!(leases = batch.len(), "fenced: renewing");
-            // One pipeline per node; a single server is one node. (Cluster and Redlock
-            // backends group the batch by node here.)
-            let result = run_batch(&backend, &batch, &quorums).await;
-            (ids, result)
-        }
-        .boxed(),
-    )
+    tracing::trace!(leases = batch.len(), "fenced: renewing");
+    let parts = backend.renew(batch, quorums).into_iter().collect();
+    Some(Batch { ids, parts })
+}
+
+/// The next part of the batch in flight to answer, with its leases; `None` once every part
+/// has. Pending while no batch is in flight.
+async fn next_part(batch: &mut Option<Batch>) -> Option<RenewOutcome> {
+    let Some(batch) = batch else {
+        return std::future::pending().await;
+    };
+    let (range, replies) = batch.parts.next().await?;
+    let ids = batch.ids.get(range).unwrap_or_default().to_vec();
+    Some((ids, replies))
 }
 
 /// Marks in flight, and builds the requests of, every lease due by `now` (or nearly due:
@@ -662,13 +662,6 @@ fn apply(entries: &mut HashMap<u64, Entry>, (ids, result): RenewOutcome, stats: 
         }
     }
     metrics::renewals(applied, failed);
-}
-
-async fn poll_opt<T>(fut: &mut Option<BoxFuture<'static, T>>) -> T {
-    match fut {
-        Some(f) => f.await,
-        None => std::future::pending().await,
-    }
 }
 
 #[cfg(test)]
@@ -777,6 +770,36 @@ mod tests {
                 - crate::options::drift_allowance(Duration::from_millis(3_000))
         );
         assert_eq!(stats.renewed.load(Ordering::Relaxed), 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn each_part_of_a_batch_settles_its_leases_as_it_answers() {
+        let mut entries = registry(vec![lease("a", 3_000, true), lease("b", 3_000, true)]);
+        tokio::time::advance(Duration::from_millis(1_000)).await;
+        let (mut due, _, _) = take_due(&mut entries, Instant::now(), |_| None);
+        due.sort_by_key(|(id, _)| *id);
+        let (answer_b, b_answered) = oneshot::channel::<()>();
+        let parts: FuturesUnordered<RenewPart> = FuturesUnordered::new();
+        parts.push(Box::pin(async {
+            (0..1, Ok(vec![Ok(ExpiryReply::Applied)]))
+        }));
+        parts.push(Box::pin(async move {
+            let _ = b_answered.await;
+            (1..2, Ok(vec![Ok(ExpiryReply::Applied)]))
+        }));
+        let mut batch = Some(Batch { ids: due, parts });
+        let stats = Counters::default();
+        let first = next_part(&mut batch).await.expect("a's part");
+        apply(&mut entries, first, &stats);
+        assert!(!entries[&0].in_flight, "a is settled while b's part is out");
+        assert!(entries[&0].renew_at > Instant::now());
+        assert!(entries[&1].in_flight);
+        let _ = answer_b.send(());
+        let second = next_part(&mut batch).await.expect("b's part");
+        apply(&mut entries, second, &stats);
+        assert!(!entries[&1].in_flight);
+        assert_eq!(stats.renewed.load(Ordering::Relaxed), 2);
+        assert!(next_part(&mut batch).await.is_none(), "every part answered");
     }
 
     #[tokio::test(start_paused = true)]

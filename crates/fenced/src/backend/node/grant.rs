@@ -346,8 +346,8 @@ impl Node {
     /// needs (the connection is closed after). One probe per node at a time: the grants that
     /// come while it runs go by script. Only a refusal is remembered; a probe that could not
     /// run (no connection in time, a server that is busy) sends this grant by script and the
-    /// next one probes again. Without scripts there is nothing to fall back on: a refusal is
-    /// the grant's error, naming the command to allow.
+    /// next one probes again. Without scripts there is nothing to fall back on: a grant waits
+    /// for the probe running, and a refusal is the grant's error, naming the command to allow.
     fn transactions_allowed<'a>(&'a self, call: &'a ScriptCall) -> BoxFuture<'a, Result<bool>> {
         Box::pin(self.probe_transactions(call))
     }
@@ -358,9 +358,16 @@ impl Node {
             self.grants.learned(false);
             return Ok(false);
         };
-        // While another grant probes, this one goes by script rather than wait its turn.
-        let Ok(_one) = self.grant_probe.try_lock() else {
-            return Ok(false);
+        // While another grant probes, this one goes by script rather than wait its turn;
+        // without scripts there is no other way, and it waits for the probe's answer (the
+        // probe's steps are bounded by the call's timeout).
+        let _one = if self.scripts_forbidden() {
+            self.grant_probe.lock().await
+        } else {
+            let Ok(one) = self.grant_probe.try_lock() else {
+                return Ok(false);
+            };
+            one
         };
         if !self.grants.unknown() {
             return Ok(self.grants.worth_trying());

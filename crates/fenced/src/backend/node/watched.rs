@@ -37,7 +37,15 @@
 //! 7. A lock key of another type: the twins answer as their scripts do, a refusal where the
 //!    script reads it by `MGET`, `WrongType` where by `GET` (release, abandon, force
 //!    release).
+//! 8. A renewal batch goes in parts: each a `WATCH` transaction of up to 128 steps (every
+//!    step's keys watched, every step's reads in one round trip, every step's writes in one
+//!    `EXEC`), the parts at once on the pool's connections, each part's leases settled as its
+//!    `EXEC` answers. So a batch costs two round trips however many leases it renews, and a
+//!    part held up (a key changed under it, a slow connection) holds up no other. A key that
+//!    changes voids its part's `EXEC`, and the part reads again: in one `EXEC` either every
+//!    step of a part acted on reads still true, or none wrote.
 
+use std::ops::Range;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -92,6 +100,11 @@ impl Scripts {
             .unwrap_or_else(|| "this client sends none".to_owned())
     }
 }
+
+/// The most calls of a renewal batch one `WATCH` transaction carries (invariant 8): enough
+/// that ten thousand leases renew in a few round trips over the pool's connections, few
+/// enough that a key changing under one part makes it read little again.
+const PART: usize = 128;
 
 /// One step of the lock, as the script it stands for (invariant 1).
 enum Twin<'a> {
@@ -513,25 +526,44 @@ impl Node {
             .collect())
     }
 
-    /// [`run_watched`](Self::run_watched) for each call of a renewal batch, at once: one
-    /// dedicated connection each, so the batch's round trips overlap. Too few replica
-    /// acknowledgements for any call fails the batch, as one `WAIT` after a pipeline would.
+    /// The calls of a batch as their twins: in parts of at most [`PART`] calls, one `WATCH`
+    /// transaction each on a dedicated connection of its own, all at once (invariant 8). Too
+    /// few replica acknowledgements for any part fails the batch, as one `WAIT` after a
+    /// pipeline would; a part whose round trip failed answers its error for each call.
     pub(crate) async fn run_batch_watched(
         &self,
         operation: &'static str,
         calls: &[ScriptCall],
     ) -> Result<Vec<Result<Value>>> {
-        let answers =
-            futures_util::future::join_all(calls.iter().map(|call| self.run_watched(call))).await;
-        let mut out = Vec::with_capacity(answers.len());
-        for answer in answers {
-            match answer {
-                Ok((_, Some(short))) => return Err(short.error(operation)),
-                Ok((value, None)) => out.push(Ok(value)),
-                Err(e) => out.push(Err(e)),
+        let parts = futures_util::future::join_all(calls.chunks(PART).map(|part| async move {
+            match self.watched_steps(part).await {
+                Ok((_, Some(short))) => Err(short.error(operation)),
+                Ok((replies, None)) => Ok(replies),
+                Err(e) => Ok(part.iter().map(|_| Err(e.clone())).collect()),
             }
+        }))
+        .await;
+        let mut out = Vec::with_capacity(calls.len());
+        for part in parts {
+            out.extend(part?);
         }
         Ok(out)
+    }
+
+    /// How a renewal batch of `calls` calls is cut into parts that each answer as soon as
+    /// their own round trip does (invariant 8): without scripts, as few as fill the
+    /// dedicated connections, none longer than [`PART`]; with scripts, one pipeline.
+    pub(crate) fn renewal_parts(&self, calls: usize) -> Vec<Range<usize>> {
+        let len = match &self.pool {
+            Some(pool) if self.scripts_forbidden() => {
+                calls.div_ceil(pool.size().max(1)).clamp(1, PART)
+            }
+            _ => calls.max(1),
+        };
+        (0..calls)
+            .step_by(len)
+            .map(|start| start..(start + len).min(calls))
+            .collect()
     }
 
     /// Runs `call` as its twin (invariants 1 and 2), then `WAIT` on the same connection when
@@ -542,11 +574,27 @@ impl Node {
         &'a self,
         call: &'a ScriptCall,
     ) -> futures_util::future::BoxFuture<'a, Result<(Value, Option<Shortfall>)>> {
-        Box::pin(self.watched_step(call))
+        Box::pin(async move {
+            let (mut replies, short) = self.watched_steps(std::slice::from_ref(call)).await?;
+            match replies.pop() {
+                Some(reply) => Ok((reply?, short)),
+                None => Err(unexpected(call.lua.operation, "no reply".into())),
+            }
+        })
     }
 
-    async fn watched_step(&self, call: &ScriptCall) -> Result<(Value, Option<Shortfall>)> {
-        let operation = call.lua.operation;
+    /// Runs `calls` as their twins in ONE `WATCH` transaction on one dedicated connection
+    /// (invariants 1, 2 and 8): `WATCH` every key they read and their reads in one round
+    /// trip, then every write they decide on in one `MULTI`/`EXEC` (and `WAIT`, when the
+    /// client asks for replica acknowledgements and anything was written). A change to any
+    /// watched key voids the whole `EXEC`, and every call reads again. Each call answers as
+    /// its script would, or its own error (no twin, a key of another type); the outer error
+    /// is the round trip's.
+    async fn watched_steps(
+        &self,
+        calls: &[ScriptCall],
+    ) -> Result<(Vec<Result<Value>>, Option<Shortfall>)> {
+        let operation = calls.first().map_or("renew", |call| call.lua.operation);
         let refused = |what: &str| {
             Error::unsupported(format!(
                 "{what} needs Lua scripts, and {}",
@@ -556,9 +604,18 @@ impl Node {
         let Some(pool) = &self.pool else {
             return Err(refused("a lock on a Redis Cluster or Redlock"));
         };
-        let Some(twin) = Twin::of(call) else {
-            return Err(refused(call.lua.primitive()));
-        };
+        // The calls without a twin answer so, and take no part in the transaction.
+        let mut answers: Vec<Option<Result<Value>>> = Vec::with_capacity(calls.len());
+        let mut twins: Vec<(usize, Twin<'_>)> = Vec::with_capacity(calls.len());
+        for (i, call) in calls.iter().enumerate() {
+            match Twin::of(call) {
+                Some(twin) => {
+                    twins.push((i, twin));
+                    answers.push(None);
+                }
+                None => answers.push(Some(Err(refused(call.lua.primitive())))),
+            }
+        }
         let publish = if self.sharded { "SPUBLISH" } else { "PUBLISH" };
         let wait = self.wait_cmd();
         let timeout = self.timeout;
@@ -567,6 +624,9 @@ impl Node {
             // closed, say, after a restart) is replaced once, on a fresh one.
             let mut fresh = false;
             loop {
+                if twins.is_empty() {
+                    return Ok(None);
+                }
                 let mut pooled = match pool.checkout(fresh, None).await {
                     Ok(pooled) => pooled,
                     Err(e) => {
@@ -582,11 +642,17 @@ impl Node {
                     Error::from_redis(operation, timeout, e)
                 };
                 let mut conn = pooled.conn();
-                let (watched, reads) = twin.reads();
+                let reads: Vec<_> = twins.iter().map(|(_, twin)| twin.reads()).collect();
+                let watched: Vec<&[u8]> = reads
+                    .iter()
+                    .flat_map(|(keys, _)| keys.iter().copied())
+                    .collect();
                 let mut pipe = redis::pipe();
                 pipe.add_command(cmd("WATCH", &watched));
-                for read in reads {
-                    pipe.add_command(read);
+                for (_, commands) in &reads {
+                    for read in commands {
+                        pipe.add_command(read.clone());
+                    }
                 }
                 pooled.dirty();
                 let replies: Vec<Value> = match pipe.query_async(&mut conn).await {
@@ -598,9 +664,21 @@ impl Node {
                     }
                     Err(e) => return Err(failed(e)),
                 };
-                let (writes, reply) = twin
-                    .decide(replies.get(1..).unwrap_or_default(), publish)
-                    .ok_or_else(|| unexpected(operation, format!("{replies:?}")))?;
+                // Each twin decides on its own reads; the writes of all go in one EXEC.
+                let mut read = replies.get(1..).unwrap_or_default();
+                let mut writes = Vec::new();
+                let mut decided = Vec::with_capacity(twins.len());
+                for ((i, twin), (_, commands)) in twins.iter().zip(&reads) {
+                    let (own, rest) = read.split_at(commands.len().min(read.len()));
+                    read = rest;
+                    match twin.decide(own, publish) {
+                        Some((own_writes, reply)) => {
+                            decided.push((*i, twin.lock_key(), own_writes.len(), Some(reply)));
+                            writes.extend(own_writes);
+                        }
+                        None => decided.push((*i, twin.lock_key(), 0, None)),
+                    }
+                }
                 // Only writes wait for replicas; an answer's empty EXEC vouches for its reads.
                 let wait = wait.as_ref().filter(|_| !writes.is_empty());
                 let mut pipe = redis::pipe();
@@ -627,39 +705,52 @@ impl Node {
                     },
                     None => None,
                 };
-                match replies.pop() {
+                let results = match replies.pop() {
                     // A watched key changed since it was read: nothing was written.
                     Some(Value::Nil) => {
                         tokio::task::yield_now().await;
                         continue;
                     }
-                    Some(Value::Array(_)) if matches!(reply, Reply::WrongType) => {
-                        return Err(Error::WrongType {
-                            key: String::from_utf8_lossy(twin.lock_key()).into_owned(),
-                            operation,
-                        });
-                    }
-                    Some(Value::Array(results)) => {
-                        let value = reply
-                            .read(&results)
-                            .ok_or_else(|| unexpected(operation, format!("{results:?}")))?;
-                        return Ok((value, short));
-                    }
+                    Some(Value::Array(results)) => results,
                     other => return Err(unexpected(operation, format!("{other:?}"))),
+                };
+                let mut results = results.as_slice();
+                for (i, key, count, reply) in decided {
+                    let (own, rest) = results.split_at(count.min(results.len()));
+                    results = rest;
+                    answers[i] = Some(match reply {
+                        Some(Reply::WrongType) => Err(Error::WrongType {
+                            key: String::from_utf8_lossy(key).into_owned(),
+                            operation,
+                        }),
+                        Some(reply) => reply
+                            .read(own)
+                            .ok_or_else(|| unexpected(operation, format!("{own:?}"))),
+                        None => Err(unexpected(
+                            operation,
+                            "reads a twin cannot decide on".into(),
+                        )),
+                    });
                 }
+                return Ok(short);
             }
         };
-        match tokio::time::timeout(timeout, step).await {
-            Ok(answer) => answer,
+        let short = match tokio::time::timeout(timeout, step).await {
+            Ok(answer) => answer?,
             // The connection's own timeout is the same, so this fires first: the idle ones,
             // made at the same time, may be as stuck.
             Err(_) => {
                 pool.clear_idle();
-                Err(Error::Timeout {
+                return Err(Error::Timeout {
                     operation,
                     after: timeout,
-                })
+                });
             }
-        }
+        };
+        let replies = answers
+            .into_iter()
+            .map(|a| a.unwrap_or_else(|| Err(unexpected(operation, "no reply".into()))))
+            .collect();
+        Ok((replies, short))
     }
 }
