@@ -72,8 +72,8 @@ pub struct Global {
     /// Say what is happening on stderr.
     #[arg(short, long, global = true, help_heading = "Output")]
     pub verbose: bool,
-    /// Print data as JSON (status, list, demo; `run` adds JSON lines on stderr when the lock
-    /// is taken and when it ends).
+    /// Print data as JSON (status, list, doctor, demo; `run` adds JSON lines on stderr when
+    /// the lock is taken and when it ends).
     #[arg(long, global = true, help_heading = "Output")]
     pub json: bool,
 }
@@ -174,6 +174,21 @@ pub enum Command {
         #[arg(long, default_value = "1s", value_parser = duration, value_name = "DUR")]
         interval: Duration,
     },
+    /// Report whether the server suits locks: a line per check, each with what to change.
+    ///
+    /// The checks: the server's version and the native commands it offers, whether it runs
+    /// Lua scripts, the permissions each primitive needs (ACL DRYRUN, Redis 7 and later), the
+    /// eviction policy, persistence, replicas (and what waiting for them needs), keyspace
+    /// events, and its clock against this machine's. Exits 0 when no line breaks a
+    /// guarantee, 78 when one is marked fail: a server that may evict lock keys, or one older
+    /// than fenced supports. A check the server refuses (CONFIG refused by an ACL or a
+    /// managed service) reads unknown and fails nothing. Each --redis is checked (one server,
+    /// or each Redlock master), every master of a --cluster, the master behind --sentinel.
+    /// Nothing is written.
+    #[command(
+        after_help = "Examples:\n  fenced doctor\n  fenced --json doctor | jq '.nodes[].checks.eviction'\n  fenced --cluster redis://10.0.0.5:7000 doctor  # every master"
+    )]
+    Doctor,
     /// Break a lock whoever holds it (needs --force), and wake its waiters; or, with
     /// --ticket, release the lease a program handed over.
     #[command(

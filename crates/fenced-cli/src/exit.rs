@@ -24,7 +24,7 @@ pub const LEASE_LOST: u8 = 76;
 /// sysexits' EX_NOPERM: the Redis user may not run a command fenced needs.
 pub const NO_PERMISSION: u8 = 77;
 /// sysexits' EX_CONFIG: the deployment cannot do what was asked (a primitive on a backend
-/// that does not support it).
+/// that does not support it), or `fenced doctor` found a setting that breaks a guarantee.
 pub const CONFIG: u8 = 78;
 /// The command ran past `--max-hold` and was stopped (as `timeout(1)` exits).
 pub const MAX_HOLD: u8 = 124;
@@ -71,7 +71,7 @@ pub const TABLE: &[(&str, &str)] = &[
     ),
     (
         "78",
-        "this deployment does not support what was asked (a primitive that needs Lua where scripts are refused, say)",
+        "this deployment does not support what was asked (a primitive that needs Lua where scripts are refused, say); `fenced doctor`: a server setting breaks a guarantee (a server that may evict lock keys)",
     ),
     (
         "124",

@@ -66,6 +66,7 @@ fn main() -> ExitCode {
             Command::Leader { name, watch } => cmd::elect::leader(&cli.global, name, *watch).await,
             Command::Status { name } => cmd::inspect::status(&cli.global, name).await,
             Command::List { pattern } => cmd::inspect::list(&cli.global, pattern).await,
+            Command::Doctor => cmd::doctor::doctor(&cli.global).await,
             Command::Top { pattern, interval } => {
                 cmd::top::top(&cli.global, pattern, *interval).await
             }

@@ -1892,6 +1892,7 @@ async fn every_subcommand_has_examples_in_its_help() {
         "release",
         "demo",
         "latch",
+        "doctor",
         "completions",
         "man",
     ] {
@@ -3086,5 +3087,154 @@ async fn heartbeat_and_lock_delay_flags_are_checked_before_connecting() {
             "{what}: {:?}",
             done.stderr
         );
+    }
+}
+
+/// A server started with `args`; fails loudly without redis-server.
+fn server_with(args: &[&str]) -> RedisServer {
+    RedisServer::start_with(args)
+        .unwrap_or_else(|e| panic!("these tests need a real redis-server: {e}"))
+}
+
+/// The checks `fenced doctor` reports for each server, as their lines start and as their
+/// JSON fields are named.
+const DOCTOR_CHECKS: [(&str, &str); 8] = [
+    ("server", "server"),
+    ("scripts", "scripts"),
+    ("acl", "acl"),
+    ("eviction", "eviction"),
+    ("persistence", "persistence"),
+    ("replicas", "replicas"),
+    ("keyspace events", "keyspace_events"),
+    ("clock", "clock"),
+];
+
+/// The line of `check` in a `fenced doctor` report.
+fn doctor_line<'a>(stdout: &'a str, check: &str) -> &'a str {
+    stdout
+        .lines()
+        .find(|l| l.trim_start().starts_with(&format!("{check} ")))
+        .unwrap_or_else(|| panic!("no {check} line in:\n{stdout}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn doctor_finds_a_plain_server_fit_and_reports_every_check() {
+    let s = server();
+    let done = finish(fenced(&s.url(), &["doctor"]), Duration::from_secs(20)).await;
+    assert_eq!(done.code, Some(0), "{}{}", done.stdout, done.stderr);
+    for (check, _) in DOCTOR_CHECKS {
+        doctor_line(&done.stdout, check);
+    }
+    assert!(
+        doctor_line(&done.stdout, "eviction").contains(" ok "),
+        "{}",
+        done.stdout
+    );
+    // The test servers keep nothing across a restart: a warning with its fix, not a failure.
+    let persistence = doctor_line(&done.stdout, "persistence");
+    assert!(
+        persistence.contains("warn") && persistence.contains("appendonly yes"),
+        "{persistence}"
+    );
+    assert!(done.stdout.contains("fit for locks"), "{}", done.stdout);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn doctor_exits_78_on_a_server_that_may_evict_lock_keys_and_says_what_to_change() {
+    let s = server_with(&["--maxmemory", "10mb", "--maxmemory-policy", "allkeys-lru"]);
+    let done = finish(fenced(&s.url(), &["doctor"]), Duration::from_secs(20)).await;
+    assert_eq!(done.code, Some(78), "{}{}", done.stdout, done.stderr);
+    let eviction = doctor_line(&done.stdout, "eviction");
+    assert!(
+        eviction.contains("fail")
+            && eviction.contains("allkeys-lru")
+            && eviction.contains("CONFIG SET maxmemory-policy noeviction"),
+        "{eviction}"
+    );
+    assert!(done.stdout.contains("not fit for locks"), "{}", done.stdout);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn doctor_json_gives_every_check_a_status() {
+    let s = server();
+    let done = finish(
+        fenced(&s.url(), &["--json", "doctor"]),
+        Duration::from_secs(20),
+    )
+    .await;
+    assert_eq!(done.code, Some(0), "{}", done.stderr);
+    let report: serde_json::Value = serde_json::from_str(&done.stdout).unwrap();
+    assert_eq!(report["fit"], true, "{report}");
+    let node = &report["nodes"][0];
+    assert_eq!(node["node"], format!("127.0.0.1:{}", s.port()), "{report}");
+    for (_, field) in DOCTOR_CHECKS {
+        let status = node["checks"][field]["status"].as_str().unwrap_or("");
+        assert!(
+            ["ok", "info", "warn", "fail", "unknown"].contains(&status),
+            "{field}: {report}"
+        );
+    }
+    assert_eq!(node["checks"]["eviction"]["status"], "ok", "{report}");
+    assert_eq!(
+        node["checks"]["eviction"]["policy"], "noeviction",
+        "{report}"
+    );
+    assert_eq!(node["checks"]["scripts"]["allowed"], true, "{report}");
+}
+
+/// A user the ACL refuses `CONFIG` (as managed services do): the lines that need it say
+/// unknown and why, and fail nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn doctor_says_unknown_where_config_is_refused_and_still_exits_0() {
+    let s = server();
+    let _: () = fenced::redis::cmd("ACL")
+        .arg(&[
+            "SETUSER", "doctor", "on", ">pw", "~*", "&*", "+@all", "-config",
+        ])
+        .query_async(&mut raw(&s).await)
+        .await
+        .unwrap();
+    let url = s.url().replace("redis://", "redis://doctor:pw@");
+    let done = finish(fenced(&url, &["doctor"]), Duration::from_secs(20)).await;
+    assert_eq!(done.code, Some(0), "{}{}", done.stdout, done.stderr);
+    for check in ["eviction", "persistence", "keyspace events"] {
+        let line = doctor_line(&done.stdout, check);
+        assert!(
+            line.contains("unknown (CONFIG GET refused:"),
+            "{check}: {line}"
+        );
+    }
+    // What the user may do is still read.
+    assert!(
+        !doctor_line(&done.stdout, "scripts").contains("unknown"),
+        "{}",
+        done.stdout
+    );
+}
+
+/// Several masters (Redlock): each is reported, and the one that may evict lock keys is the
+/// one marked fail.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn doctor_reports_each_master_and_fails_on_the_one_that_may_evict() {
+    let masters = [
+        server(),
+        server_with(&["--maxmemory", "10mb", "--maxmemory-policy", "volatile-lru"]),
+        server(),
+    ];
+    let mut args: Vec<String> = Vec::new();
+    for m in &masters {
+        args.extend(["--redis".to_owned(), m.url()]);
+    }
+    args.extend(["--json".to_owned(), "doctor".to_owned()]);
+    let all: Vec<&str> = args.iter().map(String::as_str).collect();
+    let done = finish(fenced_bare(&all), Duration::from_secs(30)).await;
+    assert_eq!(done.code, Some(78), "{}{}", done.stdout, done.stderr);
+    let report: serde_json::Value = serde_json::from_str(&done.stdout).unwrap();
+    assert_eq!(report["fit"], false, "{report}");
+    for (i, m) in masters.iter().enumerate() {
+        let node = &report["nodes"][i];
+        assert_eq!(node["node"], format!("127.0.0.1:{}", m.port()), "{report}");
+        let want = if i == 1 { "fail" } else { "ok" };
+        assert_eq!(node["checks"]["eviction"]["status"], want, "{report}");
     }
 }

@@ -17,6 +17,7 @@ use crate::fair::FairLock;
 use crate::latch::Latch;
 use crate::lock::Lock;
 use crate::multi::MultiLock;
+use crate::notes::ServerNote;
 use crate::reentrant::ReentrantLock;
 use crate::resource::FencedResource;
 use crate::rwlock::RwLock;
@@ -48,6 +49,8 @@ use crate::token::hex;
 pub struct Client {
     core: Arc<Core>,
     tx_pool: Arc<TxPool>,
+    /// What connecting learned about the servers' configuration (`notes.rs`).
+    notes: Arc<[ServerNote]>,
 }
 
 impl fmt::Debug for Client {
@@ -320,6 +323,30 @@ impl Client {
     /// The bound on every Redis call.
     pub fn timeout(&self) -> Duration {
         self.core.options().timeout
+    }
+
+    /// What connecting learned about the servers' configuration that weakens what a lock
+    /// promises, each [`ServerNote`] naming its server and what to change there: today, a
+    /// server that may evict a held lock's key (a `maxmemory` with an `allkeys-*` or
+    /// `volatile-*` policy). Empty when nothing was found, and when a server would not show
+    /// its configuration (`CONFIG` refused by an ACL or a managed service): that never fails
+    /// the connect. Read once at connect, so a setting changed since is not seen; connecting
+    /// also logged the notes as one `tracing` warning.
+    ///
+    /// One server and Sentinel's master give at most one note, a Redis Cluster one per
+    /// master and Redlock one per master that answered at connect.
+    ///
+    /// ```
+    /// # fenced_testkit::doctest(|url| async move {
+    /// let client = fenced::Client::connect(&url).await?;
+    /// for note in client.server_notes() {
+    ///     eprintln!("{}: {} (fix: {})", note.node, note.message, note.fix);
+    /// }
+    /// assert!(client.server_notes().is_empty()); // the test server never evicts
+    /// # Ok(()) });
+    /// ```
+    pub fn server_notes(&self) -> &[ServerNote] {
+        &self.notes
     }
 }
 
@@ -605,7 +632,7 @@ impl ClientBuilder {
             .map_err(|e| Error::invalid(format!("the OS random source failed: {e}")))?;
         let client_id: Arc<str> = hex(&id).into();
 
-        let backend = self.connect.backend().await?;
+        let (backend, notes) = self.connect.backend().await?;
         let key_events = self.connect.key_events(&backend).await?;
         // A cluster's transactions go to the master of their slot, reached like the seeds.
         let directory = self
@@ -627,9 +654,12 @@ impl ClientBuilder {
             options.timeout,
         ));
         let backend = backend.with_pool(&lock_steps);
+        // Once per connect that succeeds, however many attempts the connect wait took.
+        crate::notes::warn(&notes);
         Ok(Client {
             core: Core::start(backend, options, client_id, key_events),
             tx_pool,
+            notes: notes.into(),
         })
     }
 }

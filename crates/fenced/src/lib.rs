@@ -60,6 +60,9 @@
 //!   Redis data they are faster than a lock and need no fencing.
 //! - Inspection for operators: [`Lock::status`], [`Semaphore::status`], [`Client::list`]
 //!   (every kind in one `SCAN` pass), [`Lock::force_release`].
+//! - A server that may evict a held lock's key (a `maxmemory` with an `allkeys-*` or
+//!   `volatile-*` policy) is named when the client connects: one `tracing` warning, and
+//!   [`Client::server_notes`] with what to change.
 //!
 //! # What a lease guarantees, and what needs fencing
 //!
@@ -184,6 +187,7 @@ mod keys;
 mod latch;
 mod lock;
 mod multi;
+mod notes;
 pub mod optimistic;
 mod options;
 mod reentrant;
@@ -312,6 +316,7 @@ pub use guard::{FencedGuard, Lease, LeaseGuard, LockGuard};
 pub use latch::Latch;
 pub use lock::Lock;
 pub use multi::{MultiGuard, MultiLock};
+pub use notes::{NoteKind, ServerNote};
 pub use reentrant::{HolderHandle, ReentrantGuard, ReentrantLock};
 pub use resource::FencedResource;
 pub use rwlock::{ReadGuard, RwLock, WriteGuard};

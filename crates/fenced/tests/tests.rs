@@ -49,6 +49,7 @@ mod renewal;
 mod rwlock;
 mod semaphore;
 mod sentinel;
+mod server_notes;
 mod sql_fencing;
 mod storms;
 mod tickets;

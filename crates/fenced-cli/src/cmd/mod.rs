@@ -2,6 +2,7 @@
 
 pub mod demo;
 pub mod docs;
+pub mod doctor;
 pub mod elect;
 pub mod hold;
 pub mod inspect;

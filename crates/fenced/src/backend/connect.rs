@@ -28,6 +28,7 @@ use super::{Connector, Failover};
 #[cfg(feature = "cluster")]
 use crate::error::bounded;
 use crate::error::{Error, Result};
+use crate::notes::{self, ServerNote};
 use crate::options::ClientOptions;
 
 /// Makes a client of the node at `host:port` with a topology's settings.
@@ -88,8 +89,9 @@ impl Connect {
         }
     }
 
-    /// Connects to the topology and checks what can be checked now.
-    pub(crate) async fn backend(&self) -> Result<Backend> {
+    /// Connects to the topology and checks what can be checked now: the backend, and what its
+    /// servers' configuration says about lock keys (`notes.rs`).
+    pub(crate) async fn backend(&self) -> Result<(Backend, Vec<ServerNote>)> {
         if self.options.without_scripts && !self.scriptless_topology() {
             return Err(Error::unsupported(
                 "locks on a Redis Cluster or Redlock need Lua scripts, and this client sends none: drop without_scripts (fenced --no-scripts)",
@@ -105,10 +107,16 @@ impl Connect {
                 if let Err(e) = check_server(&node).await {
                     return Err(self.unwanted_password(url, e).await);
                 }
-                Ok(Backend::Single {
-                    node,
-                    client: Dedicated::Fixed(client),
-                })
+                let label = client.get_connection_info().addr().to_string();
+                let notes: Vec<ServerNote> =
+                    notes::eviction(&node, &label).await.into_iter().collect();
+                Ok((
+                    Backend::Single {
+                        node,
+                        client: Dedicated::Fixed(client),
+                    },
+                    notes,
+                ))
             }
             #[cfg(feature = "redlock")]
             Topology::Redlock(urls) => {
@@ -281,8 +289,12 @@ impl Connect {
 
     #[cfg(feature = "sentinel")]
     /// The master of `service` behind Sentinel, located now and followed from then on
-    /// (`backend/sentinel.rs`).
-    async fn sentinel_backend(&self, sentinels: &[String], service: &str) -> Result<Backend> {
+    /// (`backend/sentinel.rs`), and the notes on it.
+    async fn sentinel_backend(
+        &self,
+        sentinels: &[String],
+        service: &str,
+    ) -> Result<(Backend, Vec<ServerNote>)> {
         if sentinels.is_empty() || service.is_empty() {
             return Err(Error::invalid(
                 "a Sentinel client needs at least one sentinel URL and the service (master) name",
@@ -313,16 +325,25 @@ impl Connect {
             .with_counted_grants(self.options.counted_grants)
             .with_scripts_forbidden(self.options.without_scripts);
         check_server(&node).await?;
-        Ok(Backend::Single {
-            node,
-            client: Dedicated::Sentinel(failover),
-        })
+        // The master as located for the check just made (kept, so no call is sent here).
+        let label = match failover.conn().await {
+            Ok((_, (host, port))) => format!("{host}:{port} (master of {service})"),
+            Err(_) => format!("the master of {service}"),
+        };
+        let notes: Vec<ServerNote> = notes::eviction(&node, &label).await.into_iter().collect();
+        Ok((
+            Backend::Single {
+                node,
+                client: Dedicated::Sentinel(failover),
+            },
+            notes,
+        ))
     }
 
     #[cfg(feature = "cluster")]
     /// A Redis Cluster from its seed nodes: the slot map is read now, from the first seed
-    /// that answers.
-    async fn cluster_backend(&self, seeds: &[String]) -> Result<Backend> {
+    /// that answers. With the notes on every master.
+    async fn cluster_backend(&self, seeds: &[String]) -> Result<(Backend, Vec<ServerNote>)> {
         if seeds.is_empty() {
             return Err(Error::invalid(
                 "a Redis Cluster client needs at least one seed node URL",
@@ -377,11 +398,15 @@ impl Connect {
                 None
             }
         };
-        Ok(Backend::Cluster {
-            node: node.with_sharded_pubsub(sharded.is_some()),
-            clients: clients.into_iter().map(Dedicated::Fixed).collect(),
-            sharded,
-        })
+        let notes = notes::eviction_on_every_master(&node).await;
+        Ok((
+            Backend::Cluster {
+                node: node.with_sharded_pubsub(sharded.is_some()),
+                clients: clients.into_iter().map(Dedicated::Fixed).collect(),
+                sharded,
+            },
+            notes,
+        ))
     }
 
     #[cfg(feature = "cluster")]
@@ -412,8 +437,8 @@ impl Connect {
 
     #[cfg(feature = "redlock")]
     /// Several masters: at least 3 distinct URLs, a majority of which answer now (the others
-    /// are reconnected to when they come back).
-    async fn redlock_backend(&self, urls: &[String]) -> Result<Backend> {
+    /// are reconnected to when they come back). With the notes on the masters that answered.
+    async fn redlock_backend(&self, urls: &[String]) -> Result<(Backend, Vec<ServerNote>)> {
         if urls.len() < 3 {
             return Err(Error::invalid(format!(
                 "Redlock needs at least 3 independent masters, not {}",
@@ -439,7 +464,7 @@ impl Connect {
             .redlock_restart_grace
             .unwrap_or(self.options.default_ttl);
         let redlock = Redlock::new(nodes, clients, grace);
-        let answered = redlock.ping().await;
+        let (answered, notes) = redlock.ping().await;
         let needed = urls.len() / 2 + 1;
         if answered < needed {
             return Err(Error::NoQuorum {
@@ -448,7 +473,7 @@ impl Connect {
                 nodes: urls.len(),
             });
         }
-        Ok(Backend::Redlock(Arc::new(redlock)))
+        Ok((Backend::Redlock(Arc::new(redlock)), notes))
     }
 
     /// Where to connect: the URL, with the separate password in place of the URL's.

@@ -49,6 +49,7 @@ use crate::kind::{
     AcquireReply, LeaseKind, ReleaseReply, abandon_reply, acquire_reply, expiry_reply,
     release_reply,
 };
+use crate::notes::ServerNote;
 use crate::options::drift_allowance;
 use crate::scripts::ScriptCall;
 use crate::token::OwnerToken;
@@ -107,21 +108,37 @@ impl Redlock {
         }
     }
 
-    /// Asks every node whether it answers (`PING`), and learns its `run_id` (`INFO server`,
-    /// which an ACL may deny: restarts of that node then go unseen, and a warning says so);
-    /// how many answered.
-    pub(crate) async fn ping(&self) -> usize {
-        let asks = self.nodes.iter().map(|node| async move {
-            let ping = node.query::<String>("ping", &redis::cmd("PING")).await;
-            let info = node
-                .query::<String>("ping", redis::cmd("INFO").arg("server"))
-                .await;
-            (ping.is_ok(), info)
-        });
+    /// Asks every node whether it answers (`PING`), learns its `run_id` (`INFO server`,
+    /// which an ACL may deny: restarts of that node then go unseen, and a warning says so),
+    /// and reads whether it may evict lock keys (`notes.rs`; only a node that answered is
+    /// asked, so a master that is down adds no wait); how many answered, and the notes.
+    pub(crate) async fn ping(&self) -> (usize, Vec<ServerNote>) {
+        let asks = self
+            .nodes
+            .iter()
+            .zip(&self.clients)
+            .map(|(node, client)| async move {
+                let pinged = node
+                    .query::<String>("ping", &redis::cmd("PING"))
+                    .await
+                    .is_ok();
+                let info = node
+                    .query::<String>("ping", redis::cmd("INFO").arg("server"))
+                    .await;
+                let note = if pinged {
+                    let label = client.get_connection_info().addr().to_string();
+                    crate::notes::eviction(node, &label).await
+                } else {
+                    None
+                };
+                (pinged, info, note)
+            });
         let answers = futures_util::future::join_all(asks).await;
         let mut answered = 0;
-        for (i, (pinged, info)) in answers.into_iter().enumerate() {
+        let mut notes = Vec::new();
+        for (i, (pinged, info, note)) in answers.into_iter().enumerate() {
             answered += usize::from(pinged);
+            notes.extend(note);
             match info {
                 Ok(text) => {
                     self.may_vote(i, Some(&text));
@@ -132,7 +149,7 @@ impl Redlock {
                 Err(_) => {}
             }
         }
-        answered
+        (answered, notes)
     }
 
     /// Records node `i`'s `run_id` from its `INFO server` text, and says whether its vote

@@ -363,6 +363,16 @@ mod snippet_21 {
 /// docs/guide.md, Rust snippet 22.
 async fn snippet_22(client: Client, url: &'static str) -> Result<(), BoxError> {
     let _ = (&client, url);
+    for note in client.server_notes() {
+        eprintln!("{note}"); // the server, what may happen, and the fix
+    }
+    #[allow(unreachable_code)]
+    Ok(())
+}
+
+/// docs/guide.md, Rust snippet 23.
+async fn snippet_23(client: Client, url: &'static str) -> Result<(), BoxError> {
+    let _ = (&client, url);
     let (id, db) = ("10100101".to_owned(), Db);
     let products = client.cache("product").with_stale_for(Duration::from_secs(30));
     let row = products
