@@ -114,11 +114,13 @@ pub enum Command {
     /// When CMD ends, fenced steps down at once and the next candidate leads.
     #[command(after_help = ELECT_HELP)]
     Elect(ElectArgs),
-    /// Print the leader of the election NAME: its value, term, since when, lease left, and
-    /// how many candidates wait; exit 75 when nobody leads. With --watch, print one line per
-    /// change (a new term, a new value, nobody) until interrupted.
+    /// Print the leader of the election NAME: its value, term, since when, lease left and how
+    /// many times leadership changed hands; then the candidates in the order they will be
+    /// elected, with their values and how long each has queued. Exit 75 when nobody leads.
+    /// With --watch, print one line per change (a new term, a new value, nobody) until
+    /// interrupted.
     #[command(
-        after_help = "Examples:\n  fenced leader billing-scheduler\n  fenced --json leader billing-scheduler | jq -r .value\n  fenced leader billing-scheduler --watch"
+        after_help = "Examples:\n  fenced leader billing-scheduler\n  fenced --json leader billing-scheduler | jq -r .leader.value\n  fenced leader billing-scheduler --watch"
     )]
     Leader {
         /// The election's name.

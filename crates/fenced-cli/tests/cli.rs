@@ -2755,6 +2755,92 @@ async fn list_and_status_show_an_election_its_leader_and_candidates() {
         .unwrap();
 }
 
+/// Waits (up to 10 s) until the election `name` counts `n` candidates.
+async fn until_candidates(c: &fenced::Client, name: &str, n: u64) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while c.election(name).status().await.unwrap().candidates != n {
+        assert!(
+            Instant::now() < deadline,
+            "{name} never had {n} candidate(s)"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leader_lists_the_candidates_in_order_and_counts_the_changes_of_leader() {
+    let s = server();
+    let c = client(&s).await;
+    let first = c.election("crew").campaign("host-a").await.unwrap();
+    let (b, d) = (client(&s).await, client(&s).await);
+    let election = b.election("crew");
+    let second = tokio::spawn(async move { election.campaign("host-b").await });
+    until_candidates(&c, "crew", 1).await;
+    first.resign().await.unwrap();
+    let second = tokio::time::timeout(Duration::from_secs(10), second)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    let election = d.election("crew");
+    let third = tokio::spawn(async move { election.campaign("host-c").await });
+    until_candidates(&c, "crew", 1).await;
+
+    let done = finish(
+        fenced(&s.url(), &["--json", "leader", "crew"]),
+        Duration::from_secs(10),
+    )
+    .await;
+    assert_eq!(done.code, Some(0), "{}", done.stderr);
+    let shown: serde_json::Value = serde_json::from_str(done.stdout.trim()).unwrap();
+    assert_eq!(shown["leader"]["value"], "host-b");
+    assert_eq!(shown["leader"]["term"], second.term().get());
+    assert_eq!(shown["leader"]["transitions"], 1, "{shown}");
+    assert_eq!(shown["candidates"], 1);
+    let queue = shown["queue"].as_array().expect("the candidates, listed");
+    assert_eq!(queue.len(), 1, "{shown}");
+    assert_eq!(queue[0]["value"], "host-c");
+    assert!(queue[0]["queued_ms"].is_u64(), "{shown}");
+    assert!(queue[0]["queued_since_ms"].is_u64(), "{shown}");
+
+    let done = finish(
+        fenced(&s.url(), &["leader", "crew"]),
+        Duration::from_secs(10),
+    )
+    .await;
+    assert_eq!(done.code, Some(0), "{}", done.stderr);
+    assert!(
+        done.stdout.contains("1 change(s) of leader"),
+        "{}",
+        done.stdout
+    );
+    assert!(
+        done.stdout.contains("1. \"host-c\", queued for "),
+        "{}",
+        done.stdout
+    );
+    let done = finish(
+        fenced(&s.url(), &["status", "crew"]),
+        Duration::from_secs(10),
+    )
+    .await;
+    assert!(
+        done.stdout.contains("1. \"host-c\", queued for "),
+        "{}",
+        done.stdout
+    );
+
+    second.resign().await.unwrap();
+    tokio::time::timeout(Duration::from_secs(10), third)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap()
+        .resign()
+        .await
+        .unwrap();
+}
+
 /// A Redis user who may not run scripts: `run` works (fenced and unfenced, the command gets
 /// its token), learned from the first refusal or asked for with `--no-scripts`; a command
 /// that needs scripts exits 78 with one line.

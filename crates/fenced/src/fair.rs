@@ -114,6 +114,11 @@ impl FairLock {
         &self.channel_prefix
     }
 
+    /// Its waiters' registrations (hash: waiter id -> end of its registration, server ms).
+    pub(crate) fn registrations(&self) -> &str {
+        &self.registrations
+    }
+
     /// The kind of a lease resumed from a ticket: a holder, no longer a waiter.
     pub(crate) fn ticket_kind(&self) -> FairLease {
         self.kind(&Arc::from(""), false)

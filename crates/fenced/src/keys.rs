@@ -134,9 +134,12 @@ pub(crate) fn expected_type(key: &str) -> Option<&'static str> {
         "" if prefix.ends_with("res:") => "hash",
         // A resource's fence: the highest token it accepted, a decimal.
         ":fence" if prefix.ends_with("res:") => "string",
-        "" | ":latch" => "string",
+        // `:transitions`: an election's count of leader changes.
+        "" | ":latch" | ":transitions" => "string",
         ":fence" | ":permits:fence" => "stream",
-        ":holds" | ":permits:n" | ":readers:n" | ":queue:ends" | ":cached" => "hash",
+        ":holds" | ":permits:n" | ":readers:n" | ":queue:ends" | ":queue:values" | ":cached" => {
+            "hash"
+        }
         ":permits" | ":readers" | ":writers" => "zset",
         ":queue" => "list",
         s if s.contains(":void:") || s.contains(":epoch:") => "string",
@@ -176,6 +179,8 @@ mod tests {
             ("fenced:{a}:readers", Some("zset")),
             ("fenced:{a}:queue", Some("list")),
             ("fenced:{a}:queue:ends", Some("hash")),
+            ("fenced:election:{a}:queue:values", Some("hash")),
+            ("fenced:election:{a}:transitions", Some("string")),
             ("fenced:{a}:holds", Some("hash")),
             ("fenced:res:{a}", Some("hash")),
             ("fenced:res:{a}:fence", Some("string")),

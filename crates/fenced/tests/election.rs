@@ -1,11 +1,13 @@
 //! Elections: a campaign elects with a term, candidates are served in order, a step down
 //! elects the next at once, a deposed leader's writes are refused, observers follow the leader
-//! in term order and end with their client; a leader that dies is replaced.
+//! in term order and end with their client; a leader that dies, or stops beating, is replaced.
+//! The status lists the candidates with their values and counts the changes of leader; a
+//! leader yields to a chosen candidate.
 
 use std::time::Duration;
 
 use fenced::resource::FencedWrite;
-use fenced::{Client, Error, Leader};
+use fenced::{Client, Error, Leader, LostCause};
 use fenced_testkit::{Fault, Proxy};
 
 use crate::support::{Worker, calls, client, eventually, on_backends, raw, server};
@@ -16,6 +18,34 @@ async fn next(changes: &mut fenced::LeaderChanges) -> Option<Leader> {
         .await
         .expect("an observer heard of no change within 10 s")
         .expect("the stream ended")
+}
+
+/// The values of the candidates `election` lists, in order.
+async fn queued(election: &fenced::Election) -> Vec<Option<String>> {
+    let status = election.status().await.unwrap();
+    status.queue.into_iter().map(|c| c.value).collect()
+}
+
+/// Waits (up to 5 s) until `election` counts `n` candidates.
+async fn until_queued(election: &fenced::Election, n: u64) {
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            election.status().await.unwrap().candidates == n
+        })
+        .await,
+        "{n} candidate(s) never queued"
+    );
+}
+
+/// The leadership `campaign` won, within 10 s.
+async fn elected(
+    campaign: tokio::task::JoinHandle<fenced::Result<fenced::Leadership>>,
+) -> fenced::Leadership {
+    tokio::time::timeout(Duration::from_secs(10), campaign)
+        .await
+        .expect("the candidate was not elected within 10 s")
+        .unwrap()
+        .unwrap()
 }
 
 on_backends!(Single, Cluster;
@@ -316,6 +346,7 @@ on_backends!(Redlock;
         assert!(matches!(election.leader().await, Err(Error::Unsupported(_))));
         assert!(matches!(election.observe(), Err(Error::Unsupported(_))));
         assert!(matches!(leadership.proclaim("a2").await, Err(Error::Unsupported(_))));
+        assert!(matches!(leadership.yield_to("b").await, Err(Error::Unsupported(_))));
         let term = leadership.term();
         leadership.resign().await.unwrap();
         let next = other.election("majority").try_campaign("b").await.unwrap().expect("free");
@@ -403,4 +434,203 @@ async fn a_leader_renewed_for_many_leases_keeps_its_record() {
     }
     assert!(!leadership.is_lost());
     leadership.resign().await.unwrap();
+}
+
+on_backends!(Single, Cluster;
+    async fn candidates_are_listed_in_queue_order_with_their_values_and_a_growing_queued_time(c, deployment) {
+        let election = c.election("listed");
+        let leading = election.campaign("leader").await.unwrap();
+        let mut others = Vec::new();
+        let mut campaigns = Vec::new();
+        for i in 1..=3u64 {
+            // One after the other, each in a client of its own: the queue's order is known.
+            let other = deployment.client().await;
+            let candidate = other.election("listed");
+            campaigns.push(tokio::spawn(async move { candidate.campaign(format!("c{i}")).await }));
+            others.push(other);
+            until_queued(&election, i).await;
+        }
+        let first = election.status().await.unwrap();
+        let values: Vec<_> = first.queue.iter().map(|q| q.value.as_deref()).collect();
+        assert_eq!(values, [Some("c1"), Some("c2"), Some("c3")]);
+        let since: Vec<_> = first.queue.iter().map(|q| q.queued_since.expect("recorded")).collect();
+        assert!(since.windows(2).all(|w| w[0] <= w[1]), "in the order they queued: {since:?}");
+        let waited: Vec<_> = first.queue.iter().map(|q| q.queued_for.expect("recorded")).collect();
+        assert!(waited.windows(2).all(|w| w[0] >= w[1]), "the oldest has queued longest: {waited:?}");
+        // The server's clock runs on: each has queued longer, in the same order.
+        let head = waited[0];
+        assert!(
+            eventually(Duration::from_secs(5), || async {
+                let now = election.status().await.unwrap();
+                now.queue.first().and_then(|q| q.queued_for) > Some(head + Duration::from_millis(50))
+                    && now.queue.iter().map(|q| q.queued_since).eq(first.queue.iter().map(|q| q.queued_since))
+            })
+            .await,
+            "the head's queued time never grew"
+        );
+        // Elected: off the list. Given up: off the list at once.
+        leading.resign().await.unwrap();
+        let mut campaigns = campaigns.into_iter();
+        let c1 = elected(campaigns.next().unwrap()).await;
+        assert_eq!(election.leader().await.unwrap().unwrap().value, "c1");
+        assert_eq!(queued(&election).await, [Some("c2".to_owned()), Some("c3".to_owned())]);
+        let c2 = campaigns.next().unwrap();
+        campaigns.next().unwrap().abort();
+        assert!(
+            eventually(Duration::from_secs(5), || async {
+                queued(&election).await == [Some("c2".to_owned())]
+            })
+            .await,
+            "the candidate that gave up is still listed"
+        );
+        c1.resign().await.unwrap();
+        elected(c2).await.resign().await.unwrap();
+        let last = election.status().await.unwrap();
+        assert_eq!((last.candidates, last.queue), (0, Vec::new()));
+    }
+);
+
+#[tokio::test]
+async fn transitions_count_each_change_of_leader_and_outlive_the_leader_record() {
+    let server = server();
+    let c = client(&server).await;
+    let election = c.election("changes");
+    let first = election.campaign("a").await.unwrap();
+    let leader = election.leader().await.unwrap().expect("a leads");
+    assert_eq!(leader.transitions, 0, "the first leader is no change");
+    let other = client(&server).await;
+    // Short leases: the record lives a lease and a second past the last renewal.
+    let candidate = other
+        .election("changes")
+        .with_ttl(Duration::from_millis(300));
+    let campaign = tokio::spawn(async move { candidate.campaign("b").await });
+    until_queued(&election, 1).await;
+    first.resign().await.unwrap();
+    let second = elected(campaign).await;
+    let leader = election.leader().await.unwrap().expect("b leads");
+    assert_eq!((leader.value.as_str(), leader.transitions), ("b", 1));
+    second.resign().await.unwrap();
+    // Nobody leads, and the record of the last leader runs out.
+    let conn = raw(&server).await;
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            let left: i64 = redis::cmd("EXISTS")
+                .arg("fenced:election:{changes}:leader")
+                .query_async(&mut conn.clone())
+                .await
+                .unwrap();
+            left == 0
+        })
+        .await,
+        "the leader record never expired"
+    );
+    assert_eq!(election.leader().await.unwrap(), None);
+    let third = election.campaign("c").await.unwrap();
+    let leader = election.leader().await.unwrap().expect("c leads");
+    assert_eq!((leader.value.as_str(), leader.transitions), ("c", 2));
+    third.resign().await.unwrap();
+}
+
+on_backends!(Single, Cluster;
+    async fn yield_to_a_queued_value_elects_that_candidate_next_with_a_greater_term(c, deployment) {
+        let election = c.election("yield");
+        let leading = election.clone().with_ttl(Duration::from_secs(60)).campaign("v1").await.unwrap();
+        // Two candidates: the head of the queue advertises another value.
+        let (a, b) = (deployment.client().await, deployment.client().await);
+        let head = a.election("yield");
+        let first_in_line = tokio::spawn(async move { head.campaign("other").await });
+        until_queued(&election, 1).await;
+        let preferred = b.election("yield");
+        let preferred = tokio::spawn(async move { preferred.campaign("v2").await });
+        until_queued(&election, 2).await;
+        let mut changes = election.observe().unwrap();
+        assert_eq!(next(&mut changes).await.expect("v1 leads").value, "v1");
+
+        assert!(leading.yield_to("v2").await.unwrap(), "v2 is queued");
+        assert!(leading.is_lost(), "the yielder no longer leads");
+        let next_leader = elected(preferred).await;
+        assert!(next_leader.term() > leading.term(), "a greater term");
+        let leader = election.leader().await.unwrap().expect("v2 leads");
+        assert_eq!((leader.value.as_str(), leader.term), ("v2", next_leader.term()));
+        // Observers see it; the former head still waits, first in line.
+        let seen = match next(&mut changes).await {
+            None => next(&mut changes).await.expect("v2 leads"),
+            Some(l) => l,
+        };
+        assert_eq!((seen.value.as_str(), seen.term), ("v2", next_leader.term()));
+        assert!(!first_in_line.is_finished());
+        assert_eq!(queued(&election).await, [Some("other".to_owned())]);
+        // The yielded leadership has nothing left to give back.
+        leading.resign().await.unwrap();
+        assert_eq!(election.leader().await.unwrap().map(|l| l.term), Some(next_leader.term()));
+        next_leader.resign().await.unwrap();
+        elected(first_in_line).await.resign().await.unwrap();
+    }
+);
+
+#[tokio::test]
+async fn yield_to_a_value_no_candidate_advertises_answers_false_and_keeps_the_leadership() {
+    let server = server();
+    let c = client(&server).await;
+    let election = c.election("stays");
+    let leading = election.campaign("v1").await.unwrap();
+    assert!(
+        !leading.yield_to("v2").await.unwrap(),
+        "nobody queued at all"
+    );
+    let other = client(&server).await;
+    let candidate = other.election("stays");
+    let campaign = tokio::spawn(async move { candidate.campaign("other").await });
+    until_queued(&election, 1).await;
+    assert!(
+        !leading.yield_to("v2").await.unwrap(),
+        "only another value queued"
+    );
+    assert!(!leading.is_lost());
+    let leader = election.leader().await.unwrap().expect("still leads");
+    assert_eq!((leader.value.as_str(), leader.term), ("v1", leading.term()));
+    assert_eq!(queued(&election).await, [Some("other".to_owned())]);
+    leading.proclaim("v1'").await.unwrap();
+    leading.resign().await.unwrap();
+    elected(campaign).await.resign().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_that_stops_beating_is_replaced_and_observers_see_the_next_leader() {
+    let server = server();
+    let c = client(&server).await;
+    let election = c.election("beats");
+    let mut changes = election.observe().unwrap();
+    assert_eq!(next(&mut changes).await, None);
+    let (ttl, silence) = (Duration::from_millis(300), Duration::from_millis(600));
+    let silent = election
+        .clone()
+        .with_ttl(ttl)
+        .with_heartbeat(silence)
+        .campaign("silent")
+        .await
+        .unwrap();
+    assert_eq!(next(&mut changes).await.expect("it leads").value, "silent");
+    let other = client(&server).await;
+    let heir = other.election("beats");
+    let campaign = tokio::spawn(async move { heir.campaign("heir").await });
+    until_queued(&election, 1).await;
+    // No beat: the leader hangs while its process runs on, its leadership kept.
+    tokio::time::timeout(silence + ttl + Duration::from_secs(5), silent.lost())
+        .await
+        .expect("a silent leader loses its leadership");
+    assert!(
+        matches!(silent.lease().lost_cause(), Some(LostCause::Silent { .. })),
+        "{:?}",
+        silent.lease().lost_cause()
+    );
+    let seen = match next(&mut changes).await {
+        None => next(&mut changes).await.expect("the heir leads"),
+        Some(l) => l,
+    };
+    assert_eq!(seen.value, "heir");
+    assert!(seen.term > silent.term());
+    assert_eq!(seen.transitions, 1);
+    elected(campaign).await.resign().await.unwrap();
+    drop(silent);
 }

@@ -316,8 +316,9 @@ async fn a_refusal_for_a_primitive_without_a_twin_is_not_remembered() {
 
 /// Inspecting needs no scripts: a client without them, chosen or refused by the ACL, lists a
 /// held semaphore, a read-write lock's readers and waiting writer, and an election's leader
-/// and candidate as a client with scripts does (a lease past its end not counted, a key of
-/// another type named), and each status answers the same.
+/// (with its changes of leader) and candidates (with their values, one without) as a client
+/// with scripts does (a lease past its end not counted, a key of another type named), and
+/// each status answers the same.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_scripts_list_and_status_read_every_kind_as_a_client_with_scripts_does() {
     let server = server();
@@ -334,6 +335,9 @@ async fn without_scripts_list_and_status_read_every_kind_as_a_client_with_script
     let _reader = with.rw_lock("doc").read().await.unwrap();
     let writer = with.rw_lock("doc");
     let writing = tokio::spawn(async move { writer.write().await.map(drop) });
+    // A first leader, and a change of leader.
+    let gone = with.election("leader").campaign("host-0").await.unwrap();
+    gone.resign().await.unwrap();
     let leading = with.election("leader").campaign("host-a").await.unwrap();
     let other = client(&server).await;
     let candidate = other.election("leader");
@@ -347,6 +351,19 @@ async fn without_scripts_list_and_status_read_every_kind_as_a_client_with_script
         "the writer and the candidate never queued"
     );
     let mut conn = raw(&server).await;
+    // A candidate queued behind host-b without a value (its campaign recorded none), whose
+    // registration does not end while the test runs.
+    let _: () = redis::cmd("RPUSH")
+        .arg(&["fenced:election:{leader}:queue", "00000000000000aa"])
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let _: () = redis::cmd("HSET")
+        .arg(&["fenced:election:{leader}:queue:ends", "00000000000000aa"])
+        .arg(i64::MAX / 2)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
     // A holder whose lease ended (not yet swept), and a key another program wrote.
     let _: () = redis::cmd("ZADD")
         .arg(&["fenced:{pool}:permits", "1", "gone"])
@@ -382,12 +399,28 @@ async fn without_scripts_list_and_status_read_every_kind_as_a_client_with_script
             with.rw_lock("doc").status().await.unwrap()
         );
         let election = c.election("leader").status().await.unwrap();
+        let scripted = with.election("leader").status().await.unwrap();
+        // The same candidates, in the same order, read the same (their queued time ticks).
+        let seen = |s: &fenced::ElectionStatus| {
+            s.queue
+                .iter()
+                .map(|q| (q.value.clone(), q.queued_since, q.queued_for.is_some()))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(seen(&election), seen(&scripted));
+        let values: Vec<_> = election.queue.iter().map(|q| q.value.as_deref()).collect();
+        assert_eq!(values, [Some("host-b"), None]);
+        assert_eq!(election.candidates, 2);
         let leader = election.leader.expect("a leader");
         assert_eq!(
-            (leader.value.as_str(), leader.term),
-            ("host-a", leading.term())
+            (leader.value.as_str(), leader.term, leader.transitions),
+            ("host-a", leading.term(), 1)
         );
-        assert_eq!(election.candidates, 1);
+        let expected = scripted.leader.expect("a leader");
+        assert_eq!(
+            (leader.since, leader.proclaims, leader.transitions),
+            (expected.since, expected.proclaims, expected.transitions)
+        );
         assert!(
             c.election("nobody")
                 .status()

@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use fenced::election::Candidate;
 use fenced::{Leader, WaitPolicy};
 use serde_json::json;
 use tokio::time::Instant;
@@ -161,9 +162,11 @@ pub async fn leader(global: &Global, name: &str, watch: bool) -> Result<u8, Fail
     if !watch {
         let status = election.status().await.map_err(fail)?;
         if global.json {
+            // `candidates` counts them; `queue` lists them, in the order they will be elected.
+            let queue: Vec<_> = status.queue.iter().map(candidate_json).collect();
             say!(
                 "{}",
-                json!({"election": name, "leader": status.leader.as_ref().map(leader_json), "candidates": status.candidates})
+                json!({"election": name, "leader": status.leader.as_ref().map(leader_json), "candidates": status.candidates, "queue": queue})
             );
         } else {
             say!("election:   {name}");
@@ -172,6 +175,9 @@ pub async fn leader(global: &Global, name: &str, watch: bool) -> Result<u8, Fail
                 None => say!("leader:     none"),
             }
             say!("candidates: {}", status.candidates);
+            for (i, c) in status.queue.iter().enumerate() {
+                say!("            {}. {}", i + 1, describe_candidate(c));
+            }
         }
         return Ok(if status.leader.is_some() {
             exit::OK
@@ -204,19 +210,50 @@ pub async fn leader(global: &Global, name: &str, watch: bool) -> Result<u8, Fail
     }
 }
 
-/// `VALUE (term T, since WHEN, DUR of its lease left)`.
+/// `VALUE (term T, since WHEN, DUR of its lease left; N change(s) of leader)`.
 fn describe(l: &Leader) -> String {
-    let value = if l.value.is_empty() {
-        "(no value)".to_owned()
-    } else {
-        format!("{:?}", l.value)
-    };
     format!(
-        "{value} (term {}, since {}, {} of its lease left)",
+        "{} (term {}, since {}, {} of its lease left; {} change(s) of leader)",
+        quoted(&l.value),
         l.term,
         humantime::format_rfc3339_seconds(l.since),
-        show(l.lease_left)
+        show(l.lease_left),
+        l.transitions
     )
+}
+
+/// A value as the output shows it: quoted, or `(no value)` for an empty one.
+fn quoted(value: &str) -> String {
+    if value.is_empty() {
+        "(no value)".to_owned()
+    } else {
+        format!("{value:?}")
+    }
+}
+
+/// `VALUE, queued for DUR`: one candidate, for `fenced leader` and `fenced status`.
+pub fn describe_candidate(c: &Candidate) -> String {
+    let value = c
+        .value
+        .as_deref()
+        .map_or_else(|| "(value not recorded)".to_owned(), quoted);
+    match c.queued_for {
+        Some(d) => format!("{value}, queued for {}", show(d)),
+        None => format!("{value}, queued for an unknown time"),
+    }
+}
+
+/// One candidate in JSON: its value and how long it has queued (null where its campaign
+/// recorded none), since when by the server's clock.
+pub fn candidate_json(c: &Candidate) -> serde_json::Value {
+    let since_ms = c
+        .queued_since
+        .map(|t| t.duration_since(std::time::UNIX_EPOCH).map_or(0, millis));
+    json!({
+        "value": c.value,
+        "queued_ms": c.queued_for.map(millis),
+        "queued_since_ms": since_ms,
+    })
 }
 
 fn leader_json(l: &Leader) -> serde_json::Value {
@@ -230,6 +267,7 @@ fn leader_json(l: &Leader) -> serde_json::Value {
         "since_ms": since_ms,
         "lease_left_ms": u64::try_from(l.lease_left.as_millis()).unwrap_or(u64::MAX),
         "proclaims": l.proclaims,
+        "transitions": l.transitions,
     })
 }
 

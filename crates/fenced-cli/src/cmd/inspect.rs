@@ -4,6 +4,7 @@ use fenced::inspect::{LockStatus, NodeStatus, SemaphoreStatus};
 use serde_json::{Value, json};
 
 use crate::args::Global;
+use crate::cmd::elect::{candidate_json, describe_candidate};
 use crate::cmd::{address, check_name, check_url, connect};
 use crate::exit::{self, Failure, show};
 
@@ -56,7 +57,9 @@ pub async fn status(global: &Global, name: &str) -> Result<u8, Failure> {
         value["election"] = json!({
             "leader": election.leader.as_ref().map(|l| l.value.clone()),
             "term": election.leader.as_ref().map(|l| l.term.get()),
+            "transitions": election.leader.as_ref().map(|l| l.transitions),
             "candidates": election.candidates,
+            "queue": election.queue.iter().map(candidate_json).collect::<Vec<_>>(),
         });
         value["node"] = json!(nodes.first().map(|n| n.node.clone()));
         say!("{value}");
@@ -115,14 +118,19 @@ pub async fn status(global: &Global, name: &str) -> Result<u8, Failure> {
     if let Some(election) = leads {
         if let Some(l) = &election.leader {
             say!(
-                "election: led by {:?} in term {}, {} of its lease left; {} candidate(s)",
+                "election: led by {:?} in term {}, {} of its lease left; {} candidate(s); {} change(s) of leader",
                 l.value,
                 l.term,
                 show(l.lease_left),
-                election.candidates
+                election.candidates,
+                l.transitions
             );
         } else {
             say!("election: no leader; {} candidate(s)", election.candidates);
+        }
+        // The candidates, in the order they will be elected.
+        for (i, c) in election.queue.iter().enumerate() {
+            say!("          {}. {}", i + 1, describe_candidate(c));
         }
     }
     if let Some(left) = latch {

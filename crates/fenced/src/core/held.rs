@@ -3,6 +3,7 @@
 
 use std::fmt;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -37,8 +38,10 @@ pub(crate) struct Held {
     core: Arc<Core>,
     kind: Arc<dyn LeaseKind>,
     owner: OwnerToken,
-    /// False once given back (released, or handed to the background).
-    live: bool,
+    /// False once given back (released, handed to the background, or given up in Redis by
+    /// a call of its primitive: [`given_up`](Self::given_up)). Atomic for that last one,
+    /// which a shared reference makes; every other change has the guard to itself.
+    live: AtomicBool,
     id: u64,
     lease: Lease,
     /// A minimum hold's end: a release before it leaves the lease to expire then.
@@ -61,7 +64,7 @@ impl Held {
             core,
             kind,
             owner,
-            live: true,
+            live: AtomicBool::new(true),
             id,
             lease,
             min_until,
@@ -76,7 +79,7 @@ impl Held {
         self.core.renewer.untrack(self.id);
         let (ttl, epoch) = (self.lease.state.ttl(), self.lease.state.epoch());
         self.lease.state.end();
-        self.live = false;
+        *self.live.get_mut() = false;
         (self.kind.clone(), self.owner.clone(), ttl, epoch)
     }
 
@@ -137,6 +140,18 @@ impl Held {
         }
     }
 
+    /// Ends the lease here after a call of its primitive gave it up in Redis in a step of
+    /// its own (an election's yield, `election/leadership.rs`), as a release ends it: no
+    /// longer renewed, over for every clone (its lost signal fires, and it reads as given
+    /// back), and nothing left to give back when the guard is dropped. The caller wakes whom
+    /// that step woke.
+    pub(crate) fn given_up(&self) {
+        self.core.renewer.untrack(self.id);
+        self.lease.state.end();
+        self.live.store(false, Ordering::Release);
+        metrics::released(self.kind.primitive(), Outcome::Released);
+    }
+
     /// Gives the lease back, retrying a lost reply; wakes whom the kind's release wakes.
     ///
     /// Returns [`ReleaseReply::Retained`] when only this hold was given back (an inner
@@ -154,6 +169,10 @@ impl Held {
     }
 
     async fn release_in_span(mut self) -> Result<ReleaseReply> {
+        // Given up in Redis already (`given_up`): released, with nothing left to send.
+        if !*self.live.get_mut() {
+            return Ok(ReleaseReply::Released);
+        }
         // Known lost: the answer needs no round trip. Dropping `self` still gives back
         // whatever Redis may hold for it, in the background.
         if let Some(e) = self.known_over() {
@@ -180,13 +199,13 @@ impl Held {
         let handing = self.hand_over(&core).await;
         if handing == Handing::Done {
             metrics::released(self.kind.primitive(), Outcome::HandedOver);
-            self.live = false;
+            *self.live.get_mut() = false;
             tracing::debug!(name = %self.lease.name, "fenced: handed over to a local waiter");
             return Ok(ReleaseReply::Released);
         }
         if handing == Handing::Released {
             metrics::released(self.kind.primitive(), Outcome::Released);
-            self.live = false;
+            *self.live.get_mut() = false;
             self.wake_local(&core);
             tracing::debug!(name = %self.lease.name, "fenced: released");
             return Ok(ReleaseReply::Released);
@@ -202,7 +221,7 @@ impl Held {
             after_unknown,
         );
         let outcome = release.await;
-        self.live = false;
+        *self.live.get_mut() = false;
         let reply = match outcome {
             Ok(reply) => reply,
             Err(e) => {
@@ -249,7 +268,7 @@ impl Held {
         // Still `live` while the change is in flight: should this future be dropped, `Drop`
         // sends it again in the background, in a newer epoch aiming at the same end.
         let outcome = core.backend().extend("release", &call, &*self.kind).await;
-        self.live = false;
+        *self.live.get_mut() = false;
         match outcome {
             Ok(ExpiryReply::Applied | ExpiryReply::Superseded) => {
                 metrics::released(self.kind.primitive(), Outcome::Released);
@@ -385,8 +404,8 @@ impl Held {
 impl Drop for Held {
     fn drop(&mut self) {
         metrics::held_for(self.kind.primitive(), self.granted_at.elapsed());
-        if self.live {
-            self.live = false;
+        if *self.live.get_mut() {
+            *self.live.get_mut() = false;
             // Given up for silence, or lost under a lock delay: Redis frees it when it runs
             // out, not before (a hung holder may still be writing; the delay keeps the name).
             if self.lease.state.left_to_run_out() {

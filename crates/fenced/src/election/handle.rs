@@ -30,11 +30,20 @@ use crate::token::OwnerToken;
 ///   signal fires if it ends. A leader that dies is replaced within a ttl.
 /// - **Observers.** [`observe`](Self::observe) follows the leader as a stream, woken by
 ///   announcements, in term order, never backwards.
+/// - **Candidates and changes.** [`status`](Self::status) lists the candidates in the order
+///   they will be elected, each with its value and how long it has queued, and the leader
+///   with how many times leadership changed hands ([`Leader::transitions`]).
+/// - **A chosen successor.** [`Leadership::yield_to`] steps down for the queued candidate
+///   that advertises a given value, which is elected next.
+/// - **Health.** [`with_heartbeat`](Self::with_heartbeat) renews a leadership only while the
+///   leader's work [beats](Leadership::beat): a leader that hangs with its process alive
+///   loses the leadership within that silence and a ttl, and observers see the next leader.
 ///
 /// Runs on one server, Sentinel and Cluster. On Redlock, campaigning and stepping down work
 /// (without the FIFO queue: a step down wakes every candidate); the leader's value,
-/// [`leader`](Self::leader), [`observe`](Self::observe) and
-/// [`proclaim`](Leadership::proclaim) answer [`Error::Unsupported`] there.
+/// [`leader`](Self::leader), [`status`](Self::status), [`observe`](Self::observe),
+/// [`proclaim`](Leadership::proclaim) and [`yield_to`](Leadership::yield_to) answer
+/// [`Error::Unsupported`] there.
 ///
 /// # Examples
 ///
@@ -96,6 +105,10 @@ impl Election {
                 keys: keys.clone(),
                 record: format!("{}:leader", keys.lock).into(),
                 queue: fair.queue().into(),
+                registrations: fair.registrations().into(),
+                values: format!("{}:queue:values", keys.lock).into(),
+                transitions: format!("{}:transitions", keys.lock).into(),
+                channel_prefix: fair.channel_prefix().into(),
             },
             observers: Arc::from([keys.channel.clone()]),
             core: core.clone(),
@@ -201,8 +214,23 @@ impl Election {
         Ok(self.status().await?.leader)
     }
 
-    /// The leader and the candidates, read in one step. Where scripts are not sent, or
-    /// refused, the same reads go as one `MULTI`/`EXEC`, and the answer is the same.
+    /// The leader and the candidates, read in one step: the candidates in the order they
+    /// will be elected, each with the value it will advertise and how long it has queued (by
+    /// the server's clock). Where scripts are not sent, or refused, the same reads go as one
+    /// `MULTI`/`EXEC`, and the answer is the same.
+    ///
+    /// ```
+    /// # fenced_testkit::doctest(|url| async move {
+    /// let client = fenced::Client::connect(&url).await?;
+    /// let status = client.election("billing-scheduler").status().await?;
+    /// if let Some(leader) = &status.leader {
+    ///     println!("{} leads in term {}, after {} change(s) of leader", leader.value, leader.term, leader.transitions);
+    /// }
+    /// for candidate in &status.queue {
+    ///     println!("next: {:?}, queued for {:?}", candidate.value, candidate.queued_for);
+    /// }
+    /// # Ok(()) });
+    /// ```
     ///
     /// # Errors
     ///
@@ -250,6 +278,8 @@ impl Election {
         ElectionLease {
             fair: self.fair.kind(waiter, queues),
             record: self.seat.record.clone(),
+            values: self.seat.values.clone(),
+            transitions: self.seat.transitions.clone(),
             value: value.clone(),
             observers: self.observers.clone(),
             announcement: self.core.release_message(Wake::One).into(),

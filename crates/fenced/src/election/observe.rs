@@ -97,7 +97,7 @@ impl LeaderChanges {
                 Target {
                     name: election.name.to_string(),
                     channel: election.keys.channel.clone(),
-                    read: election.status_call(),
+                    read: election.leader_call(),
                 },
                 tx,
                 stop.clone(),

@@ -1,6 +1,7 @@
 //! The lease under [`Election`](crate::Election): a fair lock's lease on the election's leader
 //! key (candidates queue in FIFO order), whose grant also records the leader's value, term and
-//! start, and whose every change (a grant, a step down) is announced to the observers.
+//! start and counts the change of leader, whose candidates record their values while they
+//! queue, and whose every change (a grant, a step down) is announced to the observers.
 //!
 //! A leadership is never handed straight to a local candidate (the fair lock's shortcut): the
 //! record names the candidate's value, which only the candidate's own campaign knows.
@@ -19,6 +20,10 @@ pub(crate) struct ElectionLease {
     pub(crate) fair: FairLease,
     /// hash: the leader record (owner, value, term, since, v).
     pub(crate) record: Arc<str>,
+    /// hash: the candidates' values (waiter id -> `<queued since> <value>`).
+    pub(crate) values: Arc<str>,
+    /// string: how many times leadership changed hands.
+    pub(crate) transitions: Arc<str>,
     /// The value this candidate advertises once elected.
     pub(crate) value: Arc<str>,
     /// The observers' channel: `[<leader key>:released]`.
@@ -65,6 +70,8 @@ impl LeaseKind for ElectionLease {
             .key(&keys.fence)
             .key(keys.tombstone(owner))
             .key(&*self.record)
+            .key(&*self.values)
+            .key(&*self.transitions)
             .arg(owner.as_str())
             .arg(ttl_ms)
             .arg(self.fair.exclusive.fence_retention_ms)
@@ -104,6 +111,7 @@ impl LeaseKind for ElectionLease {
             .key(keys.tombstone(owner))
             .key(&*self.fair.queue)
             .key(&*self.fair.registrations)
+            .key(&*self.values)
             .arg(owner.as_str())
             .arg(&*self.fair.waiter)
             .arg(&*self.fair.channel_prefix)

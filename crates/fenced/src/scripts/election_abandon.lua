@@ -5,6 +5,7 @@
 -- KEYS[2]  the attempt's tombstone
 -- KEYS[3]  queue of candidates (list of waiter ids)
 -- KEYS[4]  registrations (hash)
+-- KEYS[5]  the candidates' values (hash: waiter id -> '<queued since> <value>')
 -- ARGV[1]  owner token of the attempt
 -- ARGV[2]  waiter id
 -- ARGV[3]  the candidates' channel prefix
@@ -16,6 +17,7 @@
 --         voids it.
 redis.call('LREM', KEYS[3], 0, ARGV[2])
 redis.call('HDEL', KEYS[4], ARGV[2])
+redis.call('HDEL', KEYS[5], ARGV[2])
 if free_fair(KEYS[1], KEYS[3], ARGV[1], ARGV[3]) then
   redis.call(PUBLISH, ARGV[5], ARGV[6])
   return 1

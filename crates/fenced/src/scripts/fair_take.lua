@@ -1,7 +1,9 @@
 -- Shared by the fair lock's acquire and an election's campaign; prepended to them
 -- (scripts/mod.rs): the whole acquire of fair_acquire.lua, whose header names the keys `K`
 -- and arguments `A` and the replies. `next_token` (fence.lua) and `live_head`
--- (fair_queue.lua) are prepended before it.
+-- (fair_queue.lua) are prepended before it. `K[7]`, given by an election's campaign only, is
+-- its candidates' values (election_campaign.lua): the waiters that leave the queue for an
+-- ended registration leave it too.
 local function fair_take(K, A)
   if redis.call('DEL', K[5]) == 1 then
     return {0, -3}
@@ -17,7 +19,7 @@ local function fair_take(K, A)
   local t = redis.call('TIME')
   local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
   -- Waiters whose registration ended leave from the head (`live_head`: fair_queue.lua).
-  local head = live_head(K[2], K[3], now)
+  local head = live_head(K[2], K[3], now, K[7])
   local pttl = redis.call('PTTL', K[1])
   if pttl == -2 and (not head or head == A[4]) then
     local token = next_token(K[4], A[3])

@@ -248,13 +248,14 @@ lua!(/// Campaign in an election: a fair grant that records the leader and tells
     ELECTION_CAMPAIGN, "campaign", announces, "fence.lua", "fair_queue.lua", "fair_take.lua", "election_campaign.lua");
 lua!(/// Renew a leader's lease and its record, in epoch order.
     ELECTION_EXTEND, "extend", "election_extend.lua");
-lua!(/// Step down as leader, wake the next candidate, tell observers.
+lua!(/// Step down as leader (or yield to a chosen candidate), wake the next candidate, tell
+    /// observers.
     ELECTION_RESIGN, "resign", announces, "fair_free.lua", "election_resign.lua");
 lua!(/// Leave an election's queue; void a campaign of unknown outcome.
     ELECTION_ABANDON, "abandon", announces, "fair_free.lua", "election_abandon.lua");
 lua!(/// Change the value a leader advertises.
     ELECTION_PROCLAIM, "proclaim", announces, "election_proclaim.lua");
-lua!(/// Read an election's leader and its candidates.
+lua!(/// Read an election's leader, its changes of leader and its candidates.
     ELECTION_LEADER, "leader", "election_leader.lua");
 lua!(/// Arm a countdown latch.
     LATCH_ARM, "latch arm", "latch_arm.lua");

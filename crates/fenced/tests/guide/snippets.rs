@@ -225,6 +225,28 @@ async fn snippet_13(client: Client, url: &'static str) -> Result<(), BoxError> {
 /// docs/guide.md, Rust snippet 14.
 async fn snippet_14(client: Client, url: &'static str) -> Result<(), BoxError> {
     let _ = (&client, url);
+    let election = client.election("billing-scheduler");
+    // Who leads, how many times leadership changed hands, and who is next, in order.
+    let status = election.status().await?;
+    if let Some(leader) = &status.leader {
+        println!("{} leads in term {} after {} change(s)", leader.value, leader.term, leader.transitions);
+    }
+    for candidate in &status.queue {
+        println!("then {:?}, queued for {:?}", candidate.value, candidate.queued_for);
+    }
+
+    // A rolling upgrade: the leader hands over to the new version's candidate, if it is queued.
+    let leadership = election.campaign("v1:host-a").await?;
+    if !leadership.yield_to("v2:host-b").await? {
+        leadership.resign().await?;      // nobody advertises v2:host-b: step down as usual
+    }
+    #[allow(unreachable_code)]
+    Ok(())
+}
+
+/// docs/guide.md, Rust snippet 15.
+async fn snippet_15(client: Client, url: &'static str) -> Result<(), BoxError> {
+    let _ = (&client, url);
     let catalogue = client.rw_lock("catalogue");
 
     let r1 = catalogue.read().await?;
@@ -238,8 +260,8 @@ async fn snippet_14(client: Client, url: &'static str) -> Result<(), BoxError> {
     Ok(())
 }
 
-/// docs/guide.md, Rust snippet 15.
-async fn snippet_15(client: Client, url: &'static str) -> Result<(), BoxError> {
+/// docs/guide.md, Rust snippet 16.
+async fn snippet_16(client: Client, url: &'static str) -> Result<(), BoxError> {
     let _ = (&client, url);
     let downloads = client.semaphore("downloads", 2);
 
@@ -255,8 +277,8 @@ async fn snippet_15(client: Client, url: &'static str) -> Result<(), BoxError> {
     Ok(())
 }
 
-/// docs/guide.md, Rust snippet 16.
-async fn snippet_16(client: Client, url: &'static str) -> Result<(), BoxError> {
+/// docs/guide.md, Rust snippet 17.
+async fn snippet_17(client: Client, url: &'static str) -> Result<(), BoxError> {
     let _ = (&client, url);
     // A transfer locks both accounts, in whichever order the caller names them.
     let both = client.multi_lock(["account:7", "account:3"])?;
@@ -268,8 +290,8 @@ async fn snippet_16(client: Client, url: &'static str) -> Result<(), BoxError> {
     Ok(())
 }
 
-/// docs/guide.md, Rust snippet 17.
-async fn snippet_17(client: Client, url: &'static str) -> Result<(), BoxError> {
+/// docs/guide.md, Rust snippet 18.
+async fn snippet_18(client: Client, url: &'static str) -> Result<(), BoxError> {
     let _ = (&client, url);
     let products = client.striped_lock("products", 64)?;
     let guard = products.lock_for("product:10100101").acquire().await?;
@@ -279,8 +301,8 @@ async fn snippet_17(client: Client, url: &'static str) -> Result<(), BoxError> {
     Ok(())
 }
 
-/// docs/guide.md, Rust snippet 18.
-async fn snippet_18(client: Client, url: &'static str) -> Result<(), BoxError> {
+/// docs/guide.md, Rust snippet 19.
+async fn snippet_19(client: Client, url: &'static str) -> Result<(), BoxError> {
     let _ = (&client, url);
     let ready = client.latch("deploy:2026-11-23:shards-ready");
     assert!(ready.arm(2).await?);
@@ -297,8 +319,8 @@ async fn snippet_18(client: Client, url: &'static str) -> Result<(), BoxError> {
     Ok(())
 }
 
-/// docs/guide.md, Rust snippet 19.
-async fn snippet_19(client: Client, url: &'static str) -> Result<(), BoxError> {
+/// docs/guide.md, Rust snippet 20.
+async fn snippet_20(client: Client, url: &'static str) -> Result<(), BoxError> {
     let _ = (&client, url);
     use fenced::resource::{FencedRead, FencedUpdate};
 
@@ -320,8 +342,8 @@ async fn snippet_19(client: Client, url: &'static str) -> Result<(), BoxError> {
     Ok(())
 }
 
-/// docs/guide.md, Rust snippet 20.
-async fn snippet_20(client: Client, url: &'static str) -> Result<(), BoxError> {
+/// docs/guide.md, Rust snippet 21.
+async fn snippet_21(client: Client, url: &'static str) -> Result<(), BoxError> {
     let _ = (&client, url);
     struct Orders {
         client: fenced::Client,
@@ -341,8 +363,8 @@ async fn snippet_20(client: Client, url: &'static str) -> Result<(), BoxError> {
     Ok(())
 }
 
-/// docs/guide.md, Rust snippet 21.
-mod snippet_21 {
+/// docs/guide.md, Rust snippet 22.
+mod snippet_22 {
     #[allow(unused_imports)]
     use crate::world::*;
 
@@ -360,8 +382,8 @@ mod snippet_21 {
     }
 }
 
-/// docs/guide.md, Rust snippet 22.
-async fn snippet_22(client: Client, url: &'static str) -> Result<(), BoxError> {
+/// docs/guide.md, Rust snippet 23.
+async fn snippet_23(client: Client, url: &'static str) -> Result<(), BoxError> {
     let _ = (&client, url);
     for note in client.server_notes() {
         eprintln!("{note}"); // the server, what may happen, and the fix
@@ -370,8 +392,8 @@ async fn snippet_22(client: Client, url: &'static str) -> Result<(), BoxError> {
     Ok(())
 }
 
-/// docs/guide.md, Rust snippet 23.
-async fn snippet_23(client: Client, url: &'static str) -> Result<(), BoxError> {
+/// docs/guide.md, Rust snippet 24.
+async fn snippet_24(client: Client, url: &'static str) -> Result<(), BoxError> {
     let _ = (&client, url);
     let (id, db) = ("10100101".to_owned(), Db);
     let products = client.cache("product").with_stale_for(Duration::from_secs(30));
