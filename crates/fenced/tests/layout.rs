@@ -1,8 +1,13 @@
-//! No two files of the library import each other, directly or through others
-//! (`docs/internals.md`, "Which file may use which"): read from the sources themselves.
+//! The library's layout as `docs/internals.md` states it, read from the sources themselves:
+//! no two files import each other, directly or through others; every file lies in a stated
+//! layer, and few imports run back up the layers; the layout block names every file.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
+
+/// The most imports that may run from a lower layer to a higher one
+/// (`every_file_lies_in_a_stated_layer_and_few_imports_run_back_up`): it only ever falls.
+const ARROWS_UP_CEILING: usize = 2;
 
 /// Every source file of the library, by module path (`core::notify`, `lib` as the root "").
 fn modules(root: &Path) -> BTreeMap<String, String> {
@@ -94,10 +99,9 @@ fn path_at(text: &str) -> &str {
     text[..end].trim_end_matches(':')
 }
 
-#[test]
-fn no_two_files_of_the_library_import_each_other() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let modules = modules(&root);
+/// Which module uses which (each pair once), from the `use` statements and the paths written
+/// out in the code.
+fn import_edges(modules: &BTreeMap<String, String>) -> Vec<(String, String)> {
     let join = |m: &str, child: &str| {
         if m.is_empty() {
             child.to_owned()
@@ -107,7 +111,7 @@ fn no_two_files_of_the_library_import_each_other() {
     };
     // Names a module re-exports from a file of its own: a use of them is a use of that file.
     let mut aliases: HashMap<(String, String), String> = HashMap::new();
-    for (m, code) in &modules {
+    for (m, code) in modules {
         for (before, rest) in use_statements(code) {
             if before.is_empty() {
                 continue;
@@ -134,8 +138,8 @@ fn no_two_files_of_the_library_import_each_other() {
             .map(|i| parts[..i].join("::"))
             .find(|m| modules.contains_key(m))
     };
-    let mut edges: BTreeMap<&str, BTreeSet<String>> = BTreeMap::new();
-    for (m, code) in &modules {
+    let mut edges: BTreeSet<(String, String)> = BTreeSet::new();
+    for (m, code) in modules {
         let mut uses = Vec::new();
         let up = m.rsplit_once("::").map_or("", |(parent, _)| parent);
         for (before, rest) in use_statements(code) {
@@ -162,9 +166,21 @@ fn no_two_files_of_the_library_import_each_other() {
                 && target != *m
                 && !target.is_empty()
             {
-                edges.entry(m).or_default().insert(target);
+                edges.insert((m.clone(), target));
             }
         }
+    }
+    edges.into_iter().collect()
+}
+
+#[test]
+fn no_two_files_of_the_library_import_each_other() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let modules = modules(&root);
+    let mut edges: BTreeMap<&str, BTreeSet<String>> = BTreeMap::new();
+    let pairs = import_edges(&modules);
+    for (m, target) in &pairs {
+        edges.entry(m.as_str()).or_default().insert(target.clone());
     }
     // A circle: a module that reaches itself again.
     for start in modules.keys() {
@@ -184,4 +200,130 @@ fn no_two_files_of_the_library_import_each_other() {
         }
     }
     assert!(edges.len() > 30, "the sources were not read: {edges:?}");
+}
+
+/// The layers `docs/internals.md` states ("Which file may use which"), bottom first: each
+/// module path (`core::lease`) or folder prefix (`scripts`) with its layer's number.
+fn stated_layers(internals: &str) -> Vec<(String, usize)> {
+    let section = internals
+        .split("## Which file may use which")
+        .nth(1)
+        .expect("docs/internals.md states the layers");
+    let section = section.split("\n## ").next().unwrap_or(section);
+    let mut out = Vec::new();
+    let mut layer = 0;
+    for line in section.lines() {
+        let trimmed = line.trim_start();
+        if let Some((n, _)) = trimmed.split_once(". **")
+            && let Ok(n) = n.parse::<usize>()
+        {
+            layer = n;
+        }
+        if layer == 0 {
+            continue;
+        }
+        // The list ends at its first blank line; what follows explains it.
+        if trimmed.is_empty() {
+            break;
+        }
+        for (i, quoted) in line.split('`').enumerate() {
+            if i % 2 == 0 || !(quoted.ends_with(".rs") || quoted.ends_with('/')) {
+                continue;
+            }
+            // `core/mod.rs` is `core`; a bare `mod.rs` names no file of its own.
+            let module = quoted
+                .trim_end_matches('/')
+                .trim_end_matches(".rs")
+                .trim_end_matches("mod")
+                .trim_end_matches('/')
+                .replace('/', "::");
+            match module.as_str() {
+                "" => {}
+                // Where a file is named again (a layer "over `core/held.rs`"), its first
+                // mention places it.
+                _ if out.iter().any(|(m, _)| *m == module) => {}
+                "lib" => out.push((String::new(), layer)),
+                _ => out.push((module, layer)),
+            }
+        }
+    }
+    out
+}
+
+/// The layer of `module`: that of the longest stated path it is or lies under.
+fn layer_of(layers: &[(String, usize)], module: &str) -> Option<usize> {
+    layers
+        .iter()
+        .filter(|(path, _)| {
+            module == path || (!path.is_empty() && module.starts_with(&format!("{path}::")))
+        })
+        .max_by_key(|(path, _)| path.len())
+        .map(|(_, layer)| *layer)
+}
+
+#[test]
+fn every_file_lies_in_a_stated_layer_and_few_imports_run_back_up() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let internals = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/internals.md"),
+    )
+    .unwrap();
+    let layers = stated_layers(&internals);
+    let modules = modules(&root);
+    let unplaced: Vec<&String> = modules
+        .keys()
+        .filter(|m| layer_of(&layers, m).is_none())
+        .collect();
+    assert!(
+        unplaced.is_empty(),
+        "files docs/internals.md places in no layer: {unplaced:?}"
+    );
+    let mut up = Vec::new();
+    for (m, target) in import_edges(&modules) {
+        let (from, to) = (layer_of(&layers, &m), layer_of(&layers, &target));
+        if let (Some(from), Some(to)) = (from, to)
+            && to > from
+        {
+            up.push(format!("{m} ({from}) -> {target} ({to})"));
+        }
+    }
+    // Each arrow up is a lower layer reaching for a higher one's item; the ceiling only falls.
+    assert!(
+        up.len() <= ARROWS_UP_CEILING,
+        "{} imports run back up the layers (at most {ARROWS_UP_CEILING}):\n{}",
+        up.len(),
+        up.join("\n")
+    );
+}
+
+#[test]
+fn the_layout_in_docs_names_every_file_and_folder_of_the_library() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let internals = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/internals.md"),
+    )
+    .unwrap();
+    let layout = internals
+        .split("## Layout")
+        .nth(1)
+        .and_then(|s| s.split("```").nth(1))
+        .expect("docs/internals.md has a layout block");
+    let mut missing = Vec::new();
+    for entry in std::fs::read_dir(&root).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        let shown = if path.is_dir() {
+            format!("{name}/")
+        } else {
+            name.clone()
+        };
+        if name != "lib.rs" && !layout.contains(&shown) {
+            missing.push(shown);
+        }
+    }
+    missing.sort();
+    assert!(
+        missing.is_empty(),
+        "docs/internals.md's layout does not name: {missing:?}"
+    );
 }
