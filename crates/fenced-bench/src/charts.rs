@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use plotters::prelude::*;
 
 use crate::report::{Report, Row};
-use crate::run::BoxError;
+use crate::scenario::BoxError;
 
 /// One colour per library, the same in every chart.
 fn colour(library: &str) -> RGBColor {

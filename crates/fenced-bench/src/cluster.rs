@@ -5,9 +5,10 @@
 
 use fenced_testkit::RedisCluster;
 
+use crate::measure::{Window, histogram, micros};
 use crate::peers::TTL;
 use crate::report::Row;
-use crate::run::{BoxError, Library, Scenario, Window, histogram, micros};
+use crate::scenario::{BoxError, Library, Scenario};
 
 pub(crate) async fn uncontended(library: Library, window: Window) -> Result<Row, BoxError> {
     if library != Library::Fenced {

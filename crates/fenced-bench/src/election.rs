@@ -21,8 +21,9 @@ use fenced::{Client, FencingToken, LeaderChanges};
 use redis::aio::MultiplexedConnection;
 use tokio::time::Instant;
 
+use crate::measure::{cpu_us, histogram, micros, total_commands};
 use crate::report::Row;
-use crate::run::{BoxError, Env, Library, Scenario, cpu_us, histogram, micros, total_commands};
+use crate::scenario::{BoxError, Env, Library, Scenario};
 
 /// The leaders' lease: a cut-off leader is replaced about this long after the cut.
 const TTL: Duration = Duration::from_millis(300);

@@ -8,8 +8,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::measure::{Window, histogram, micros};
 use crate::report::Row;
-use crate::run::{BoxError, Env, Scenario, Window, histogram, micros};
+use crate::scenario::{BoxError, Env, Scenario};
 
 /// How long a permit is held: tokio's timer (four holders share two cores, so none may block
 /// its thread), about 1-2 ms.

@@ -36,7 +36,11 @@
 //! - `election-failover`: leaders cut off as by a SIGKILL (300 ms leases) and stepping down
 //!   while candidates wait, an observer following: cut to next leader, step down to next
 //!   leader, grant to observer (p50/p99 columns), then the Redis commands per second of 1000
-//!   observers of a quiet election (fenced only: no peer has elections).
+//!   observers of a quiet election (fenced only: no peer has elections);
+//! - `heartbeat-takeover`: a holder with a 500 ms lease and a 300 ms heartbeat beats once and
+//!   hangs, its guard alive, while a waiter of another client asks for the name: from the
+//!   last beat until the waiter's grant, p50 and max against the target of the heartbeat, a
+//!   ttl and 100 ms (fenced only: no peer has a heartbeat).
 //!
 //! Libraries ([`Library`]): `fenced`; `raw`, the same cycle written by hand with redis-rs
 //! (`SET NX PX`, then `EVALSHA` compare-and-delete; waiting by 1 ms polling); `rslock`;
@@ -47,7 +51,9 @@ mod charts;
 mod cluster;
 mod election;
 mod family;
+mod heartbeat;
 mod locks;
+mod measure;
 mod optimistic;
 mod peers;
 mod raw;
@@ -55,10 +61,12 @@ mod redlock3;
 mod renewal;
 mod report;
 mod run;
+mod scenario;
 mod stampede;
 mod waiters;
 
 pub use charts::write_charts;
 pub use raw::RawLock;
 pub use report::{NotApplicable, Report, Row};
-pub use run::{Config, Library, Scenario, run};
+pub use run::run;
+pub use scenario::{Config, Library, Scenario};

@@ -7,9 +7,10 @@ use std::time::Duration;
 use hdrhistogram::Histogram;
 use tokio::time::Instant;
 
+use crate::measure::{Window, histogram, micros};
 use crate::peers::{Held, Locker, redlock, redlock_ttl, rslock_manager};
 use crate::report::Row;
-use crate::run::{BoxError, Env, Library, Scenario, Window, histogram, micros};
+use crate::scenario::{BoxError, Env, Library, Scenario};
 
 /// `tasks` tasks, each on its own name, acquire + release as fast as they can.
 pub(crate) async fn uncontended(

@@ -33,7 +33,7 @@ struct Args {
     #[arg(long, value_name = "DIR")]
     svg: Option<PathBuf>,
     /// Only these scenarios (uncontended-1, uncontended-32, contended-8, semaphore-4of16,
-    /// reentrant-depth-3, striped-1, striped-16, striped-256, striped-1024, fair-8, rw-reads, latch-1000, multi-3, waiters-1000, renew-10000, seckill, counter-contended, stampede-1000, redlock-3, redlock-5, redlock-5-slow, cluster-uncontended-32, election-failover).
+    /// reentrant-depth-3, striped-1, striped-16, striped-256, striped-1024, fair-8, rw-reads, latch-1000, multi-3, waiters-1000, renew-10000, seckill, counter-contended, stampede-1000, redlock-3, redlock-5, redlock-5-slow, cluster-uncontended-32, election-failover, heartbeat-takeover).
     #[arg(long, value_delimiter = ',')]
     scenarios: Vec<Scenario>,
     /// Only these libraries (fenced, fenced-scripted, fenced-noscripts, fenced-unfenced, raw, rslock, redlock, fenced-tx, fenced-script,

@@ -8,8 +8,9 @@ use fenced::resource::FencedUpdate;
 use fenced::{Client, WaitPolicy};
 use tokio::time::Instant;
 
+use crate::measure::{Window, histogram, micros};
 use crate::report::Row;
-use crate::run::{BoxError, Env, Library, Scenario, Window, histogram, micros};
+use crate::scenario::{BoxError, Env, Library, Scenario};
 
 const STOCK: i64 = 20;
 const WORKERS: u64 = 20;

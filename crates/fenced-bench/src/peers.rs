@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::raw::RawLock;
-use crate::run::{BoxError, Env, Library};
+use crate::scenario::{BoxError, Env, Library};
 
 /// The lease every library asks for.
 pub(crate) const TTL: Duration = Duration::from_secs(30);

@@ -9,9 +9,10 @@ use fenced_testkit::{Fault, Proxy, RedisServer};
 use hdrhistogram::Histogram;
 use tokio::time::Instant;
 
+use crate::measure::{Window, histogram, micros};
 use crate::peers::TTL;
 use crate::report::Row;
-use crate::run::{BoxError, Library, Scenario, Window, histogram, micros};
+use crate::scenario::{BoxError, Library, Scenario};
 
 /// The delay each proxy adds to every reply.
 pub(crate) const DELAY: Duration = Duration::from_millis(1);

@@ -8,8 +8,9 @@ use std::time::Duration;
 use redis::aio::MultiplexedConnection;
 use tokio::time::Instant;
 
+use crate::measure::{cpu_us, total_commands};
 use crate::report::Row;
-use crate::run::{BoxError, Env, Library, Scenario, cpu_us, total_commands};
+use crate::scenario::{BoxError, Env, Library, Scenario};
 
 /// Short enough for a few renewal periods in a few seconds; renewal runs at a third of it.
 const TTL: Duration = Duration::from_secs(3);

@@ -109,6 +109,19 @@ pub struct Row {
     /// renewals included).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub quiet_redis_cmds_per_sec: Option<f64>,
+    /// Heartbeat takeover: takeovers measured.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub takeovers: Option<u64>,
+    /// Heartbeat takeover: from a hung holder's last beat until the waiter's grant, median ms.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub takeover_p50_ms: Option<f64>,
+    /// Heartbeat takeover: the same, longest, ms.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub takeover_max_ms: Option<f64>,
+    /// Heartbeat takeover: what the longest should stay within, ms: the heartbeat's maximum
+    /// silence and a ttl (the documented bound), and 100 ms for the waiter to notice.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub takeover_target_ms: Option<f64>,
 }
 
 impl Row {
@@ -118,6 +131,12 @@ impl Row {
             && self.drain_ms.is_none()
             && self.db_hits_per_round.is_none()
             && self.failover_p50_ms.is_none()
+            && self.takeover_p50_ms.is_none()
+    }
+
+    /// Heartbeat takeover: whether the longest takeover came within the target.
+    fn takeover_met(&self) -> Option<bool> {
+        Some(self.takeover_max_ms? <= self.takeover_target_ms?)
     }
 }
 
@@ -346,6 +365,38 @@ impl Report {
                 ));
             }
         }
+        let takeovers: Vec<&Row> = self
+            .scenarios
+            .iter()
+            .filter(|r| r.takeover_p50_ms.is_some())
+            .collect();
+        if !takeovers.is_empty() {
+            out.push_str(&format!(
+                "\n{:<18} {:<7} {:>9} {:>13} {:>8} {:>9} {:>10} {:>4}\n",
+                "scenario",
+                "library",
+                "takeovers",
+                "beat→grant ms",
+                "max ms",
+                "target ms",
+                "max≤target",
+                "viol"
+            ));
+            for r in takeovers {
+                out.push_str(&format!(
+                    "{:<18} {:<7} {:>9} {:>13} {:>8} {:>9} {:>10} {:>4}\n",
+                    r.scenario,
+                    r.library,
+                    r.takeovers.unwrap_or(0),
+                    opt(r.takeover_p50_ms, 0),
+                    opt(r.takeover_max_ms, 0),
+                    opt(r.takeover_target_ms, 0),
+                    r.takeover_met()
+                        .map_or("-", |met| if met { "yes" } else { "no" }),
+                    r.violations
+                ));
+            }
+        }
         if !self.not_applicable.is_empty() {
             out.push_str("\nnot run:\n");
             for n in &self.not_applicable {
@@ -485,6 +536,28 @@ impl Report {
                     opt(r.observed_p50_ms, 1),
                     r.observers.unwrap_or(0),
                     opt(r.quiet_redis_cmds_per_sec, 1),
+                    r.violations
+                ));
+            }
+        }
+        let takeovers: Vec<&Row> = self
+            .scenarios
+            .iter()
+            .filter(|r| r.takeover_p50_ms.is_some())
+            .collect();
+        if !takeovers.is_empty() {
+            out.push_str("\n| scenario | library | takeovers | last beat → waiter granted, p50 / max ms | target ms (heartbeat + ttl + 100) | max within target | violations |\n|---|---|---|---|---|---|---|\n");
+            for r in takeovers {
+                out.push_str(&format!(
+                    "| {} | {} | {} | {} / {} | {} | {} | {} |\n",
+                    r.scenario,
+                    r.library,
+                    r.takeovers.unwrap_or(0),
+                    opt(r.takeover_p50_ms, 0),
+                    opt(r.takeover_max_ms, 0),
+                    opt(r.takeover_target_ms, 0),
+                    r.takeover_met()
+                        .map_or("", |met| if met { "yes" } else { "no" }),
                     r.violations
                 ));
             }

@@ -9,8 +9,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::measure::{Window, histogram, micros};
 use crate::report::Row;
-use crate::run::{BoxError, Env, Library, Scenario, Window, histogram, micros};
+use crate::scenario::{BoxError, Env, Library, Scenario};
 
 /// Requests per round.
 const REQUESTS: usize = 1000;

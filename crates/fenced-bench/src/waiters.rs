@@ -8,9 +8,10 @@ use std::time::Duration;
 use redis::aio::MultiplexedConnection;
 use tokio::time::Instant;
 
+use crate::measure::{cpu_us, histogram, micros, total_commands};
 use crate::peers::{Locker, rslock_manager};
 use crate::report::Row;
-use crate::run::{BoxError, Env, Library, Scenario, cpu_us, histogram, micros, total_commands};
+use crate::scenario::{BoxError, Env, Library, Scenario};
 
 /// How long to let the waiters settle into waiting before measuring.
 const SETTLE: Duration = Duration::from_millis(300);

@@ -63,6 +63,16 @@ async fn every_scenario_and_library_produces_a_sane_row() {
         "{election:?}"
     );
     assert!(report.table().contains("cut→new ms"));
+    // The takeover's timing is reported, not asserted: a loaded machine may miss it. Its
+    // safety (no early grant, the holder told it went silent) is in the violations above.
+    let takeover = report.row("heartbeat-takeover", "fenced").unwrap();
+    assert!(
+        takeover.takeovers.unwrap_or(0) >= 3
+            && takeover.takeover_max_ms.is_some()
+            && takeover.takeover_target_ms.is_some(),
+        "{takeover:?}"
+    );
+    assert!(report.table().contains("beat→grant ms"));
     assert!(!report.not_applicable.is_empty());
     let dir = tempfile::tempdir().unwrap();
     let charts = fenced_bench::write_charts(&report, dir.path()).unwrap();

@@ -19,7 +19,7 @@ use serde::Serialize;
 
 use crate::history::{Event, Section, Write};
 use crate::lab::Record;
-use crate::worker::Workload;
+use crate::workload::Workload;
 
 /// What the checkers found.
 #[derive(Clone, Debug, Default, Serialize)]

@@ -18,10 +18,13 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin, Command};
 use tokio::task::JoinHandle;
 
+use crate::admin::{LabError, bounded, connection};
+use crate::evict::{self, Policy};
 use crate::history::{Event, Rng, Section, Write, now_ns};
 use crate::nemesis::{Fault, Nemesis};
 use crate::restore::{self, Restore};
-use crate::worker::{Config, Workload};
+use crate::worker::Config;
+use crate::workload::Workload;
 
 /// The settings of one run of one workload.
 #[derive(Clone, Debug)]
@@ -108,9 +111,6 @@ pub struct Lab {
     /// The `run` workload's files.
     run_dir: tempfile::TempDir,
 }
-
-/// Why a lab could not run.
-pub type LabError = Box<dyn std::error::Error + Send + Sync>;
 
 fn lock(shared: &Mutex<Shared>) -> MutexGuard<'_, Shared> {
     shared
@@ -385,6 +385,7 @@ impl Lab {
         let long = ttl.mul_f64(2.5);
         let mut start = now_ns();
         let mut struck = None;
+        let mut evicted = None;
         let target = match kind {
             Nemesis::PauseHolder => {
                 let Some((w, pid)) = self.holder().await else {
@@ -512,6 +513,17 @@ impl Lab {
                 }
                 servers_label(&targets)
             }
+            Nemesis::Evict | Nemesis::EvictFences => {
+                let targets = self.server_targets();
+                let policy = if kind == Nemesis::Evict {
+                    Policy::Ttl
+                } else {
+                    Policy::Random
+                };
+                let urls: Vec<String> = targets.iter().map(|&i| self.servers[i].url()).collect();
+                evicted = Some(evict::run(&urls, policy, ttl * 3).await?);
+                format!("{} under {}", servers_label(&targets), policy.name())
+            }
         };
         Ok(Some(Fault {
             kind,
@@ -519,6 +531,7 @@ impl Lab {
             start,
             end: now_ns(),
             holder: struck,
+            evicted,
         }))
     }
 
@@ -664,17 +677,6 @@ impl Lab {
 fn servers_label(targets: &[usize]) -> String {
     let list: Vec<String> = targets.iter().map(ToString::to_string).collect();
     format!("server {}", list.join(","))
-}
-
-pub(crate) async fn connection(url: &str) -> Result<redis::aio::MultiplexedConnection, LabError> {
-    let client = redis::Client::open(url)?;
-    bounded(client.get_multiplexed_async_connection()).await
-}
-
-pub(crate) async fn bounded<T>(
-    f: impl Future<Output = redis::RedisResult<T>>,
-) -> Result<T, LabError> {
-    Ok(tokio::time::timeout(Duration::from_secs(5), f).await??)
 }
 
 /// The simulated clock step: every lease on this server ends now.

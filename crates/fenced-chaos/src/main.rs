@@ -10,7 +10,9 @@
 //! Exit status: 0 when every checker passes, 1 when one fails, 64 for bad arguments, 70 when
 //! the lab cannot start (no redis-server).
 
+mod admin;
 mod check;
+mod evict;
 mod history;
 mod lab;
 mod models;
@@ -20,6 +22,7 @@ mod ops;
 mod report;
 mod restore;
 mod worker;
+mod workload;
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -28,7 +31,7 @@ use clap::Parser;
 
 use crate::lab::{Lab, Plan};
 use crate::nemesis::Nemesis;
-use crate::worker::Workload;
+use crate::workload::Workload;
 
 /// Faults against fenced, checked.
 #[derive(Parser, Debug)]

@@ -34,7 +34,7 @@ use serde::Serialize;
 use stateright::semantics::{ConsistencyTester, LinearizabilityTester, SequentialSpec};
 
 use crate::ops::{F, Op, Type};
-use crate::worker::Workload;
+use crate::workload::Workload;
 
 /// The fewest history lines of a window (it grows until a cut is allowed). The search of a
 /// window that no order explains tries every order its concurrent operations allow, so the

@@ -23,7 +23,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::worker::Workload;
+use crate::workload::Workload;
 
 /// A broken behaviour.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]

@@ -2,7 +2,7 @@
 
 use serde::Serialize;
 
-use crate::worker::Workload;
+use crate::workload::Workload;
 
 /// One kind of fault.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, clap::ValueEnum)]
@@ -38,11 +38,21 @@ pub enum Nemesis {
     /// the lease scores of a semaphore's holders and an RW lock's readers set to 0), as if the
     /// clock jumped past the ttl.
     ClockStep,
+    /// For 3 ttl, redis-server (on Redlock: a majority of the masters) short of memory: a
+    /// `maxmemory` a little above its use, `volatile-ttl`, and filler keys written every
+    /// 10 ms, so that it keeps evicting the keys closest to their expiry: leases first, never
+    /// a resource's data (`evict.rs`). Then put back as it was.
+    Evict,
+    /// As `evict`, under `volatile-random`: fences are evicted too, and a fence lost twice
+    /// within one millisecond of the server's clock can hand out a token again. Not in the
+    /// schedule (`--nemesis evict-fences`): it shows what a server that may evict fences
+    /// costs, a configuration `fenced doctor` fails.
+    EvictFences,
 }
 
 impl Nemesis {
     /// Every kind, in the order a round-robin schedule takes them.
-    pub const ALL: [Nemesis; 11] = [
+    pub const ALL: [Nemesis; 12] = [
         Nemesis::PauseHolder,
         Nemesis::StarveRenewal,
         Nemesis::KillHolder,
@@ -54,6 +64,7 @@ impl Nemesis {
         Nemesis::Latency,
         Nemesis::Reset,
         Nemesis::ClockStep,
+        Nemesis::Evict,
     ];
 
     /// The name used in reports and on the command line.
@@ -70,18 +81,20 @@ impl Nemesis {
             Nemesis::Latency => "latency",
             Nemesis::Reset => "reset",
             Nemesis::ClockStep => "clock-step",
+            Nemesis::Evict => "evict",
+            Nemesis::EvictFences => "evict-fences",
         }
     }
 
     /// Whether the fault means anything for `workload`. Optimistic transactions hold no
-    /// lease (no renewal to starve, no lease to expire), and their counter lives on the
-    /// faulted server, so a restart without persistence would erase the data under test.
+    /// lease (no renewal to starve, no lease to expire or evict), and their counter lives on
+    /// the faulted server, so a restart without persistence would erase the data under test.
     pub fn applies_to(self, workload: Workload) -> bool {
         if workload == Workload::Run {
             // The faults under which `fenced run` promises that CMD never outlives the lease:
             // the command killed, cut off, or slowed; Redis paused. (A paused `fenced`, a
-            // restart or a clock step can end the lease while CMD runs on: only a fenced
-            // resource protects against those.)
+            // restart, a clock step or an eviction can end the lease while CMD runs on: only
+            // a fenced resource protects against those.)
             return matches!(
                 self,
                 Nemesis::KillHolder
@@ -99,6 +112,8 @@ impl Nemesis {
                     | Nemesis::RestartRedisDelayed
                     | Nemesis::RestoreRedis
                     | Nemesis::ClockStep
+                    | Nemesis::Evict
+                    | Nemesis::EvictFences
             )
     }
 }
@@ -116,4 +131,7 @@ pub struct Fault {
     pub end: u64,
     /// For a fault that struck one holder: that worker and the key it held.
     pub holder: Option<(u32, u32)>,
+    /// For an eviction: how many of the workload's keys the servers evicted (the lab's
+    /// filler aside).
+    pub evicted: Option<u64>,
 }

@@ -19,7 +19,7 @@ use std::collections::HashMap;
 use serde::Serialize;
 
 use crate::history::{Event, Write};
-use crate::worker::Workload;
+use crate::workload::Workload;
 
 /// What an operation did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]

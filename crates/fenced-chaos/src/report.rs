@@ -7,7 +7,7 @@ use serde::Serialize;
 use crate::check::Verdict;
 use crate::history::{Event, Section, Write};
 use crate::lab::Record;
-use crate::worker::Workload;
+use crate::workload::Workload;
 
 /// How one kind of fault went.
 #[derive(Clone, Debug, Default, Serialize)]
@@ -24,6 +24,11 @@ pub struct FaultFigures {
     pub recovery_p50_ms: f64,
     /// The slowest recovery, ms.
     pub recovery_max_ms: f64,
+    /// For `evict`: how many of the workload's keys the servers evicted, over every such
+    /// fault (the lab's filler aside). Leases and fences among them are what the fault is
+    /// for: a count of 0 means it did not strike.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub evicted: Option<u64>,
 }
 
 /// One workload's figures.
@@ -88,7 +93,11 @@ impl Row {
         let mut recoveries: BTreeMap<&'static str, Vec<f64>> = BTreeMap::new();
         let mut faults: BTreeMap<&'static str, FaultFigures> = BTreeMap::new();
         for fault in &record.faults {
-            faults.entry(fault.kind.name()).or_default().count += 1;
+            let figures = faults.entry(fault.kind.name()).or_default();
+            figures.count += 1;
+            if let Some(n) = fault.evicted {
+                *figures.evicted.get_or_insert(0) += n;
+            }
             let from = if fault.holder.is_some() {
                 fault.start
             } else {
@@ -228,6 +237,29 @@ pub fn print(rows: &[Row], detail: bool) {
                 r.workload, f.count, f.timed, f.recovery_p50_ms, f.recovery_max_ms
             );
         }
+    }
+    // What the faults that act on the servers' data did to it: the table has no room for it.
+    let evictions: Vec<(&str, &str, &FaultFigures, u64)> = rows
+        .iter()
+        .flat_map(|r| {
+            r.faults
+                .iter()
+                .filter_map(move |(kind, f)| Some((r.workload, *kind, f, f.evicted?)))
+        })
+        .collect();
+    if !evictions.is_empty() {
+        println!();
+    }
+    for (workload, kind, f, n) in evictions {
+        let missed = if n == 0 {
+            " (the fault did not strike)"
+        } else {
+            ""
+        };
+        println!(
+            "{workload}: {kind} ×{}: the lock servers evicted {n} of the workload's keys{missed}.",
+            f.count
+        );
     }
     if detail {
         println!("\n| workload | error | count |\n|---|---|---|");

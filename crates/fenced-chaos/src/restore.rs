@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use fenced::redis;
 
-use crate::lab::{LabError, bounded, connection};
+use crate::admin::{LabError, bounded, config_set, connection};
 
 /// One way of putting the fences back.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -141,22 +141,6 @@ pub async fn forget_snapshot(url: &str) -> Result<(), LabError> {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e.into()),
         _ => Ok(()),
     }
-}
-
-async fn config_set(
-    conn: &mut redis::aio::MultiplexedConnection,
-    parameter: &str,
-    value: &str,
-) -> Result<(), LabError> {
-    let _: () = bounded(
-        redis::cmd("CONFIG")
-            .arg("SET")
-            .arg(parameter)
-            .arg(value)
-            .query_async(conn),
-    )
-    .await?;
-    Ok(())
 }
 
 /// Waits until the rewrite that `appendonly yes` began has written the file: closing it

@@ -58,9 +58,10 @@ fn quick_tier(workloads: &[&str]) -> String {
     stdout
 }
 
-/// The quick tier's first half: every fault kind that applies, on these workloads.
+/// The quick tier's first half: every fault kind that applies, on these workloads; the
+/// eviction fault must have struck.
 fn quick_tier_first_half() {
-    quick_tier(&[
+    let stdout = quick_tier(&[
         "lock",
         "lock-mixed",
         "redlock",
@@ -68,6 +69,18 @@ fn quick_tier_first_half() {
         "semaphore",
         "election",
     ]);
+    // A fault that evicts nothing would leave the fence untested against evicted leases.
+    let evicted: u64 = stdout
+        .lines()
+        .find(|l| l.starts_with("lock: evict ×"))
+        .and_then(|l| l.split("evicted ").nth(1))
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    assert!(
+        evicted > 0,
+        "evict evicted no key of the lock workload:\n{stdout}"
+    );
 }
 
 /// The quick tier's second half; without fencing, the pauses must show.

@@ -173,23 +173,20 @@ fn import_edges(modules: &BTreeMap<String, String>) -> Vec<(String, String)> {
     edges.into_iter().collect()
 }
 
-#[test]
-fn no_two_files_of_the_library_import_each_other() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let modules = modules(&root);
+/// An import circle among `modules`, as the path that closes it; `None` when there is none.
+fn circle(modules: &BTreeMap<String, String>) -> Option<String> {
     let mut edges: BTreeMap<&str, BTreeSet<String>> = BTreeMap::new();
-    let pairs = import_edges(&modules);
+    let pairs = import_edges(modules);
     for (m, target) in &pairs {
         edges.entry(m.as_str()).or_default().insert(target.clone());
     }
-    // A circle: a module that reaches itself again.
     for start in modules.keys() {
         let mut stack = vec![(start.clone(), vec![start.clone()])];
         let mut seen = BTreeSet::new();
         while let Some((at, path)) = stack.pop() {
             for next in edges.get(at.as_str()).into_iter().flatten() {
                 if next == start {
-                    panic!("an import circle: {} -> {start}", path.join(" -> "));
+                    return Some(format!("{} -> {start}", path.join(" -> ")));
                 }
                 if seen.insert(next.clone()) {
                     let mut longer = path.clone();
@@ -199,7 +196,39 @@ fn no_two_files_of_the_library_import_each_other() {
             }
         }
     }
+    None
+}
+
+#[test]
+fn no_two_files_of_the_library_import_each_other() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let modules = modules(&root);
+    if let Some(circle) = circle(&modules) {
+        panic!("an import circle: {circle}");
+    }
+    let edges = import_edges(&modules);
     assert!(edges.len() > 30, "the sources were not read: {edges:?}");
+}
+
+#[test]
+fn no_two_files_of_the_tools_import_each_other() {
+    let crates = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    for tool in [
+        "fenced-cli",
+        "fenced-bench",
+        "fenced-chaos",
+        "fenced-testkit",
+        "fenced-macros",
+    ] {
+        let modules = modules(&crates.join(tool).join("src"));
+        assert!(
+            modules.len() > 1 || tool == "fenced-macros",
+            "{tool}: no sources read"
+        );
+        if let Some(circle) = circle(&modules) {
+            panic!("{tool}: an import circle: {circle}");
+        }
+    }
 }
 
 /// The layers `docs/internals.md` states ("Which file may use which"), bottom first: each
