@@ -105,6 +105,7 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         },
         repeat: args.repeat.unwrap_or(if args.quick { 1 } else { 3 }),
         keyspace_events: args.keyspace_events,
+        renew_leases: 10_000,
     };
     let report = match &args.from_json {
         Some(path) => serde_json::from_str(&std::fs::read_to_string(path)?)?,

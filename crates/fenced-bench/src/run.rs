@@ -76,7 +76,9 @@ async fn run_pair(
         Scenario::Waiters1000 => {
             return crate::waiters::waiters(library, 1000, config.hold, env, stats).await;
         }
-        Scenario::Renew10000 => return crate::renewal::renew(10_000, library, env, stats).await,
+        Scenario::Renew10000 => {
+            return crate::renewal::renew(config.renew_leases, library, env, stats).await;
+        }
         Scenario::ElectionFailover => {
             return crate::election::failover(config.duration, env, stats).await;
         }

@@ -337,6 +337,9 @@ pub struct Config {
     /// fenced's clients wake waiters by keyspace events and release without `PUBLISH`
     /// (connecting turns the events on, so every library runs against a server sending them).
     pub keyspace_events: bool,
+    /// How many leases `renew-10000` holds: 10,000, its name; fewer where only the row's
+    /// sanity counts (the smoke test).
+    pub renew_leases: usize,
 }
 
 /// What every scenario gets: the server's URL and a few shared connections.

@@ -19,6 +19,7 @@ async fn every_scenario_and_library_produces_a_sane_row() {
         libraries: Library::ALL.to_vec(),
         repeat: 1,
         keyspace_events: false,
+        renew_leases: 1_000,
     };
     let report = fenced_bench::run(&config, &server.url()).await.unwrap();
     let expected: usize = Scenario::ALL.iter().map(|s| s.libraries().len()).sum();

@@ -94,14 +94,17 @@
 //! one ID to the name's fence, a Redis stream (`XADD fence MAXLEN 0 *`): the server answers
 //! an ID strictly above the last one, whose time part is at least the server clock in ms.
 //! The token is that ID as one number, `ms × 1000 + seq`, below 2^53 until the year 2255, so
-//! JSON and JavaScript carry it exactly. A fence lost whole or put back older (a restart from
-//! a snapshot or an append-only file, `DEBUG LOADAOF`, `RESTORE` of an older dump, a failover
-//! to a replica that missed the last grants) starts again from the server clock, which is
-//! past every token handed out before. The fence expires after
+//! JSON and JavaScript carry it exactly. A fence lost whole (deleted, evicted, flushed, a
+//! restart without persistence) starts again one ms past the server clock, above every token
+//! handed out at or before that ms; one put back older (a restart from a snapshot or an
+//! append-only file, `DEBUG LOADAOF`, `RESTORE` of an older dump, a failover to a replica
+//! that missed the last grants) counts on from the server clock, which is past every token
+//! handed out before. The fence expires after
 //! [`fence_retention`](ClientBuilder::fence_retention) (24h by default) without a grant, so
 //! keys do not pile up. Tokens stop increasing only if a server's clock steps back by more
-//! than the retention period, or a failover promotes a server whose clock is behind the old
-//! master's by more than the time since the last grant. A key of another type at the fence
+//! than the retention period, a failover promotes a server whose clock is behind the old
+//! master's by more than the time since the last grant, or a name's fence is lost twice
+//! within one millisecond with a grant between. A key of another type at the fence
 //! answers [`Error::WrongType`] naming it, and no token. A failover can still lose a grant
 //! (replication is asynchronous) and let two holders overlap until the first one hears of
 //! it; their tokens still increase, and

@@ -2,17 +2,18 @@
 //! every primitive, by script or by transaction. Tokens strictly increase across every way a
 //! fence is lost or put back older (deleted, flushed, restored by `RESTORE`, reloaded from a
 //! stale append-only file, a restart from an older snapshot or append-only file, a clock far
-//! behind the fence), and a fence key that is no fence answers `WrongType` naming it.
+//! behind the fence), a fence lost in the same millisecond as a grant included, and a fence
+//! key that is no fence answers `WrongType` naming it.
 
 use std::time::Duration;
 
-use fenced::{Client, Error};
+use fenced::{Client, Error, FencedGuard, LeaseGuard};
 use fenced_testkit::RedisServer;
 use tokio::time::Instant;
 
 use crate::acl::LOCK_COMMANDS;
 use crate::acl_family::user;
-use crate::support::{calls, client, raw, server};
+use crate::support::{calls, client, lock_key, raw, server};
 
 /// A client that grants by script only.
 async fn by_script(server: &RedisServer) -> Client {
@@ -204,9 +205,10 @@ async fn every_grant_is_one_transaction_and_its_token_the_server_clocks() {
         last = g.fencing_token().get();
         g.release().await.unwrap();
     }
-    // One transaction a grant, the first one's included (and a probe's, at most).
+    // One transaction a grant, the first one's included, and one more for the first, which
+    // starts the name's fence one ms past the clock (and a probe's, at most).
     let transactions = calls(&mut conn, "exec").await - exec;
-    assert!((10..=11).contains(&transactions), "{transactions}");
+    assert!((11..=12).contains(&transactions), "{transactions}");
     // Only the releases run a script (`release.lua`, where the server has no `DELIFEQ`).
     assert!(calls(&mut conn, "evalsha").await - evalsha <= 10);
     assert!(
@@ -258,6 +260,82 @@ async fn tokens_increase_when_the_fence_is_deleted_or_flushed() {
     earlier = then(earlier, every_kind(&c, &s, 2).await);
     command(&mut conn, &["FLUSHALL"]).await;
     exceed(&c, &s, &earlier, "FLUSHALL").await;
+}
+
+/// Rounds of: a grant, held; its lease and its fence lost together (one transaction deleting
+/// `keys`, as an eviction or a `FLUSHALL` loses them); the next grant at once. On a loopback
+/// connection the three fit in one server millisecond, where a fence started again at the
+/// clock's `ms-0` would answer a token equal to or below the first.
+async fn grant_lose_grant<G, F, Fut>(
+    conn: &mut redis::aio::MultiplexedConnection,
+    what: &str,
+    keys: &[String],
+    mut grant: F,
+) where
+    G: FencedGuard,
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<Option<G>, Error>>,
+{
+    // The fence each first grant counts on is started before: a fence lost within the ms it
+    // started in, after a grant, is the one case a fence floored by the clock cannot tell
+    // from its first start (`fence.lua`). A round starts a ms past the last one's start.
+    let start = grant().await.unwrap().expect("the name is free");
+    LeaseGuard::release(start).await.unwrap();
+    for round in 0..200 {
+        tokio::time::sleep(Duration::from_millis(2)).await;
+        let first = grant().await.unwrap().expect("the name is free");
+        let mut lose = redis::pipe();
+        lose.atomic();
+        for key in keys {
+            lose.cmd("DEL").arg(key).ignore();
+        }
+        let () = lose.query_async(&mut *conn).await.unwrap();
+        let second = grant()
+            .await
+            .unwrap()
+            .expect("the lease went with its keys");
+        let (t1, t2) = (
+            FencedGuard::fencing_token(&first),
+            FencedGuard::fencing_token(&second),
+        );
+        assert!(
+            t2 > t1,
+            "{what}, round {round}: {t2} after {t1}, the fence lost between them"
+        );
+        LeaseGuard::release(second).await.unwrap();
+        // Its keys are gone: the give-back on drop finds nothing of it to delete.
+        drop(first);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_increase_across_a_fence_lost_in_the_same_millisecond_as_a_grant() {
+    let server = server();
+    let (c, s) = (client(&server).await, by_script(&server).await);
+    let mut conn = raw(&server).await;
+    // A try: the first guard still counts as held by this task, so a waiting acquire would
+    // answer `WouldDeadlock`.
+    let lock = c.lock("lost");
+    let keys = [lock_key("lost"), format!("{}:fence", lock_key("lost"))];
+    grant_lose_grant(&mut conn, "by transaction", &keys, || lock.try_acquire()).await;
+    let lock = s.lock("lost-by-script");
+    let keys = [
+        lock_key("lost-by-script"),
+        format!("{}:fence", lock_key("lost-by-script")),
+    ];
+    grant_lose_grant(&mut conn, "by script", &keys, || lock.try_acquire()).await;
+    let reentrant = c.reentrant_lock("lost-reentrant");
+    let base = lock_key("lost-reentrant");
+    let keys = [
+        base.clone(),
+        format!("{base}:holds"),
+        format!("{base}:fence"),
+    ];
+    grant_lose_grant(&mut conn, "re-entrant", &keys, || reentrant.try_acquire()).await;
+    let semaphore = c.semaphore("lost-permits", 2);
+    let base = format!("{}:permits", lock_key("lost-permits"));
+    let keys = [base.clone(), format!("{base}:n"), format!("{base}:fence")];
+    grant_lose_grant(&mut conn, "semaphore", &keys, || semaphore.try_acquire()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -476,6 +554,12 @@ async fn the_first_grants_of_a_client_probe_the_server_once() {
     let server = server();
     let c = client(&server).await;
     let mut conn = raw(&server).await;
+    // Every name's fence is there already: a grant that starts one sends a transaction more,
+    // which this count is not about.
+    for i in 0..16 {
+        let fence = format!("{}:fence", lock_key(&format!("first{i}")));
+        command(&mut conn, &["XADD", &fence, "MAXLEN", "0", "*", "f", "1"]).await;
+    }
     let multi = calls(&mut conn, "multi").await;
     let tasks: Vec<_> = (0..16)
         .map(|i| {

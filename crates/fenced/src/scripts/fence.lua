@@ -4,11 +4,21 @@
 -- A fence is a stream whose entries are trimmed as they are added (XADD … MAXLEN 0): only its
 -- last ID counts, which the server keeps with the emptied stream. `XADD fence MAXLEN 0 * f 1`
 -- answers `ms-seq` with ms = max(server clock in ms, the last ID's ms), strictly above the last
--- ID: a counter that the server's own clock floors, with no Lua arithmetic and no side channel.
--- A fence lost whole (past its retention, a restart without persistence, FLUSHALL) or put back
--- older (a restart from an older snapshot, DEBUG LOADAOF, RESTORE, a failover to a replica that
--- missed the last grants) starts again from the clock, which is past every ID handed out before
--- unless the clock stepped back further than the retention covers (docs/guarantees.md).
+-- ID: a counter that the server's own clock floors, with no Lua clock arithmetic and no side
+-- channel.
+--
+-- A fence lost whole (deleted, evicted, past its retention, FLUSHALL, a restart without
+-- persistence) starts one ms past the clock. `*` on a new stream answers `ms-0`, which a grant
+-- earlier in that same ms (token ms * 1000 + seq, from the fence now lost) may equal or pass;
+-- so the append that finds no fence appends `*` only to learn ms, then the ID `(ms + 1)-0`,
+-- above every token handed out at or before ms by a fence started before ms. The first append
+-- asks NOMKSTREAM, which tells a missing fence in the same command (EXISTS or TYPE would need
+-- a permission of their own). Left open: a fence lost within the ms it started in, after a
+-- grant, starts again at the same ID; nothing that forgot both can tell the two starts apart.
+-- A fence put back older (a restart from an older snapshot, DEBUG LOADAOF, RESTORE, a failover
+-- to a replica that missed the last grants) counts on from the clock, which passes every ID
+-- handed out before once it passes the last one's ms, unless the clock stepped back further
+-- than the retention covers (docs/guarantees.md).
 --
 -- A token is ms * 1000 + seq, written as the decimal ms followed by seq zero-padded to three
 -- digits: strictly increasing with the ID for seq below 1000, below 2^53 until ms passes
@@ -40,14 +50,23 @@ end
 -- Appends an ID (`*` for the server's next) to a fence: the ID; or, as a table, the error of
 -- a key that is no stream (WRONGTYPE) or of an explicit ID not above the last. Any other error
 -- (a permission, out of memory) fails the script: the same call again, unprotected, on a line
--- of its own, so that the client names the refused command from the line.
-local function fence_add(key, id)
-  local added = redis.pcall('XADD', key, 'MAXLEN', '0', id, 'f', '1')
-  if type(added) == 'table' and not (string.find(added.err, 'WRONGTYPE', 1, true)
-      or string.find(added.err, 'equal or smaller', 1, true)) then
-    return redis.call('XADD', key, 'MAXLEN', '0', id, 'f', '1')
+-- of its own, so that the client names the refused command from the line. `existing`: only to
+-- a fence that exists (NOMKSTREAM), answering false, with nothing written, where there is none.
+local function fence_add(key, id, existing)
+  local added
+  if existing then
+    added = redis.pcall('XADD', key, 'NOMKSTREAM', 'MAXLEN', '0', id, 'f', '1')
+  else
+    added = redis.pcall('XADD', key, 'MAXLEN', '0', id, 'f', '1')
   end
-  return added
+  if type(added) ~= 'table' or string.find(added.err, 'WRONGTYPE', 1, true)
+      or string.find(added.err, 'equal or smaller', 1, true) then
+    return added
+  end
+  if existing then
+    return redis.call('XADD', key, 'NOMKSTREAM', 'MAXLEN', '0', id, 'f', '1')
+  end
+  return redis.call('XADD', key, 'MAXLEN', '0', id, 'f', '1')
 end
 
 -- The ID just above token `token` (a decimal string) in ms: `(token div 1000 + 1)-0`.
@@ -55,9 +74,28 @@ local function fence_past(token)
   return string.format('%.0f-0', math.floor(tonumber(token) / 1000) + 1)
 end
 
--- next_token(key, retention, proposed): appends one ID to the fence `key` and answers its token
--- (a decimal string), after making the fence outlive this grant by `retention` ms; or nil when
--- `key` is not a fence (see above).
+-- Appends the server's next ID to a fence, as fence_add(key, '*') does, except that a fence
+-- that did not exist starts one ms past the clock (see above): `*` creates it at `ms-0`, and
+-- the answer is the ID `(ms + 1)-0` appended after it. The same as fence_add(key, '*') for a
+-- key of another type, and for an ID out of range (which the caller refuses).
+local function fence_next(key)
+  local added = fence_add(key, '*', true)
+  if added ~= false then
+    return added
+  end
+  added = fence_add(key, '*')
+  local token = type(added) == 'string' and fence_token(added)
+  if not token then
+    return added
+  end
+  return fence_add(key, fence_past(token))
+end
+
+-- next_token(key, retention, proposed): appends one ID to the fence `key` (two where it starts
+-- the fence: fence_next) and answers its token (a decimal string), after making the fence
+-- outlive this grant by `retention` ms; or nil when `key` is not a fence (see above). A
+-- proposal taken starts a missing fence at its own ID: Redlock's limit on masters that lose
+-- their data covers it (backend/redlock.rs, invariant 3).
 --
 -- `proposed` (optional): a token Redlock's client proposes, so that the masters of a quorum
 -- hand out the same one and need no write-back (backend/redlock.rs, invariant 3). It is
@@ -77,7 +115,7 @@ local function next_token(key, retention, proposed)
       end
     end
   end
-  id = id or fence_add(key, '*')
+  id = id or fence_next(key)
   if type(id) == 'table' then
     local legacy = redis.call('MGET', key)[1]
     if not legacy or not string.match(legacy, '^[1-9]%d*$') or #legacy > 16

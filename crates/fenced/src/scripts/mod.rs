@@ -430,8 +430,8 @@ impl ScriptCall {
 
     /// The plain lock's grant as one transaction, where this is its acquire call (three keys,
     /// three arguments: no Redlock proposal): `MULTI`, `SET lock owner NX PX ttl`,
-    /// `XADD fence MAXLEN 0 * f 1`, `PEXPIRE fence retention`, `PTTL lock`, `TYPE lock`, `EXEC`
-    /// (`backend/node/grant.rs`).
+    /// `XADD fence NOMKSTREAM MAXLEN 0 * f 1`, `PEXPIRE fence retention`, `PTTL lock`,
+    /// `TYPE lock`, `EXEC` (`backend/node/grant.rs`).
     pub(crate) fn grant_transaction(&self) -> Option<[Cmd; 7]> {
         let acquire =
             std::ptr::eq(self.lua, &ACQUIRE) || std::ptr::eq(self.lua, &ACQUIRE_BY_SCRIPT);
@@ -446,9 +446,13 @@ impl ScriptCall {
             .arg("NX")
             .arg("PX")
             .arg(ttl);
-        let mut add = Cmd::with_capacity(7, 32 + fence.len());
+        // No fence is started here: `*` would start one at the clock's `ms-0`, which a grant
+        // earlier in that ms may have passed; a granted lease starts it past (`grant.rs`,
+        // invariant 2).
+        let mut add = Cmd::with_capacity(8, 48 + fence.len());
         add.arg("XADD")
             .arg(fence)
+            .arg("NOMKSTREAM")
             .arg("MAXLEN")
             .arg("0")
             .arg("*")

@@ -1,7 +1,8 @@
 //! The plain lock's grant by transaction, the default on one server and behind Sentinel, with
-//! or without scripts: `MULTI`, `SET lock owner NX PX ttl`, `XADD fence MAXLEN 0 * f 1`,
-//! `PEXPIRE fence retention`, `PTTL lock`, `TYPE lock`, `EXEC`. No Lua, one round trip; the
-//! token is the fence's new stream ID, read as `scripts/fence.lua` reads it.
+//! or without scripts: `MULTI`, `SET lock owner NX PX ttl`,
+//! `XADD fence NOMKSTREAM MAXLEN 0 * f 1`, `PEXPIRE fence retention`, `PTTL lock`,
+//! `TYPE lock`, `EXEC`. No Lua, one round trip; the token is the fence's new stream ID, read
+//! as `scripts/fence.lua` reads it.
 //!
 //! Invariants:
 //! 1. Tokens strictly increase across holders of a name, whichever way each grant went. Every
@@ -11,14 +12,24 @@
 //!    only burns an ID.
 //! 2. A fence lost whole or put back older never sends tokens backwards. The stream's next ID
 //!    is floored by the server clock in ms, and every token handed out before was at most the
-//!    server time of its grant (plus 1 s for a Redlock proposal, `fence.lua`): a restart from an
-//!    older snapshot or append-only file, `DEBUG LOADAOF`, `RESTORE` of an older dump, a
-//!    failover to a replica that missed the last grants, `FLUSHALL` all leave an ID that the
-//!    clock is past, unless the clock stepped back (further than the retention covers, for a
-//!    fence that is kept). Nothing is trusted that the server's data could put back.
+//!    server time of its grant (1 ms more from a fence started then, 1 s for a Redlock
+//!    proposal, `fence.lua`). A fence lost whole (deleted, evicted, `FLUSHALL`, a restart
+//!    without persistence) would start again at the clock's `ms-0`, which a grant earlier in
+//!    that same ms may equal or pass. So the grant's `XADD` is `NOMKSTREAM`: where there is no
+//!    fence it answers nil and starts none (nor does a refused grant), and a granted lease
+//!    then starts it one ms past the clock, as the scripts do (`start_fence`): two round trips
+//!    more on the shared connection, for the first grant of a name within the retention. A
+//!    restart from an older snapshot or append-only file, `DEBUG LOADAOF`, `RESTORE` of an
+//!    older dump, a failover to a replica that missed the last grants leave an ID that the
+//!    clock passes once it passes the last token's ms, unless the clock stepped back (further
+//!    than the retention covers, for a fence that is kept). Nothing is trusted that the
+//!    server's data could put back. Left open, as for the scripts: a fence lost twice within
+//!    one ms, with a grant between, starts again at the same ID.
 //! 3. Out of the ordinary, the token is minted on a dedicated connection under `WATCH`, while
 //!    the lease is still this owner's (so no later grant can come between the lease and its
 //!    token): a sequence past 999 is carried into the next ms by an explicit ID `(ms + 1)-0`;
+//!    a fence found missing is started as in invariant 2 (`*`, not handed out, then the
+//!    explicit ID past it);
 //!    a fence of an earlier development build (a decimal string) is converted to the ID just
 //!    past its token; anything else at the fence key (another type, an ID out of range) frees
 //!    the lock just taken and answers [`Error::WrongType`] naming the fence. No token is
@@ -41,7 +52,8 @@
 //!    cache entry's lock, `counted_grants(false)`) goes by transaction only where scripts are
 //!    refused.
 //! 7. With replica acknowledgements, `WAIT` follows `EXEC` in the same pipeline, as after a
-//!    script (`node.rs`, invariant 5), and follows the mint's `EXEC` too.
+//!    script (`node.rs`, invariant 5), and follows the `EXEC` that starts a fence and the
+//!    mint's too.
 
 use futures_util::future::BoxFuture;
 use redis::{RedisError, Value};
@@ -106,7 +118,8 @@ impl Node {
             }
             return match (replies.get(1), replies.get(2)) {
                 // The lock was taken, and the fence appended to right after it on the same
-                // connection, while the lease was this owner's: that ID is its token.
+                // connection, while the lease was this owner's: that ID is its token. Any other
+                // answer, a missing fence's nil included, is minted below.
                 (Some(Ok(Value::Okay)), Some(Ok(Value::BulkString(id))))
                     if matches!(FenceId::parse(id), FenceId::Token(_)) =>
                 {
@@ -168,6 +181,8 @@ impl Node {
             (Value::Okay, _) => {
                 let id = match added {
                     Value::BulkString(id) => FenceId::parse(id),
+                    // No fence: `NOMKSTREAM` appended nothing (invariant 2).
+                    Value::Nil => return self.start_fence(call, short).await.map(Some),
                     // `WRONGTYPE`: not a stream (invariant 3).
                     _ => FenceId::Foreign,
                 };
@@ -193,11 +208,91 @@ impl Node {
         }
     }
 
+    /// The token of a lease granted by transaction where there was no fence (invariant 2), on
+    /// the shared connection, as the grant went: `XADD fence MAXLEN 0 * f 1` starts the fence
+    /// at the clock's `ms-0`, which is not handed out; then one transaction appends the ID
+    /// `(ms + 1)-0`, above every token handed out at or before ms, and reads the lock key. Its
+    /// token is handed out if the key still holds this owner: the lease then lasted from the
+    /// grant past the append, so no later grant came between the lease and its token. Anything
+    /// else (the fence moved past that ID meanwhile, as a cache entry's invalidation moves it
+    /// without the lease; the lease lost; a key of another type) goes to the mint, which reads
+    /// first. Boxed, as the mint is.
+    fn start_fence<'a>(
+        &'a self,
+        call: &'a ScriptCall,
+        short: Option<Shortfall>,
+    ) -> BoxFuture<'a, Result<(Value, Option<Shortfall>)>> {
+        Box::pin(async move {
+            let operation = call.lua.operation;
+            let Some([lock, fence, _, owner, _, retention]) = call.exact_parts::<6>() else {
+                return Err(unexpected(
+                    operation,
+                    "no fence to start for this call".into(),
+                ));
+            };
+            let mut start = redis::pipe();
+            start
+                .ignore_errors()
+                .add_command(cmd("XADD", &[fence, b"MAXLEN", b"0", b"*", b"f", b"1"]));
+            let start = &start;
+            let started: Vec<std::result::Result<Value, RedisError>> = self
+                .bounded(
+                    operation,
+                    self.resending(|mut conn| async move { start.query_async(&mut conn).await }),
+                )
+                .await?;
+            let past = match started.first() {
+                Some(Ok(Value::BulkString(id))) => match FenceId::parse(id) {
+                    FenceId::Token(token) => token / 1000 + 1,
+                    FenceId::Carry(ms) => ms,
+                    FenceId::Foreign => return self.mint(call, None, short).await,
+                },
+                _ => return self.mint(call, None, short).await,
+            };
+            let past = format!("{past}-0");
+            let mut pipe = redis::pipe();
+            pipe.ignore_errors()
+                .cmd("MULTI")
+                .add_command(cmd(
+                    "XADD",
+                    &[fence, b"MAXLEN", b"0", past.as_bytes(), b"f", b"1"],
+                ))
+                .add_command(cmd("PEXPIRE", &[fence, retention]))
+                .add_command(cmd("MGET", &[lock]))
+                .cmd("EXEC");
+            let wait = self.wait_cmd();
+            if let Some((cmd, _)) = &wait {
+                pipe.add_command(cmd.clone());
+            }
+            let pipe = &pipe;
+            let replies: Vec<std::result::Result<Value, RedisError>> = self
+                .bounded(
+                    operation,
+                    self.resending(|mut conn| async move { pipe.query_async(&mut conn).await }),
+                )
+                .await?;
+            // MULTI, three QUEUED, then EXEC's array, then WAIT's reply.
+            let mut replies = replies.into_iter();
+            let exec = replies.nth(4);
+            let acked = self.shortfall(wait.map(|(_, needed)| needed), replies.next())?;
+            let short = short.or(acked);
+            if let Some(Ok(Value::Array(results))) = &exec
+                && let [Value::BulkString(id), _expiry, Value::Array(held)] = &results[..]
+                && matches!(&held[..], [Value::BulkString(holder)] if holder.as_slice() == owner)
+                && let FenceId::Token(token) = FenceId::parse(id)
+            {
+                let token = Value::BulkString(token.to_string().into_bytes());
+                return Ok((token, short));
+            }
+            self.mint(call, None, short).await
+        })
+    }
+
     /// The token of a lease granted by transaction whose `XADD` answered none (invariant 3):
     /// `carry`, the ms of the next ID when the sequence ran past 999; `None` when the fence
-    /// must be read first. Boxed, as the probe is: the grant's future would otherwise nest it,
-    /// and a caller's `async` block around an acquire would pass the compiler's default type
-    /// depth.
+    /// must be read first (one found missing is started as `start_fence` starts it). Boxed, as
+    /// the probe is: the grant's future would otherwise nest it, and a caller's `async` block
+    /// around an acquire would pass the compiler's default type depth.
     fn mint<'a>(
         &'a self,
         call: &'a ScriptCall,
@@ -245,6 +340,10 @@ impl Node {
                     let [held, legacy] = &seen[..] else {
                         return Err(unexpected(operation, format!("{seen:?}")));
                     };
+                    // A `*` appended to no fence starts one at the clock's `ms-0`, which a grant
+                    // earlier in that ms may have passed: not handed out, the next try appends
+                    // the ID past it (invariant 2).
+                    let starts = kind == "none" && next.is_none();
                     let mut writes = Vec::new();
                     if held.as_deref() != Some(owner) {
                         // The lease ran out in between: not granted, and nothing to write.
@@ -309,6 +408,9 @@ impl Node {
                     // The `XADD`: the last write but the `PEXPIRE`.
                     match results.iter().rev().nth(1) {
                         Some(Value::BulkString(id)) => match FenceId::parse(id) {
+                            FenceId::Token(token) if starts => {
+                                next = Some(format!("{}-0", token / 1000 + 1));
+                            }
                             FenceId::Token(token) => {
                                 let token = Value::BulkString(token.to_string().into_bytes());
                                 return Ok((token, short));
