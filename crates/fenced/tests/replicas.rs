@@ -79,7 +79,13 @@ async fn a_release_never_hands_the_lock_to_a_waiter_without_the_replicas() {
     let held = a.lock("x").acquire().await.unwrap(); // acknowledged: the replica is up
     // The control's name has a fence already: its grant is one transaction, one `WAIT` (a
     // name's first grant also starts its fence, a second write that waits for the replica).
-    a.lock("y").acquire().await.unwrap().release().await.unwrap();
+    a.lock("y")
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
     let waiter = tokio::spawn({
         let lock = a
             .lock("x")
