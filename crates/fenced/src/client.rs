@@ -467,6 +467,10 @@ impl ClientBuilder {
     /// acquire script: `SET NX PX` and an `XADD` to the name's fence in one round trip, no
     /// Lua on the way in. On one server and behind Sentinel; a cluster, Redlock, a cache
     /// entry's lock, and a server or ACL without `MULTI`, `EXEC` or `TYPE` grant by script.
+    /// A name's first grant (no fence yet, or its fence lost) takes a script more, which
+    /// starts the fence one ms past the server clock (two transactions more without scripts),
+    /// where the acquire script does it in its one round trip: for names granted once each
+    /// (a lock per order id), off is a round trip less a grant.
     ///
     /// The guarantee is the same either way: tokens strictly increase across every grant of
     /// a name, by any client, with this on or off. Both append to the same fence, a stream

@@ -5,18 +5,31 @@
 -- master, whose later grant comes after this raise (its lock key had to be freed first), so
 -- its next token is above it.
 --
+-- With no token (an empty ARGV[2]), the fence's next token instead, where the lease is still
+-- held: the token of a lease granted by transaction whose fence was missing
+-- (backend/node/grant.rs, invariant 2). next_token starts a fence still missing one ms past the
+-- clock, and appends the server's next ID to one that another grant sharing it started
+-- meanwhile. The lease held from its grant through this append, so no later grant came
+-- between the lease and its token.
+--
 -- KEYS[1]  the lock (string: the owner token of the holder)
 -- KEYS[2]  the fence (stream: the last fencing token handed out; see fence.lua)
 -- ARGV[1]  the owner token of the lease
--- ARGV[2]  the token to raise the fence to
+-- ARGV[2]  the token to raise the fence to; empty: append the fence's next token
 -- ARGV[3]  the fence's retention, in ms
 --
--- Returns 1  raised (or already as high), and the lease is held here
---         0  the lease is not held here, or the fence key is not a fence: nothing changed
+-- Returns 1      raised (or already as high), and the lease is held here
+--         token  for an empty ARGV[2], the lease held here: the next token (a decimal string)
+--         0      the lease is not held here, or the fence key is not a fence (see fence.lua):
+--                nothing changed, but for an ID an empty ARGV[2] appended past the tokens'
+--                range
 --
 local held = redis.call('MGET', KEYS[1])[1]
 if held ~= ARGV[1] then
   return 0
+end
+if ARGV[2] == '' then
+  return next_token(KEYS[2], ARGV[3]) or 0
 end
 if not raise_fence(KEYS[2], ARGV[2], ARGV[3]) then
   return 0

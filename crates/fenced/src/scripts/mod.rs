@@ -196,6 +196,10 @@ lua!(/// Renew or re-time a lease, in epoch order.
     EXTEND, "extend", "extend.lua");
 lua!(/// Raise a fence to a Redlock quorum's token.
     FENCE_RAISE, "fence write-back", "fence.lua", "fence_raise.lua");
+lua!(/// The token of a lease granted by transaction where there was no fence, appended while
+    /// the lease is held: the write-back's script with no token (`backend/node/grant.rs`),
+    /// whose errors name the grant it ends.
+    FENCE_START, "acquire", "fence.lua", "fence_raise.lua");
 lua!(/// Break a lock whoever holds it.
     FORCE_RELEASE, "force release", announces, "force_release.lua");
 lua!(/// Take or re-enter a reentrant lock.
@@ -581,6 +585,17 @@ mod tests {
             assert_eq!(hashes.learn(ACQUIRE.body(false), bad), None, "{bad:?}");
         }
         assert_eq!(hashes.get(ACQUIRE.body(false)), None);
+    }
+
+    #[test]
+    fn the_fence_start_is_the_write_back_script_under_the_grants_name() {
+        // One script on the server: a grant's errors name the grant, not the write-back.
+        assert_eq!(
+            FENCE_START.body(false).source(),
+            FENCE_RAISE.body(false).source()
+        );
+        assert_eq!(FENCE_START.operation, "acquire");
+        assert_eq!(FENCE_START.primitive(), "a lock");
     }
 
     #[cfg(debug_assertions)]

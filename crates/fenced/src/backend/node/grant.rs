@@ -2,7 +2,8 @@
 //! or without scripts: `MULTI`, `SET lock owner NX PX ttl`,
 //! `XADD fence NOMKSTREAM MAXLEN 0 * f 1`, `PEXPIRE fence retention`, `PTTL lock`,
 //! `TYPE lock`, `EXEC`. No Lua, one round trip; the token is the fence's new stream ID, read
-//! as `scripts/fence.lua` reads it.
+//! as `scripts/fence.lua` reads it. Where there was no fence, a step more starts it
+//! (invariant 2).
 //!
 //! Invariants:
 //! 1. Tokens strictly increase across holders of a name, whichever way each grant went. Every
@@ -17,14 +18,16 @@
 //!    without persistence) would start again at the clock's `ms-0`, which a grant earlier in
 //!    that same ms may equal or pass. So the grant's `XADD` is `NOMKSTREAM`: where there is no
 //!    fence it answers nil and starts none (nor does a refused grant), and a granted lease
-//!    then starts it one ms past the clock, as the scripts do (`start_fence`): two round trips
-//!    more on the shared connection, for the first grant of a name within the retention. A
-//!    restart from an older snapshot or append-only file, `DEBUG LOADAOF`, `RESTORE` of an
-//!    older dump, a failover to a replica that missed the last grants leave an ID that the
-//!    clock passes once it passes the last token's ms, unless the clock stepped back (further
-//!    than the retention covers, for a fence that is kept). Nothing is trusted that the
-//!    server's data could put back. Left open, as for the scripts: a fence lost twice within
-//!    one ms, with a grant between, starts again at the same ID.
+//!    then starts it one ms past the clock, as the scripts do, while the lock key still holds
+//!    its owner (`start_fence`). That costs the first grant of a name within the retention
+//!    one round trip more where the node sends scripts (one script: `fence_raise.lua` with no
+//!    token), two without (two transactions on the shared connection). A restart from an
+//!    older snapshot or append-only file, `DEBUG LOADAOF`, `RESTORE` of an older dump, a
+//!    failover to a replica that missed the last grants leave an ID that the clock passes
+//!    once it passes the last token's ms, unless the clock stepped back (further than the
+//!    retention covers, for a fence that is kept). Nothing is trusted that the server's data
+//!    could put back. Left open, as for the scripts: a fence lost twice within one ms, with a
+//!    grant between, starts again at the same ID.
 //! 3. Out of the ordinary, the token is minted on a dedicated connection under `WATCH`, while
 //!    the lease is still this owner's (so no later grant can come between the lease and its
 //!    token): a sequence past 999 is carried into the next ms by an explicit ID `(ms + 1)-0`;
@@ -52,8 +55,8 @@
 //!    cache entry's lock, `counted_grants(false)`) goes by transaction only where scripts are
 //!    refused.
 //! 7. With replica acknowledgements, `WAIT` follows `EXEC` in the same pipeline, as after a
-//!    script (`node.rs`, invariant 5), and follows the `EXEC` that starts a fence and the
-//!    mint's too.
+//!    script (`node.rs`, invariant 5), and follows the script or the `EXEC` that starts a
+//!    fence and the mint's `EXEC` too.
 
 use futures_util::future::BoxFuture;
 use redis::{RedisError, Value};
@@ -62,7 +65,7 @@ use super::watched::cmd;
 use super::{Node, Shortfall, lacks_command};
 use crate::error::{Error, Result};
 use crate::kind::unexpected;
-use crate::scripts::{ACQUIRE, ScriptCall};
+use crate::scripts::{ACQUIRE, FENCE_START, ScriptCall};
 use crate::token::FenceId;
 
 /// How many times a mint tries before it gives up: each try that does not answer moved the
@@ -208,14 +211,20 @@ impl Node {
         }
     }
 
-    /// The token of a lease granted by transaction where there was no fence (invariant 2), on
-    /// the shared connection, as the grant went: `XADD fence MAXLEN 0 * f 1` starts the fence
-    /// at the clock's `ms-0`, which is not handed out; then one transaction appends the ID
-    /// `(ms + 1)-0`, above every token handed out at or before ms, and reads the lock key. Its
-    /// token is handed out if the key still holds this owner: the lease then lasted from the
-    /// grant past the append, so no later grant came between the lease and its token. Anything
-    /// else (the fence moved past that ID meanwhile, as a cache entry's invalidation moves it
-    /// without the lease; the lease lost; a key of another type) goes to the mint, which reads
+    /// The token of a lease granted by transaction where there was no fence (invariant 2),
+    /// appended while the lock key still holds this owner: the lease then lasted from the
+    /// grant past the append, so no later grant came between the lease and its token. Where
+    /// the node sends scripts, one script does it, run as every script is (loaded again on
+    /// `NOSCRIPT`, `WAIT` after it): the write-back's with no token (`fence_raise.lua`), which
+    /// starts a fence still missing one ms past the clock and appends `*` to one another grant
+    /// started meanwhile. Without scripts, or where the server refuses them (an ACL without
+    /// scripting that no refusal has taught this node yet: the refusal ran nothing), two round
+    /// trips on the shared connection, as the grant went: `XADD fence MAXLEN 0 * f 1` starts
+    /// the fence at the clock's `ms-0`, which is not handed out; then one transaction appends
+    /// the ID `(ms + 1)-0`, above every token handed out at or before ms, and reads the lock
+    /// key, whose token is handed out if the key still holds this owner. Anything else (the
+    /// lease lost; the fence moved past that ID meanwhile, as a cache entry's invalidation
+    /// moves it without the lease; a key of another type) goes to the mint, which reads
     /// first. Boxed, as the mint is.
     fn start_fence<'a>(
         &'a self,
@@ -230,6 +239,26 @@ impl Node {
                     "no fence to start for this call".into(),
                 ));
             };
+            if !self.scripts_forbidden() {
+                // No token to raise the fence to (an empty ARGV[2]): its next one.
+                let next = ScriptCall::new(&FENCE_START)
+                    .key(lock)
+                    .key(fence)
+                    .arg(owner)
+                    .arg("")
+                    .arg(retention);
+                match self.run_acked(&next).await {
+                    Ok((token @ Value::BulkString(_), acked)) => {
+                        return Ok((token, short.or(acked)));
+                    }
+                    // 0: the lease lost, or a fence this protocol cannot count on.
+                    Ok((_, acked)) => return self.mint(call, None, short.or(acked)).await,
+                    // Scripts refused: the script ran nothing, and the transactions below
+                    // need none.
+                    Err(Error::Unsupported(_)) => {}
+                    Err(e) => return Err(e),
+                }
+            }
             let mut start = redis::pipe();
             start
                 .ignore_errors()
@@ -290,9 +319,9 @@ impl Node {
 
     /// The token of a lease granted by transaction whose `XADD` answered none (invariant 3):
     /// `carry`, the ms of the next ID when the sequence ran past 999; `None` when the fence
-    /// must be read first (one found missing is started as `start_fence` starts it). Boxed, as
-    /// the probe is: the grant's future would otherwise nest it, and a caller's `async` block
-    /// around an acquire would pass the compiler's default type depth.
+    /// must be read first (one found missing is started as `start_fence` starts it without
+    /// scripts). Boxed, as the probe is: the grant's future would otherwise nest it, and a
+    /// caller's `async` block around an acquire would pass the compiler's default type depth.
     fn mint<'a>(
         &'a self,
         call: &'a ScriptCall,
