@@ -104,9 +104,19 @@ async fn masters_that_agree_on_the_proposed_token_need_no_write_back() {
         .connect()
         .await
         .expect("a majority answers");
-    // A first cycle loads the scripts (the NOSCRIPT attempt counts as a call).
+    // A first cycle loads the scripts (the NOSCRIPT attempt counts as a call). The grant is
+    // handed out once a majority answered, and the last master's attempt, resent after its
+    // NOSCRIPT, may run after the release: it would hold the name there for a ttl. So the
+    // release waits until every master ran the grant's script.
+    let before: Vec<u64> = futures_util::future::join_all(s.iter().map(scripts_run)).await;
     let first = c.lock("report").acquire().await.unwrap();
     let mut last = first.fencing_token().get();
+    let loaded = eventually(Duration::from_secs(5), || async {
+        let now: Vec<u64> = futures_util::future::join_all(s.iter().map(scripts_run)).await;
+        now.iter().zip(&before).all(|(a, b)| a > b)
+    })
+    .await;
+    assert!(loaded, "a master never ran the first grant's script");
     first.release().await.unwrap();
     c.flush().await;
     // A master whose script runs later than the proposal's lead (100 ms: a burst of load on a
