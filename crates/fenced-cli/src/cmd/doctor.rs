@@ -297,7 +297,7 @@ async fn cluster_masters(global: &Global) -> Result<Vec<(String, redis::Client)>
                     && let (Some(host), Some(Value::Int(port))) = (master.first(), master.get(1))
                     && let Ok(port) = u16::try_from(*port)
                 {
-                    // An empty host is the one the seed was reached at.
+                    // An empty host is the one the first node was reached at.
                     let host = text(host).filter(|h| !h.is_empty() && h != "?");
                     masters.insert((host.unwrap_or_else(|| seed_host.clone()), port));
                 }
