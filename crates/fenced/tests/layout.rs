@@ -217,6 +217,7 @@ fn no_two_files_of_the_tools_import_each_other() {
         "fenced-cli",
         "fenced-bench",
         "fenced-chaos",
+        "fenced-model",
         "fenced-testkit",
         "fenced-macros",
     ] {
