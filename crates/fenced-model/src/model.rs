@@ -543,10 +543,6 @@ impl Model for Protocol {
                 s.outside.is_some() || !s.violations.token_not_increasing
             }),
             Property::always(
-                "the resource never accepts a token below one it accepted",
-                |_, s: &State| !s.violations.accepted_below,
-            ),
-            Property::always(
                 "the resource never accepts a write of an older grant after a newer one's",
                 |_, s: &State| s.outside.is_some() || !s.violations.stale_write,
             ),

@@ -218,8 +218,6 @@ pub struct Resource {
 pub struct Violations {
     /// A grant's token was not above every token handed out before.
     pub token_not_increasing: bool,
-    /// The resource accepted a token below one it had accepted.
-    pub accepted_below: bool,
     /// The resource accepted a write of a grant older than one whose write it had accepted.
     pub stale_write: bool,
     /// An observer reported a leader older than one it had reported.
