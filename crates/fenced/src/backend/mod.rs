@@ -294,10 +294,7 @@ impl Backend {
     ) -> Result<(AcquireReply, bool)> {
         match self.route() {
             Route::One(node) => {
-                let (value, short) = match node.grant(call).await? {
-                    Some(granted) => granted,
-                    None => node.run_acked(call).await?,
-                };
+                let (value, short) = node.run_acked(call).await?;
                 let mut reply = acquire_reply(value)?;
                 if matches!(reply, AcquireReply::Busy { remaining: None })
                     && kind.checks_type_of_refusal()

@@ -29,24 +29,28 @@
 //!    waiter has it, so with acknowledgements there is none (`Backend::hands_over`).
 //!    Optimistic transactions (`MULTI`/`EXEC` on a pooled connection) do not wait either:
 //!    their writes are the caller's own data, and `Client::transaction` says so.
-//! 6. Native twins (`scripts/mod.rs`, invariant 3). A call whose script has a native twin is
-//!    sent as the twin where the server has its command. Whether it has one is learned from
-//!    the first use, not assumed: an "unknown command" (an older server, or a failover to
-//!    one) or an ACL refusal of the twin's command is remembered for this node, and the call
-//!    goes out as its script at once, so the caller never sees the difference.
+//! 6. One way to run a step. Every call goes through the executor loop (`exec.rs`): a native
+//!    twin where the server has its command, the grant's transaction, the script, or a
+//!    `WATCH` transaction, picked by the call's step and the node's record of what its server
+//!    allows (`allows.rs`), filled at connect where a probe costs nothing (`COMMAND INFO`
+//!    beside `INFO server`), learned on use otherwise, forgotten when the connection is lost.
 //! 7. Script hashes come from the server. A script's first call on a node loads it
 //!    (`SCRIPT LOAD`) and keeps the hash the server answered; the client computes none. On a
 //!    cluster the load goes to the master of the call's slot, where the call runs: one node
 //!    that cannot be reached (mid-failover) must not fail a call that never goes there.
 
+mod allows;
+mod batch;
+mod exec;
 mod grant;
-
 pub(crate) mod reads;
-
+mod wait;
 mod watched;
 
+#[cfg(test)]
+mod differential;
+
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Duration;
 
 use redis::aio::{ConnectionLike, ConnectionManager};
@@ -138,45 +142,15 @@ pub(crate) struct Node {
     acks: Option<(usize, Duration)>,
     /// Scripts announce releases with `SPUBLISH` (sharded pub/sub on a cluster).
     sharded: bool,
-    /// What the server answered to native twins that not every server has (invariant 6).
-    natives: Arc<NativeSupport>,
-    /// Whether the server grants the plain lock by transaction (`grant.rs`).
-    grants: Arc<NativeSupport>,
-    /// Held while the transaction's probe runs, so that a node probes once (`grant.rs`).
-    grant_probe: Arc<tokio::sync::Mutex<()>>,
+    /// What the server lets this client run, as far as it knows (`allows.rs`).
+    allows: Arc<allows::Allows>,
     /// Whether the client asked for grants by transaction (`ClientBuilder::counted_grants`).
     counted: bool,
     /// The hashes the server gave for the scripts loaded there (invariant 7).
     hashes: Arc<Hashes>,
-    /// Whether scripts are sent at all (`watched.rs`).
-    scripts: Arc<watched::Scripts>,
     /// The dedicated connections of the lock's steps without scripts (`watched.rs`): one
     /// server or Sentinel only.
     pool: Option<Arc<super::pool::TxPool>>,
-}
-
-/// Whether a node runs the native twins that need a recent server (`DELIFEQ`), as learned
-/// from their first use: unknown, yes or no.
-#[derive(Debug, Default)]
-pub(crate) struct NativeSupport(AtomicU8);
-
-impl NativeSupport {
-    const UNKNOWN: u8 = 0;
-    const YES: u8 = 1;
-    const NO: u8 = 2;
-
-    fn worth_trying(&self) -> bool {
-        self.0.load(Ordering::Relaxed) != Self::NO
-    }
-
-    fn learned(&self, supported: bool) {
-        let value = if supported { Self::YES } else { Self::NO };
-        self.0.store(value, Ordering::Relaxed);
-    }
-
-    fn unknown(&self) -> bool {
-        self.0.load(Ordering::Relaxed) == Self::UNKNOWN
-    }
 }
 
 /// Too few replicas acknowledged a write (`WAIT`).
@@ -204,12 +178,9 @@ impl Node {
             timeout,
             acks: None,
             sharded: false,
-            natives: Arc::default(),
-            grants: Arc::default(),
-            grant_probe: Arc::default(),
+            allows: Arc::default(),
             counted: false,
             hashes: Arc::default(),
-            scripts: Arc::default(),
             pool: None,
         }
     }
@@ -262,106 +233,6 @@ impl Node {
             })
     }
 
-    /// The native twin of `call` to send, if it has one this node may run (invariant 6).
-    fn native_of(&self, call: &ScriptCall) -> Option<(Cmd, Option<Cmd>)> {
-        let native = call.lua.native?;
-        if !native.everywhere() && !self.natives.worth_trying() {
-            return None;
-        }
-        call.native(self.sharded)
-    }
-
-    /// Sends a native twin (its command, and its announcement after it), with `WAIT` after
-    /// them when `wait` is given (invariant 5): the call's reply, and `WAIT`'s. A lone
-    /// command goes out as itself, not as a pipeline: it is the hot path of an unfenced
-    /// acquire. `Ok(None)` when the server does not run the twin: that is remembered, and the
-    /// caller sends the script instead (invariant 6).
-    async fn run_native(
-        &self,
-        operation: &'static str,
-        (cmd, announce): (Cmd, Option<Cmd>),
-        wait: Option<&Cmd>,
-        everywhere: bool,
-    ) -> Result<Option<(Value, Option<Value>)>> {
-        let (first, acked) = if everywhere && announce.is_none() && wait.is_none() {
-            // Only twins every server runs go alone (a probed one may be unknown to the
-            // server, which the pipeline below tells apart), so an error here is the
-            // command's own: mapped as any other.
-            let cmd = &cmd;
-            let reply = self
-                .bounded(
-                    operation,
-                    self.resending(
-                        |mut conn| async move { cmd.query_async::<Value>(&mut conn).await },
-                    ),
-                )
-                .await?;
-            (Ok(reply), None)
-        } else {
-            let mut pipe = redis::pipe();
-            pipe.ignore_errors().add_command(cmd);
-            let announces = announce.is_some();
-            if let Some(announce) = announce {
-                pipe.add_command(announce);
-            }
-            if let Some(wait) = wait {
-                pipe.add_command(wait.clone());
-            }
-            let pipe = &pipe;
-            let cluster = self.is_cluster();
-            let replies: Vec<Result<Value, RedisError>> = self
-                .bounded(
-                    operation,
-                    self.resending(|mut conn| async move {
-                        let replies: Vec<Result<Value, RedisError>> =
-                            pipe.query_async(&mut conn).await?;
-                        // A redirect comes back as a reply of the pipeline: raise it, so the
-                        // pipeline is sent again where the slot is (invariant 4), as a
-                        // script's is.
-                        raise_not_run(cluster, &replies)?;
-                        Ok(replies)
-                    }),
-                )
-                .await?;
-            let mut replies = replies.into_iter();
-            let Some(first) = replies.next() else {
-                return Err(unexpected(
-                    operation,
-                    "a native command had no reply".into(),
-                ));
-            };
-            // The announcement's reply: a subscriber count, or the refusal a script would
-            // have raised (a channel outside the user's ACL patterns), once the command
-            // itself ran.
-            if announces
-                && first.is_ok()
-                && let Some(Err(e)) = replies.next()
-            {
-                return Err(Error::from_redis(operation, self.timeout, e));
-            }
-            (first, replies.next())
-        };
-        let first = match first {
-            Ok(value) => value,
-            Err(e) if !everywhere && lacks_command(&e) => {
-                tracing::debug!(error = %e, "fenced: no native twin on this server; using its script");
-                self.natives.learned(false);
-                return Ok(None);
-            }
-            Err(e) => return Err(Error::from_redis(operation, self.timeout, e)),
-        };
-        if !everywhere && self.natives.unknown() {
-            self.natives.learned(true);
-        }
-        let acked = match (wait, acked) {
-            (None, _) => None,
-            (Some(_), Some(Ok(acked))) => Some(acked),
-            (Some(_), Some(Err(e))) => return Err(Error::from_redis("wait", self.timeout, e)),
-            (Some(_), None) => return Err(unexpected("wait", "WAIT had no reply".into())),
-        };
-        Ok(Some((first, acked)))
-    }
-
     /// Scripts announce with `SPUBLISH`: on a Redis Cluster whose nodes run it (Redis 7+).
     pub(crate) fn with_sharded_pubsub(mut self, sharded: bool) -> Self {
         self.sharded = sharded;
@@ -383,90 +254,6 @@ impl Node {
     pub(crate) fn with_acks(mut self, acks: Option<(usize, Duration)>) -> Self {
         self.acks = acks;
         self
-    }
-
-    /// The `WAIT` command of acknowledged writes, if any.
-    fn wait_cmd(&self) -> Option<(Cmd, usize)> {
-        let (needed, wait) = self.acks?;
-        let mut cmd = redis::cmd("WAIT");
-        cmd.arg(needed)
-            .arg(u64::try_from(wait.as_millis()).unwrap_or(u64::MAX).max(1));
-        Some((cmd, needed))
-    }
-
-    /// Runs one script call, then `WAIT`s on the same connection when the client asks for
-    /// replica acknowledgements (invariant 5). The reply comes with the shortfall, if too few
-    /// replicas acknowledged in time; the caller decides whether its write needed them.
-    pub(crate) async fn run_acked(&self, call: &ScriptCall) -> Result<(Value, Option<Shortfall>)> {
-        let Some((wait, needed)) = self.wait_cmd() else {
-            return Ok((self.run(call).await?, None));
-        };
-        let operation = call.lua.operation;
-        if let Some(native) = self.native_of(call) {
-            let everywhere = call.lua.native.is_some_and(|n| n.everywhere());
-            if let Some((value, acked)) = self
-                .run_native(operation, native, Some(&wait), everywhere)
-                .await?
-            {
-                let acked = match acked {
-                    Some(Value::Int(n)) => usize::try_from(n).unwrap_or(0),
-                    other => return Err(unexpected("wait", format!("{other:?}"))),
-                };
-                let short = (acked < needed).then_some(Shortfall { acked, needed });
-                return Ok((value, short));
-            }
-        }
-        if self.scripts_forbidden()
-            && let Some(answer) = self.while_forbidden(call).await
-        {
-            return answer;
-        }
-        let body = call.lua.body(self.sharded);
-        let source = body.source();
-        let key = call.first_key();
-        let wait = &wait;
-        let cluster = self.is_cluster();
-        let answer = self
-            .bounded(
-                operation,
-                self.resending(|mut conn| async move {
-                    let hash = self.hash_of(conn.clone(), body, key).await?;
-                    let mut pipe = redis::pipe();
-                    pipe.ignore_errors();
-                    pipe.add_command(call.evalsha(&hash))
-                        .add_command(wait.clone());
-                    let mut replies: Vec<Result<Value, RedisError>> =
-                        pipe.query_async(&mut conn).await?;
-                    if matches!(replies.first(), Some(Err(e)) if is_noscript(e)) {
-                        let hash = self.load(conn.clone(), body, key).await?;
-                        let mut pipe = redis::pipe();
-                        pipe.ignore_errors();
-                        pipe.add_command(call.evalsha(&hash))
-                            .add_command(wait.clone());
-                        replies = pipe.query_async(&mut conn).await?;
-                    }
-                    raise_not_run(cluster, &replies)?;
-                    let mut replies = replies.into_iter();
-                    let (Some(value), Some(acked)) = (replies.next(), replies.next()) else {
-                        return Err(RedisError::from((
-                            redis::ErrorKind::Client,
-                            "a reply of the script and WAIT pipeline is missing",
-                        )));
-                    };
-                    Ok((value?, acked?))
-                }),
-            )
-            .await;
-        let (value, acked) = match answer {
-            Ok(answer) => answer,
-            Err(e) => return self.after_script_error(call, e, source).await,
-        };
-        let acked = match acked {
-            Value::Int(n) => usize::try_from(n).unwrap_or(0),
-            other => return Err(unexpected("wait", format!("{other:?}"))),
-        };
-        let short = (acked < needed).then_some(Shortfall { acked, needed });
-        Ok((value, short))
     }
 
     /// The per-call timeout.
@@ -506,6 +293,16 @@ impl Node {
                     tracing::debug!(error = %e, "fenced: the cluster redirected a command; sending it again");
                     tokio::time::sleep(pause).await;
                     pause = (pause * 2).min(Duration::from_millis(100));
+                }
+                // The connection is lost: the next may reach another server, whose rules
+                // are learned again (`allows.rs`, invariant 3).
+                Err(e)
+                    if e.is_io_error()
+                        || e.is_connection_dropped()
+                        || e.is_connection_refusal() =>
+                {
+                    self.allows.forget();
+                    return Err(e);
                 }
                 other => return other,
             }
@@ -564,7 +361,7 @@ impl Node {
         if !e.is_raw_wrong_type() {
             return e;
         }
-        let operation = call.lua.operation;
+        let operation = call.operation();
         let source = call.lua.body(self.sharded).source();
         if let Some(key) = e.wrong_type_in_script(source, |i| call.key_at(i)) {
             return Error::WrongType { key, operation };
@@ -698,255 +495,36 @@ impl Node {
         .await
     }
 
-    /// [`run`](Self::run) for a write that must survive a failover (invariant 5): with
-    /// replica acknowledgements, too few of them is [`Error::NotReplicated`] (the master has
-    /// the write; a failover could lose it).
-    pub(crate) async fn run_replicated<T: FromRedisValue>(&self, call: &ScriptCall) -> Result<T> {
-        let (value, short) = self.run_acked(call).await?;
-        if let Some(short) = short {
-            return Err(short.error(call.lua.operation));
-        }
-        redis::from_redis_value(value).map_err(|e| unexpected(call.lua.operation, e.to_string()))
-    }
-
     /// Whether writes wait for replica acknowledgements (`WAIT`).
     pub(crate) fn acks_replicas(&self) -> bool {
         self.acks.is_some()
     }
 
-    /// Runs one script call, loading the script first if the server does not know it. For
-    /// reads, and for writes whose loss in a failover is harmless (invariant 5).
-    pub(crate) async fn run<T: FromRedisValue>(&self, call: &ScriptCall) -> Result<T> {
-        let operation = call.lua.operation;
-        if let Some(native) = self.native_of(call) {
-            let everywhere = call.lua.native.is_some_and(|n| n.everywhere());
-            if let Some((value, _)) = self.run_native(operation, native, None, everywhere).await? {
-                return redis::from_redis_value(value)
-                    .map_err(|e| unexpected(operation, e.to_string()));
-            }
+    /// Whether this node sends no scripts, by the client's choice or learned (`allows.rs`).
+    pub(crate) fn scripts_forbidden(&self) -> bool {
+        self.allows.scripts_refused()
+    }
+
+    /// From now on this node sends no scripts: the client's choice.
+    pub(crate) fn with_scripts_forbidden(self, forbidden: bool) -> Self {
+        if forbidden {
+            self.allows.choose_no_scripts();
         }
-        if self.scripts_forbidden()
-            && let Some(answer) = self.while_forbidden(call).await
+        self
+    }
+
+    /// Fills the record of what the server allows from `COMMAND INFO`'s reply about the
+    /// native twins' commands, where the connect's check asked it (`allows.rs`, invariant 2):
+    /// an entry for the command, or nil where the server has none. A refusal (an ACL without
+    /// `COMMAND`) leaves it to be learned on use.
+    pub(crate) fn learn_commands(&self, reply: &Value) {
+        if let Value::Array(entries) = reply
+            && let [entry] = &entries[..]
         {
-            let (value, _) = answer?;
-            return redis::from_redis_value(value)
-                .map_err(|e| unexpected(operation, e.to_string()));
+            self.allows
+                .native
+                .learned(matches!(entry, Value::Array(_) | Value::Map(_)));
         }
-        let body = call.lua.body(self.sharded);
-        let source = body.source();
-        let key = call.first_key();
-        let answer = self
-            .bounded(
-                operation,
-                self.resending(|mut conn| async move {
-                    let hash = self.hash_of(conn.clone(), body, key).await?;
-                    match call.evalsha(&hash).query_async(&mut conn).await {
-                        Err(e) if is_noscript(&e) => {
-                            let hash = self.load(conn.clone(), body, key).await?;
-                            call.evalsha(&hash).query_async(&mut conn).await
-                        }
-                        other => other,
-                    }
-                }),
-            )
-            .await;
-        match answer {
-            Ok(value) => Ok(value),
-            // Refused before it ran: once more, without a script (`watched.rs`).
-            Err(e) => {
-                let (value, _) = self.after_script_error(call, e, source).await?;
-                redis::from_redis_value(value).map_err(|e| unexpected(operation, e.to_string()))
-            }
-        }
-    }
-
-    /// Runs idempotent script calls in one round trip per node (invariant 3): on a cluster,
-    /// one pipeline per hash slot, all sent at once.
-    pub(crate) async fn run_batch_routed(
-        &self,
-        operation: &'static str,
-        calls: &[ScriptCall],
-    ) -> Result<Vec<Result<Value>>> {
-        if !self.is_cluster() || calls.len() < 2 {
-            return self.run_batch(operation, calls).await;
-        }
-        self.run_batch_by_slot(operation, calls).await
-    }
-
-    /// [`run_batch_routed`](Self::run_batch_routed) on a cluster.
-    #[cfg(not(feature = "cluster"))]
-    async fn run_batch_by_slot(
-        &self,
-        operation: &'static str,
-        calls: &[ScriptCall],
-    ) -> Result<Vec<Result<Value>>> {
-        self.run_batch(operation, calls).await
-    }
-
-    /// [`run_batch_routed`](Self::run_batch_routed) on a cluster.
-    #[cfg(feature = "cluster")]
-    async fn run_batch_by_slot(
-        &self,
-        operation: &'static str,
-        calls: &[ScriptCall],
-    ) -> Result<Vec<Result<Value>>> {
-        let mut groups: Vec<(Option<Slot>, Vec<usize>)> = Vec::new();
-        for (i, call) in calls.iter().enumerate() {
-            let route = call.first_key().map(Slot::for_key);
-            match groups.iter_mut().find(|(r, _)| *r == route) {
-                Some((_, members)) => members.push(i),
-                None => groups.push((route, vec![i])),
-            }
-        }
-        let parts = groups.iter().map(|(_, members)| {
-            let part: Vec<ScriptCall> = members.iter().map(|&i| calls[i].clone()).collect();
-            async move { self.run_batch(operation, &part).await }
-        });
-        let answers = futures_util::future::join_all(parts).await;
-        let mut out: Vec<Option<Result<Value>>> = (0..calls.len()).map(|_| None).collect();
-        for ((_, members), answer) in groups.iter().zip(answers) {
-            match answer {
-                Ok(replies) => {
-                    for (&i, reply) in members.iter().zip(replies) {
-                        out[i] = Some(reply);
-                    }
-                }
-                // One node's round trip failed: its calls' outcomes are unknown, the others'
-                // stand.
-                Err(e) => {
-                    for &i in members {
-                        out[i] = Some(Err(e.clone()));
-                    }
-                }
-            }
-        }
-        Ok(out
-            .into_iter()
-            .map(|r| r.unwrap_or_else(|| Err(unexpected("renew", "a call had no reply".into()))))
-            .collect())
-    }
-
-    /// The pipeline of a batch: every call by `EVALSHA`, then `wait`. Each script is loaded
-    /// first where this node has no hash for it yet, or with `reload`, every script of the
-    /// batch once (invariants 2 and 7).
-    async fn batch_pipe(
-        &self,
-        conn: &Conn,
-        calls: &[ScriptCall],
-        wait: Option<&Cmd>,
-        key: Option<&[u8]>,
-        reload: bool,
-    ) -> Result<Pipeline, RedisError> {
-        let mut pipe = redis::pipe();
-        pipe.ignore_errors();
-        let mut loaded: Vec<(&str, Arc<str>)> = Vec::new();
-        for call in calls {
-            let body = call.lua.body(self.sharded);
-            let hash = match loaded.iter().find(|(s, _)| std::ptr::eq(*s, body.source())) {
-                Some((_, hash)) => Arc::clone(hash),
-                None if reload => {
-                    let hash = self.load(conn.clone(), body, key).await?;
-                    loaded.push((body.source(), Arc::clone(&hash)));
-                    hash
-                }
-                None => self.hash_of(conn.clone(), body, key).await?,
-            };
-            pipe.add_command(call.evalsha(&hash));
-        }
-        if let Some(wait) = wait {
-            pipe.add_command(wait.clone());
-        }
-        Ok(pipe)
-    }
-
-    /// Runs idempotent script calls in ONE pipelined round trip (on a cluster, all in one
-    /// slot). The outer error means the round trip failed as a whole (nothing is known); the
-    /// inner results are per call.
-    pub(crate) async fn run_batch(
-        &self,
-        operation: &'static str,
-        calls: &[ScriptCall],
-    ) -> Result<Vec<Result<Value>>> {
-        if self.scripts_forbidden()
-            && let Some(answer) = self.batch_while_forbidden(operation, calls).await
-        {
-            return answer;
-        }
-        // One WAIT for the whole batch (invariant 5): renewals count only once replicated.
-        let wait = self.wait_cmd();
-        let wait_cmd = wait.as_ref().map(|(cmd, _)| cmd);
-        let key = calls.first().and_then(ScriptCall::first_key);
-        let cluster = self.is_cluster();
-        let answer: Result<Vec<Result<Value, RedisError>>> = self
-            .bounded(
-                operation,
-                self.resending(|mut conn| async move {
-                    let pipe = self.batch_pipe(&conn, calls, wait_cmd, key, false).await?;
-                    let first: Vec<Result<Value, RedisError>> = pipe.query_async(&mut conn).await?;
-                    if first.iter().any(|r| matches!(r, Err(e) if is_noscript(e))) {
-                        // The script cache was emptied (restart, failover, SCRIPT FLUSH): a
-                        // pipeline cannot fall back by itself, so load its scripts and resend.
-                        let pipe = self.batch_pipe(&conn, calls, wait_cmd, key, true).await?;
-                        let again: Vec<Result<Value, RedisError>> =
-                            pipe.query_async(&mut conn).await?;
-                        raise_not_run(cluster, &again)?;
-                        return Ok(again);
-                    }
-                    // A slot that moved answers every call with a redirect: the calls did not
-                    // run, and renewals may be sent again (invariant 4).
-                    raise_not_run(cluster, &first)?;
-                    Ok(first)
-                }),
-            )
-            .await;
-        let mut replies = match answer {
-            Ok(replies) => replies,
-            // Refused before anything ran: once more, without scripts (`watched.rs`).
-            Err(e) => {
-                return match self.batch_after_refusal(operation, calls, &e).await {
-                    Some(answer) => answer,
-                    None => Err(e),
-                };
-            }
-        };
-        if let Some((_, needed)) = wait {
-            let acked = match replies.pop() {
-                Some(Ok(Value::Int(n))) => usize::try_from(n).unwrap_or(0),
-                other => return Err(unexpected("wait", format!("{other:?}"))),
-            };
-            if acked < needed {
-                return Err(Shortfall { acked, needed }.error(operation));
-            }
-        }
-        let timeout = self.timeout;
-        let results: Vec<Result<Value>> = replies
-            .into_iter()
-            .zip(calls)
-            .map(|(r, call)| {
-                r.map_err(|e| {
-                    let source = call.lua.body(self.sharded).source();
-                    let e = Error::from_redis(operation, timeout, e).in_script(operation, source);
-                    match e.wrong_type_in_script(source, |i| call.key_at(i)) {
-                        Some(key) => Error::WrongType { key, operation },
-                        None => e,
-                    }
-                })
-            })
-            .collect();
-        // Every call refused as a script (`EVALSHA` outside the ACL, `SCRIPT LOAD` allowed):
-        // none ran, so once more without scripts (`watched.rs`).
-        if let Some(Err(e)) = results.first()
-            && results
-                .iter()
-                .all(|r| matches!(r, Err(e) if e.refuses_scripts()))
-        {
-            let e = e.clone();
-            return match self.batch_after_refusal(operation, calls, &e).await {
-                Some(answer) => answer,
-                None => Ok(results),
-            };
-        }
-        Ok(results)
     }
 }
 

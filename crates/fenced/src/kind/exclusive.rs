@@ -6,9 +6,7 @@ use std::sync::Arc;
 use crate::keys::LockKeys;
 use crate::kind::Wake;
 use crate::kind::{HandOverTo, LeaseKind, Primitive};
-use crate::scripts::{
-    ABANDON, ACQUIRE, ACQUIRE_BY_SCRIPT, EXTEND, FENCE_RAISE, HAND_OVER, RELEASE, ScriptCall,
-};
+use crate::scripts::{ABANDON, ACQUIRE, EXTEND, FENCE_RAISE, HAND_OVER, RELEASE, ScriptCall};
 use crate::token::{FencingToken, OwnerToken};
 
 /// One exclusive lease on a name.
@@ -45,17 +43,14 @@ impl LeaseKind for Exclusive {
     }
 
     fn acquire(&self, owner: &OwnerToken, ttl_ms: u64) -> ScriptCall {
-        ScriptCall::new(if self.counted {
-            &ACQUIRE
-        } else {
-            &ACQUIRE_BY_SCRIPT
-        })
-        .key(&self.keys.lock)
-        .key(&self.keys.fence)
-        .key(self.keys.tombstone(owner))
-        .arg(owner.as_str())
-        .arg(ttl_ms)
-        .arg(self.fence_retention_ms)
+        let call = ScriptCall::new(&ACQUIRE)
+            .key(&self.keys.lock)
+            .key(&self.keys.fence)
+            .key(self.keys.tombstone(owner))
+            .arg(owner.as_str())
+            .arg(ttl_ms)
+            .arg(self.fence_retention_ms);
+        if self.counted { call } else { call.by_script() }
     }
 
     fn extend(&self, owner: &OwnerToken, ttl_ms: u64, epoch: u64) -> ScriptCall {

@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use crate::keys::LockKeys;
 use crate::kind::Wake;
 use crate::kind::{LeaseKind, Primitive};
-use crate::scripts::{EXTEND, ScriptCall, UNFENCED_ACQUIRE, UNFENCED_RELEASE};
+use crate::scripts::{EXTEND, RELEASE, ScriptCall, UNFENCED_ACQUIRE};
 use crate::token::OwnerToken;
 
 /// One unfenced exclusive lease on a name.
@@ -67,7 +67,7 @@ impl LeaseKind for Unfenced {
     }
 
     fn release(&self, owner: &OwnerToken, message: &str) -> ScriptCall {
-        ScriptCall::new(&UNFENCED_RELEASE)
+        ScriptCall::new(&RELEASE)
             .key(&self.keys.lock)
             .arg(owner.as_str())
             .arg(&self.keys.channel)

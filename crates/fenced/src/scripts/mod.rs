@@ -15,6 +15,9 @@
 //! 3. A script with a [`Native`] twin answers exactly what the twin's first command answers,
 //!    so a node may send either (the twin where the server has its command) and the reply is
 //!    read the same way.
+//! 4. Each script is registered once, and names the [`Step`] it runs. What a call asks beyond
+//!    its script (a grant by script only, the operation its errors name) travels in the call,
+//!    never in a second registration of the same text.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -34,6 +37,30 @@ pub(crate) struct Lua {
     sharded: Option<Body>,
     /// The server command that does the same, where the server has it (invariant 3).
     pub(crate) native: Option<Native>,
+    /// The step the script runs, by which a node knows its other ways (invariant 4).
+    pub(crate) step: Step,
+}
+
+/// What a call does, whichever way a node runs it (invariant 4). A node's executor loop
+/// (`backend/node/exec.rs`) knows a step's other ways by this value, never by which script
+/// the call names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Step {
+    /// The plain lock's grant and its token: also one `MULTI`/`EXEC` (`backend/node/grant.rs`).
+    Grant,
+    /// A lease's renewal or re-timing, in epoch order: also a `WATCH` transaction.
+    Extend,
+    /// Compare-and-delete, then the announcement: also a native command where the server has
+    /// one ([`Native`]), and a `WATCH` transaction.
+    Release,
+    /// Void an attempt of unknown outcome, leaving a tombstone: also a `WATCH` transaction.
+    Abandon,
+    /// Break a lock whoever holds it: also a `WATCH` transaction.
+    ForceRelease,
+    /// Tell a held lease from a key of another type: also a `WATCH` transaction.
+    LockType,
+    /// Its script alone.
+    Script,
 }
 
 /// A server command (or two) that does what a script does, with the script's reply as the
@@ -146,11 +173,12 @@ impl Hashes {
 macro_rules! lua {
     (@native) => { None };
     (@native $native:ident) => { Some(Native::$native) };
-    ($(#[$doc:meta])* $name:ident, $operation:literal, announces $(native $native:ident)?, $($file:literal),+) => {
+    ($(#[$doc:meta])* $name:ident, $operation:literal, $step:ident, announces $(native $native:ident)?, $($file:literal),+) => {
         $(#[$doc])*
         pub(crate) static $name: Lua = Lua {
             operation: $operation,
             name: stringify!($name),
+            step: Step::$step,
             classic: Body {
                 source: concat!(include_str!("publish.lua"), $(include_str!($file)),+),
             },
@@ -160,11 +188,12 @@ macro_rules! lua {
             native: lua!(@native $($native)?),
         };
     };
-    ($(#[$doc:meta])* $name:ident, $operation:literal, $(native $native:ident,)? $($file:literal),+) => {
+    ($(#[$doc:meta])* $name:ident, $operation:literal, $step:ident, $(native $native:ident,)? $($file:literal),+) => {
         $(#[$doc])*
         pub(crate) static $name: Lua = Lua {
             operation: $operation,
             name: stringify!($name),
+            step: Step::$step,
             classic: Body {
                 source: concat!($(include_str!($file)),+),
             },
@@ -175,114 +204,104 @@ macro_rules! lua {
 }
 
 lua!(/// Take a lock and a fencing token (sent as a transaction where the node can).
-    ACQUIRE, "acquire", "fence.lua", "acquire.lua");
-lua!(/// Take a lock and a fencing token, by script where the server runs scripts: a refused
-    /// grant leaves the fence as it is, so it stays the last grant's token.
-    ACQUIRE_BY_SCRIPT, "acquire", "fence.lua", "acquire.lua");
+    ACQUIRE, "acquire", Grant, "fence.lua", "acquire.lua");
 lua!(/// Give a held lock straight to a waiter of the same client.
-    HAND_OVER, "hand over", "fence.lua", "hand_over.lua");
+    HAND_OVER, "hand over", Script, "fence.lua", "hand_over.lua");
 lua!(/// Compare-and-delete a lock, then publish: `DELIFEQ` where the server has it.
-    RELEASE, "release", announces native DelIfEqThenPublish, "release.lua");
+    RELEASE, "release", Release, announces native DelIfEqThenPublish, "release.lua");
 lua!(/// Take an unfenced lease: `SET NX PX`, no fence, no `TIME`.
-    UNFENCED_ACQUIRE, "acquire", native SetNxPx, "unfenced_acquire.lua");
+    UNFENCED_ACQUIRE, "acquire", Script, native SetNxPx, "unfenced_acquire.lua");
 lua!(/// Tell a held lease from a key of another type, after an unfenced refusal.
-    LOCK_TYPE, "acquire", "lock_type.lua");
-lua!(/// Compare-and-delete an unfenced lease (or void an attempt of unknown outcome), then
-    /// publish: `release.lua`, or `DELIFEQ` where the server has it.
-    UNFENCED_RELEASE, "release", announces native DelIfEqThenPublish, "release.lua");
+    LOCK_TYPE, "acquire", LockType, "lock_type.lua");
 lua!(/// Void an acquire attempt of unknown outcome.
-    ABANDON, "abandon", announces, "abandon.lua");
+    ABANDON, "abandon", Abandon, announces, "abandon.lua");
 lua!(/// Renew or re-time a lease, in epoch order.
-    EXTEND, "extend", "extend.lua");
+    EXTEND, "extend", Extend, "extend.lua");
 lua!(/// Raise a fence to a Redlock quorum's token.
-    FENCE_RAISE, "fence write-back", "fence.lua", "fence_raise.lua");
-lua!(/// The token of a lease granted by transaction where there was no fence, appended while
-    /// the lease is held: the write-back's script with no token (`backend/node/grant.rs`),
-    /// whose errors name the grant it ends.
-    FENCE_START, "acquire", "fence.lua", "fence_raise.lua");
+    FENCE_RAISE, "fence write-back", Script, "fence.lua", "fence_raise.lua");
 lua!(/// Break a lock whoever holds it.
-    FORCE_RELEASE, "force release", announces, "force_release.lua");
+    FORCE_RELEASE, "force release", ForceRelease, announces, "force_release.lua");
 lua!(/// Take or re-enter a reentrant lock.
-    REENTRANT_ACQUIRE, "acquire", "fence.lua", "reentrant_acquire.lua");
+    REENTRANT_ACQUIRE, "acquire", Script, "fence.lua", "reentrant_acquire.lua");
 lua!(/// Renew one hold of a reentrant lock (never shortens it).
-    REENTRANT_EXTEND, "extend", "reentrant_extend.lua");
+    REENTRANT_EXTEND, "extend", Script, "reentrant_extend.lua");
 lua!(/// Give back one hold of a reentrant lock.
-    REENTRANT_RELEASE, "release", announces, "reentrant_release.lua");
+    REENTRANT_RELEASE, "release", Script, announces, "reentrant_release.lua");
 lua!(/// Void a reentrant acquire attempt of unknown outcome.
-    REENTRANT_ABANDON, "abandon", announces, "reentrant_abandon.lua");
+    REENTRANT_ABANDON, "abandon", Script, announces, "reentrant_abandon.lua");
 lua!(/// Take leased permits of a semaphore.
-    SEMAPHORE_ACQUIRE, "acquire", "fence.lua", "semaphore_acquire.lua");
+    SEMAPHORE_ACQUIRE, "acquire", Script, "fence.lua", "semaphore_acquire.lua");
 lua!(/// Renew or re-time a semaphore holder's lease.
-    SEMAPHORE_EXTEND, "extend", "semaphore_extend.lua");
+    SEMAPHORE_EXTEND, "extend", Script, "semaphore_extend.lua");
 lua!(/// Give back a holder's permits.
-    SEMAPHORE_RELEASE, "release", announces, "semaphore_release.lua");
+    SEMAPHORE_RELEASE, "release", Script, announces, "semaphore_release.lua");
 lua!(/// Void a semaphore acquire attempt of unknown outcome.
-    SEMAPHORE_ABANDON, "abandon", announces, "semaphore_abandon.lua");
+    SEMAPHORE_ABANDON, "abandon", Script, announces, "semaphore_abandon.lua");
 lua!(/// Raise a semaphore's fence to a Redlock quorum's token.
-    SEMAPHORE_FENCE_RAISE, "fence write-back", "fence.lua", "semaphore_fence_raise.lua");
+    SEMAPHORE_FENCE_RAISE, "fence write-back", Script, "fence.lua", "semaphore_fence_raise.lua");
 lua!(/// Count a semaphore's live permits.
-    SEMAPHORE_STATUS, "semaphore status", "semaphore_status.lua");
+    SEMAPHORE_STATUS, "semaphore status", Script, "semaphore_status.lua");
 lua!(/// Take several locks, all or nothing, with one token.
-    MULTI_ACQUIRE, "acquire", "fence.lua", "multi_acquire.lua");
+    MULTI_ACQUIRE, "acquire", Script, "fence.lua", "multi_acquire.lua");
 lua!(/// Renew every lock of a multi-lock, all or nothing.
-    MULTI_EXTEND, "extend", "multi_extend.lua");
+    MULTI_EXTEND, "extend", Script, "multi_extend.lua");
 lua!(/// Give back every lock of a multi-lock.
-    MULTI_RELEASE, "release", announces, "multi_free.lua", "multi_release.lua");
+    MULTI_RELEASE, "release", Script, announces, "multi_free.lua", "multi_release.lua");
 lua!(/// Void a multi-lock attempt of unknown outcome.
-    MULTI_ABANDON, "abandon", announces, "multi_free.lua", "multi_abandon.lua");
+    MULTI_ABANDON, "abandon", Script, announces, "multi_free.lua", "multi_abandon.lua");
 lua!(/// Take a read lease of a read-write lock (writer-preferring).
-    RW_READ_ACQUIRE, "acquire", "fence.lua", "rw_read_acquire.lua");
+    RW_READ_ACQUIRE, "acquire", Script, "fence.lua", "rw_read_acquire.lua");
 lua!(/// Take the write lease of a read-write lock, or register as a waiting writer.
-    RW_WRITE_ACQUIRE, "acquire", "fence.lua", "rw_write_acquire.lua");
+    RW_WRITE_ACQUIRE, "acquire", Script, "fence.lua", "rw_write_acquire.lua");
 lua!(/// Void a read-write lock writer's attempt of unknown outcome, and leave the waiting
     /// writers.
-    RW_WRITE_ABANDON, "abandon", announces, "rw_write_leave.lua", "abandon.lua");
+    RW_WRITE_ABANDON, "abandon", Script, announces, "rw_write_leave.lua", "abandon.lua");
 lua!(/// Count a read-write lock's live readers and waiting writers.
-    RW_STATUS, "rw status", "rw_status.lua");
+    RW_STATUS, "rw status", Script, "rw_status.lua");
 lua!(/// Take a fair lock at the head of its FIFO queue, or queue.
-    FAIR_ACQUIRE, "acquire", "fence.lua", "fair_queue.lua", "fair_take.lua", "fair_acquire.lua");
+    FAIR_ACQUIRE, "acquire", Script, "fence.lua", "fair_queue.lua", "fair_take.lua", "fair_acquire.lua");
 lua!(/// Give a fair lock back and wake the head of its queue.
-    FAIR_RELEASE, "release", announces, "fair_free.lua", "fair_release.lua");
+    FAIR_RELEASE, "release", Script, announces, "fair_free.lua", "fair_release.lua");
 lua!(/// Give a fair lock straight to the head of its queue, a waiter of the same client; or
     /// release it as usual when the head is anyone else.
-    FAIR_HAND_OVER, "hand over", announces, "fence.lua", "fair_queue.lua", "fair_hand_over.lua");
+    FAIR_HAND_OVER, "hand over", Script, announces, "fence.lua", "fair_queue.lua", "fair_hand_over.lua");
 lua!(/// Leave a fair lock's queue; void an attempt of unknown outcome.
-    FAIR_ABANDON, "abandon", announces, "fair_free.lua", "fair_abandon.lua");
+    FAIR_ABANDON, "abandon", Script, announces, "fair_free.lua", "fair_abandon.lua");
 lua!(/// Campaign in an election: a fair grant that records the leader and tells observers.
-    ELECTION_CAMPAIGN, "campaign", announces, "fence.lua", "fair_queue.lua", "fair_take.lua", "election_campaign.lua");
+    ELECTION_CAMPAIGN, "campaign", Script, announces, "fence.lua", "fair_queue.lua", "fair_take.lua", "election_campaign.lua");
 lua!(/// Renew a leader's lease and its record, in epoch order.
-    ELECTION_EXTEND, "extend", "election_extend.lua");
+    ELECTION_EXTEND, "extend", Script, "election_extend.lua");
 lua!(/// Step down as leader (or yield to a chosen candidate), wake the next candidate, tell
     /// observers.
-    ELECTION_RESIGN, "resign", announces, "fair_free.lua", "election_resign.lua");
+    ELECTION_RESIGN, "resign", Script, announces, "fair_free.lua", "election_resign.lua");
 lua!(/// Leave an election's queue; void a campaign of unknown outcome.
-    ELECTION_ABANDON, "abandon", announces, "fair_free.lua", "election_abandon.lua");
+    ELECTION_ABANDON, "abandon", Script, announces, "fair_free.lua", "election_abandon.lua");
 lua!(/// Change the value a leader advertises.
-    ELECTION_PROCLAIM, "proclaim", announces, "election_proclaim.lua");
+    ELECTION_PROCLAIM, "proclaim", Script, announces, "election_proclaim.lua");
 lua!(/// Read an election's leader, its changes of leader and its candidates.
-    ELECTION_LEADER, "leader", "election_leader.lua");
+    ELECTION_LEADER, "leader", Script, "election_leader.lua");
 lua!(/// Arm a countdown latch.
-    LATCH_ARM, "latch arm", "latch_arm.lua");
+    LATCH_ARM, "latch arm", Script, "latch_arm.lua");
 lua!(/// Count a latch down; opening it wakes every waiter.
-    LATCH_COUNT_DOWN, "latch count down", announces, "latch_count_down.lua");
+    LATCH_COUNT_DOWN, "latch count down", Script, announces, "latch_count_down.lua");
 lua!(/// Read a cache entry and its remaining life, atomically.
-    CACHE_READ, "cache read", "cache_read.lua");
+    CACHE_READ, "cache read", Script, "cache_read.lua");
 lua!(/// Store a computed cache entry unless a newer grant or invalidation came first.
-    CACHE_STORE, "cache store", announces, "fence.lua", "cache_store.lua");
+    CACHE_STORE, "cache store", Script, announces, "fence.lua", "cache_store.lua");
 lua!(/// Drop a cached entry and raise its fence past every running compute.
-    CACHE_INVALIDATE, "cache invalidate", "fence.lua", "cache_invalidate.lua");
+    CACHE_INVALIDATE, "cache invalidate", Script, "fence.lua", "cache_invalidate.lua");
 lua!(/// Write to a resource with a current fencing token.
-    FENCED_WRITE, "fenced write", "tokens.lua", "fenced_write.lua");
+    FENCED_WRITE, "fenced write", Script, "tokens.lua", "fenced_write.lua");
 lua!(/// Read a resource with a current fencing token, fencing off older ones.
-    FENCED_READ, "fenced read", "tokens.lua", "fenced_read.lua");
+    FENCED_READ, "fenced read", Script, "tokens.lua", "fenced_read.lua");
 lua!(/// Compare-and-set a plain key.
-    COMPARE_AND_SET, "compare and set", "compare_and_set.lua");
+    COMPARE_AND_SET, "compare and set", Script, "compare_and_set.lua");
 lua!(/// Write a versioned value if its version is current.
-    SET_IF_VERSION, "versioned write", "set_if_version.lua");
+    SET_IF_VERSION, "versioned write", Script, "set_if_version.lua");
 lua!(/// Keep the maximum or minimum of a key.
-    SET_EXTREME, "set max/min", "set_extreme.lua");
+    SET_EXTREME, "set max/min", Script, "set_extreme.lua");
 lua!(/// Take from a stock if enough is left.
-    DECREMENT_IF_AT_LEAST, "decrement if at least", "decrement_if_at_least.lua");
+    DECREMENT_IF_AT_LEAST, "decrement if at least", Script, "decrement_if_at_least.lua");
 
 /// One script invocation: which script, its keys and its arguments. Keys, then arguments, are
 /// packed into one byte buffer (a redis-rs `Cmd`), not one allocation each: the renewal loop
@@ -294,6 +313,10 @@ pub(crate) struct ScriptCall {
     parts: Cmd,
     /// How many of `parts` are keys.
     keys: usize,
+    /// The operation its errors name: the script's, unless the call says otherwise.
+    operation: &'static str,
+    /// A grant that goes by script where the server runs scripts (invariant 4).
+    by_script: bool,
 }
 
 impl std::fmt::Debug for Lua {
@@ -319,7 +342,38 @@ impl ScriptCall {
             lua,
             parts: Cmd::with_capacity(10, 384),
             keys: 0,
+            operation: lua.operation,
+            by_script: false,
         }
+    }
+
+    /// The step this call runs (invariant 4).
+    pub(crate) fn step(&self) -> Step {
+        self.lua.step
+    }
+
+    /// The operation its errors name.
+    pub(crate) fn operation(&self) -> &'static str {
+        self.operation
+    }
+
+    /// Names its errors after `operation` rather than its script's (a fence started for a
+    /// grant is part of the grant).
+    pub(crate) fn named_as(mut self, operation: &'static str) -> Self {
+        self.operation = operation;
+        self
+    }
+
+    /// A grant by script where the server runs scripts: a refused grant then leaves the fence
+    /// as it is, so it stays the last grant's token (`counted_grants(false)`).
+    pub(crate) fn by_script(mut self) -> Self {
+        self.by_script = true;
+        self
+    }
+
+    /// Whether it asked to go by script ([`by_script`](Self::by_script)).
+    pub(crate) fn prefers_script(&self) -> bool {
+        self.by_script
     }
 
     /// The first key: on a cluster, where the call runs (every key shares its hash tag).
@@ -434,12 +488,10 @@ impl ScriptCall {
 
     /// The plain lock's grant as one transaction, where this is its acquire call (three keys,
     /// three arguments: no Redlock proposal): `MULTI`, `SET lock owner NX PX ttl`,
-    /// `XADD fence NOMKSTREAM MAXLEN 0 * f 1`, `PEXPIRE fence retention`, `PTTL lock`,
-    /// `TYPE lock`, `EXEC` (`backend/node/grant.rs`).
-    pub(crate) fn grant_transaction(&self) -> Option<[Cmd; 7]> {
-        let acquire =
-            std::ptr::eq(self.lua, &ACQUIRE) || std::ptr::eq(self.lua, &ACQUIRE_BY_SCRIPT);
-        if !acquire || self.keys != 3 {
+    /// `XADD fence NOMKSTREAM MAXLEN 0 * f 1`, `PTTL fence`, `PEXPIRE fence retention`,
+    /// `PTTL lock`, `TYPE lock`, `EXEC` (`backend/node/grant.rs`).
+    pub(crate) fn grant_transaction(&self) -> Option<[Cmd; 8]> {
+        if self.lua.step != Step::Grant || self.keys != 3 {
             return None;
         }
         let [lock, fence, _tombstone, owner, ttl, retention] = self.exact_parts()?;
@@ -462,6 +514,10 @@ impl ScriptCall {
             .arg("*")
             .arg("f")
             .arg("1");
+        // The fence's life before the retention is applied: a key of another type there gets
+        // its own back (`grant.rs`, invariant 3).
+        let mut life = Cmd::with_capacity(2, 8 + fence.len());
+        life.arg("PTTL").arg(fence);
         let mut expiry = Cmd::with_capacity(3, 16 + fence.len() + retention.len());
         expiry.arg("PEXPIRE").arg(fence).arg(retention);
         let mut pttl = Cmd::with_capacity(2, 8 + lock.len());
@@ -472,6 +528,7 @@ impl ScriptCall {
             redis::cmd("MULTI"),
             set,
             add,
+            life,
             expiry,
             pttl,
             kind,
@@ -588,14 +645,39 @@ mod tests {
     }
 
     #[test]
-    fn the_fence_start_is_the_write_back_script_under_the_grants_name() {
-        // One script on the server: a grant's errors name the grant, not the write-back.
+    fn each_script_is_registered_once_and_a_call_carries_what_it_asks_beyond_it() {
+        // A grant's fence start is the write-back's script, its errors named after the grant.
+        let start = ScriptCall::new(&FENCE_RAISE).named_as("acquire");
+        assert_eq!(start.operation(), "acquire");
         assert_eq!(
-            FENCE_START.body(false).source(),
-            FENCE_RAISE.body(false).source()
+            ScriptCall::new(&FENCE_RAISE).operation(),
+            "fence write-back"
         );
-        assert_eq!(FENCE_START.operation, "acquire");
-        assert_eq!(FENCE_START.primitive(), "a lock");
+        let by_script = ScriptCall::new(&ACQUIRE).by_script();
+        assert!(by_script.prefers_script() && !ScriptCall::new(&ACQUIRE).prefers_script());
+        assert_eq!(by_script.step(), Step::Grant);
+        assert_eq!(ScriptCall::new(&HAND_OVER).step(), Step::Script);
+        // No two statics of the registry send one text under one flag of their own.
+        let all = [
+            &ACQUIRE,
+            &HAND_OVER,
+            &RELEASE,
+            &UNFENCED_ACQUIRE,
+            &LOCK_TYPE,
+            &ABANDON,
+            &EXTEND,
+            &FENCE_RAISE,
+            &FORCE_RELEASE,
+        ];
+        for (i, a) in all.iter().enumerate() {
+            for b in &all[i + 1..] {
+                assert_ne!(
+                    a.classic.source, b.classic.source,
+                    "{} and {}",
+                    a.name, b.name
+                );
+            }
+        }
     }
 
     #[cfg(debug_assertions)]

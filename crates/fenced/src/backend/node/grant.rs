@@ -36,7 +36,9 @@
 //!    a fence of an earlier development build (a decimal string) is converted to the ID just
 //!    past its token; anything else at the fence key (another type, an ID out of range) frees
 //!    the lock just taken and answers [`Error::WrongType`] naming the fence. No token is
-//!    handed out from a fence this protocol cannot count on.
+//!    handed out from a fence this protocol cannot count on. A key of another type keeps its
+//!    own expiry, as under the script: the transaction reads it (`PTTL`) before its
+//!    `PEXPIRE`, which then applied to that key too, and puts it back.
 //! 4. A refusal answers the holder's remaining lease, as the script does, and a lock key of
 //!    another type (with or without an expiry) answers `{0, -5, 1}`: `TYPE` is in the same
 //!    `EXEC`.
@@ -61,11 +63,12 @@
 use futures_util::future::BoxFuture;
 use redis::{RedisError, Value};
 
+use super::wait::{Answer, Wait};
 use super::watched::cmd;
 use super::{Node, Shortfall, lacks_command};
 use crate::error::{Error, Result};
 use crate::kind::unexpected;
-use crate::scripts::{ACQUIRE, FENCE_START, ScriptCall};
+use crate::scripts::{FENCE_RAISE, ScriptCall};
 use crate::token::FenceId;
 
 /// How many times a mint tries before it gives up: each try that does not answer moved the
@@ -73,25 +76,23 @@ use crate::token::FenceId;
 const MINT_TRIES: usize = 16;
 
 impl Node {
-    /// The grant of `call` (the plain lock's acquire) by transaction, answered as the script
-    /// answers: a token, `{0, pttl}` or `{0, -5, 1}`. `Ok(None)` when the script must run
-    /// instead (invariant 6).
-    pub(crate) async fn grant(
+    /// The transaction executor: the grant of `call` (the plain lock's acquire) by
+    /// transaction, answered as the script answers: a token, `{0, pttl}` or `{0, -5, 1}`,
+    /// with `WAIT` after it when `wait` is given. `Ok(None)` when the script must run instead
+    /// (invariant 6).
+    pub(super) async fn grant(
         &self,
         call: &ScriptCall,
-    ) -> Result<Option<(Value, Option<Shortfall>)>> {
-        let by_script = !self.counted || !std::ptr::eq(call.lua, &ACQUIRE);
-        if (by_script && !self.scripts_forbidden())
-            || self.is_cluster()
-            || !self.grants.worth_trying()
-        {
+        wait: Option<&Wait>,
+    ) -> Result<Option<Answer>> {
+        if self.is_cluster() || !self.allows.transactions.worth_trying() {
             return Ok(None);
         }
         let Some(commands) = call.grant_transaction() else {
             return Ok(None);
         };
-        let operation = call.lua.operation;
-        if self.grants.unknown() && !self.transactions_allowed(call).await? {
+        let operation = call.operation();
+        if self.allows.transactions.unknown() && !self.transactions_allowed(call).await? {
             return Ok(None);
         }
 
@@ -100,24 +101,17 @@ impl Node {
         for cmd in commands {
             pipe.add_command(cmd);
         }
-        let wait = self.wait_cmd();
-        if let Some((cmd, _)) = &wait {
-            pipe.add_command(cmd.clone());
+        if let Some(wait) = wait {
+            pipe.add_command(wait.cmd.clone());
         }
-        let pipe = &pipe;
-        let replies: Vec<std::result::Result<Value, RedisError>> = self
-            .bounded(
-                operation,
-                self.resending(|mut conn| async move { pipe.query_async(&mut conn).await }),
-            )
-            .await?;
-        // MULTI, five QUEUED, then EXEC's array, then WAIT's reply.
+        let replies = self.send(operation, &pipe).await?;
+        // MULTI, six QUEUED, then EXEC's array, then WAIT's reply.
         if let Some(Err(e)) = replies.first() {
             // `MULTI` refused after all (an ACL changed since the probe): the commands ran one
             // by one, outside a transaction (invariant 6).
             if lacks_command(e) {
                 tracing::warn!(error = %e, "fenced: MULTI refused; granting by script from now on");
-                self.grants.learned(false);
+                self.allows.transactions.learned(false);
             }
             return match (replies.get(1), replies.get(2)) {
                 // The lock was taken, and the fence appended to right after it on the same
@@ -133,18 +127,18 @@ impl Node {
                     Ok(Some((token, None)))
                 }
                 // Otherwise minted, while the lease is this owner's.
-                (Some(Ok(Value::Okay)), _) => self.mint(call, None, None).await.map(Some),
+                (Some(Ok(Value::Okay)), _) => self.mint(call, None, None, wait).await.map(Some),
                 // Not taken, or unknown: the script decides (and sees the lock held).
                 _ => Ok(None),
             };
         }
         let mut replies = replies.into_iter();
         let mut exec = None;
-        for (i, reply) in replies.by_ref().take(7).enumerate() {
+        for (i, reply) in replies.by_ref().take(8).enumerate() {
             match reply {
                 // Without scripts there is nothing to fall back on: the refusal names what to
                 // grant.
-                Err(e) if self.scripts_forbidden() => {
+                Err(e) if self.allows.scripts_refused() => {
                     return Err(Error::from_redis(operation, self.timeout, e));
                 }
                 // A key or channel outside the user's patterns: the script says so in its
@@ -154,7 +148,7 @@ impl Node {
                 }
                 Err(e) if lacks_command(&e) => {
                     tracing::debug!(error = %e, "fenced: no grant by transaction on this server; using the script");
-                    self.grants.learned(false);
+                    self.allows.transactions.learned(false);
                     return Ok(None);
                 }
                 // Refused at `EXEC`: nothing ran, and the server closed the transaction. An
@@ -163,29 +157,34 @@ impl Node {
                 Err(e) if e.code() == Some("EXECABORT") => {
                     if e.to_string().contains("NOPERM") {
                         tracing::warn!(error = %e, "fenced: EXEC refused; granting by script from now on");
-                        self.grants.learned(false);
+                        self.allows.transactions.learned(false);
                     }
                     return Ok(None);
                 }
                 Err(e) => return Err(Error::from_redis(operation, self.timeout, e)),
-                Ok(value) if i == 6 => exec = Some(value),
+                Ok(value) if i == 7 => exec = Some(value),
                 Ok(_) => {}
             }
         }
-        let short = self.shortfall(wait.map(|(_, needed)| needed), replies.next())?;
+        let short = Wait::read_if(wait, || replies.next(), self.timeout)?;
         let Some(Value::Array(results)) = exec else {
             return Err(unexpected(operation, format!("{exec:?}")));
         };
-        let [set, added, _expiry, pttl, kind] = &results[..] else {
+        let [set, added, fence_life, _expiry, pttl, kind] = &results[..] else {
             return Err(unexpected(operation, format!("{results:?}")));
         };
+        // `WRONGTYPE` at the fence, granted or not: a key of another type, whose own expiry
+        // goes back (invariant 3).
+        if !matches!(added, Value::BulkString(_) | Value::Nil) {
+            self.restore_life(operation, call, fence_life).await?;
+        }
         let pair = |a: i64, b: i64| Value::Array(vec![Value::Int(a), Value::Int(b)]);
         match (set, pttl) {
             (Value::Okay, _) => {
                 let id = match added {
                     Value::BulkString(id) => FenceId::parse(id),
                     // No fence: `NOMKSTREAM` appended nothing (invariant 2).
-                    Value::Nil => return self.start_fence(call, short).await.map(Some),
+                    Value::Nil => return self.start_fence(call, short, wait).await.map(Some),
                     // `WRONGTYPE`: not a stream (invariant 3).
                     _ => FenceId::Foreign,
                 };
@@ -195,8 +194,8 @@ impl Node {
                         Value::BulkString(token.to_string().into_bytes()),
                         short,
                     ))),
-                    FenceId::Carry(ms) => self.mint(call, Some(ms), short).await.map(Some),
-                    FenceId::Foreign => self.mint(call, None, short).await.map(Some),
+                    FenceId::Carry(ms) => self.mint(call, Some(ms), short, wait).await.map(Some),
+                    FenceId::Foreign => self.mint(call, None, short, wait).await.map(Some),
                 }
             }
             // Invariant 4: `TYPE` answers a status ("string"), read as a simple string.
@@ -209,6 +208,27 @@ impl Node {
             (Value::Nil, Value::Int(ms)) => Ok(Some((pair(0, *ms), short))),
             other => Err(unexpected(operation, format!("{other:?}"))),
         }
+    }
+
+    /// Gives a fence key of another type back the life it had before the grant's
+    /// `PEXPIRE` (`life`, its `PTTL` in the same `EXEC`), as the script, which reads its type
+    /// first, leaves it (invariant 3).
+    async fn restore_life(
+        &self,
+        operation: &'static str,
+        call: &ScriptCall,
+        life: &Value,
+    ) -> Result<()> {
+        let Some(fence) = call.key_at(2) else {
+            return Ok(());
+        };
+        let mut pipe = redis::pipe();
+        match life {
+            Value::Int(-1) => pipe.cmd("PERSIST").arg(&fence),
+            Value::Int(ms) if *ms > 0 => pipe.cmd("PEXPIRE").arg(&fence).arg(*ms),
+            _ => return Ok(()),
+        };
+        self.send(operation, &pipe).await.map(drop)
     }
 
     /// The token of a lease granted by transaction where there was no fence (invariant 2),
@@ -230,32 +250,35 @@ impl Node {
         &'a self,
         call: &'a ScriptCall,
         short: Option<Shortfall>,
-    ) -> BoxFuture<'a, Result<(Value, Option<Shortfall>)>> {
+        wait: Option<&'a Wait>,
+    ) -> BoxFuture<'a, Result<Answer>> {
         Box::pin(async move {
-            let operation = call.lua.operation;
+            let operation = call.operation();
             let Some([lock, fence, _, owner, _, retention]) = call.exact_parts::<6>() else {
                 return Err(unexpected(
                     operation,
                     "no fence to start for this call".into(),
                 ));
             };
-            if !self.scripts_forbidden() {
-                // No token to raise the fence to (an empty ARGV[2]): its next one.
-                let next = ScriptCall::new(&FENCE_START)
+            if !self.allows.scripts_refused() {
+                // No token to raise the fence to (an empty ARGV[2]): its next one. The
+                // write-back's script, its errors named after the grant it ends.
+                let next = ScriptCall::new(&FENCE_RAISE)
+                    .named_as(operation)
                     .key(lock)
                     .key(fence)
                     .arg(owner)
                     .arg("")
                     .arg(retention);
-                match self.run_acked(&next).await {
+                match self.run_script(&next, wait).await {
                     Ok((token @ Value::BulkString(_), acked)) => {
                         return Ok((token, short.or(acked)));
                     }
                     // 0: the lease lost, or a fence this protocol cannot count on.
-                    Ok((_, acked)) => return self.mint(call, None, short.or(acked)).await,
+                    Ok((_, acked)) => return self.mint(call, None, short.or(acked), wait).await,
                     // Scripts refused: the script ran nothing, and the transactions below
                     // need none.
-                    Err(Error::Unsupported(_)) => {}
+                    Err(e) if e.refuses_scripts() => {}
                     Err(e) => return Err(e),
                 }
             }
@@ -263,20 +286,14 @@ impl Node {
             start
                 .ignore_errors()
                 .add_command(cmd("XADD", &[fence, b"MAXLEN", b"0", b"*", b"f", b"1"]));
-            let start = &start;
-            let started: Vec<std::result::Result<Value, RedisError>> = self
-                .bounded(
-                    operation,
-                    self.resending(|mut conn| async move { start.query_async(&mut conn).await }),
-                )
-                .await?;
+            let started = self.send(operation, &start).await?;
             let past = match started.first() {
                 Some(Ok(Value::BulkString(id))) => match FenceId::parse(id) {
                     FenceId::Token(token) => token / 1000 + 1,
                     FenceId::Carry(ms) => ms,
-                    FenceId::Foreign => return self.mint(call, None, short).await,
+                    FenceId::Foreign => return self.mint(call, None, short, wait).await,
                 },
-                _ => return self.mint(call, None, short).await,
+                _ => return self.mint(call, None, short, wait).await,
             };
             let past = format!("{past}-0");
             let mut pipe = redis::pipe();
@@ -289,21 +306,14 @@ impl Node {
                 .add_command(cmd("PEXPIRE", &[fence, retention]))
                 .add_command(cmd("MGET", &[lock]))
                 .cmd("EXEC");
-            let wait = self.wait_cmd();
-            if let Some((cmd, _)) = &wait {
-                pipe.add_command(cmd.clone());
+            if let Some(wait) = wait {
+                pipe.add_command(wait.cmd.clone());
             }
-            let pipe = &pipe;
-            let replies: Vec<std::result::Result<Value, RedisError>> = self
-                .bounded(
-                    operation,
-                    self.resending(|mut conn| async move { pipe.query_async(&mut conn).await }),
-                )
-                .await?;
+            let replies = self.send(operation, &pipe).await?;
             // MULTI, three QUEUED, then EXEC's array, then WAIT's reply.
             let mut replies = replies.into_iter();
             let exec = replies.nth(4);
-            let acked = self.shortfall(wait.map(|(_, needed)| needed), replies.next())?;
+            let acked = Wait::read_if(wait, || replies.next(), self.timeout)?;
             let short = short.or(acked);
             if let Some(Ok(Value::Array(results))) = &exec
                 && let [Value::BulkString(id), _expiry, Value::Array(held)] = &results[..]
@@ -313,7 +323,7 @@ impl Node {
                 let token = Value::BulkString(token.to_string().into_bytes());
                 return Ok((token, short));
             }
-            self.mint(call, None, short).await
+            self.mint(call, None, short, wait).await
         })
     }
 
@@ -327,15 +337,15 @@ impl Node {
         call: &'a ScriptCall,
         carry: Option<u64>,
         short: Option<Shortfall>,
-    ) -> BoxFuture<'a, Result<(Value, Option<Shortfall>)>> {
+        wait: Option<&'a Wait>,
+    ) -> BoxFuture<'a, Result<Answer>> {
         Box::pin(async move {
-            let operation = call.lua.operation;
+            let operation = call.operation();
             let (Some(pool), Some([lock, fence, _, owner, _, retention])) =
                 (&self.pool, call.exact_parts::<6>())
             else {
                 return Err(unexpected(operation, "no mint for this call".into()));
             };
-            let wait = self.wait_cmd();
             let step = async {
                 let mut next = carry.map(|ms| format!("{ms}-0"));
                 // The fence is no fence this protocol counts on: the lock goes back.
@@ -404,19 +414,14 @@ impl Node {
                         exec.add_command(write.clone()).ignore();
                     }
                     exec.cmd("EXEC");
-                    let wait = wait.as_ref().filter(|_| !writes.is_empty());
-                    if let Some((wait, _)) = wait {
-                        exec.add_command(wait.clone());
+                    let wait = wait.filter(|_| !writes.is_empty());
+                    if let Some(wait) = wait {
+                        exec.add_command(wait.cmd.clone());
                     }
                     let mut replies: Vec<Value> =
                         exec.query_async(&mut conn).await.map_err(failed)?;
                     pooled.cleaned();
-                    let acked = match wait {
-                        Some((_, needed)) => {
-                            self.shortfall(Some(*needed), replies.pop().map(Ok))?
-                        }
-                        None => None,
-                    };
+                    let acked = Wait::read_if(wait, || replies.pop().map(Ok), self.timeout)?;
                     let short = short.or(acked);
                     let results = match replies.pop() {
                         // A watched key changed since it was read: nothing was written.
@@ -486,29 +491,31 @@ impl Node {
     /// [`transactions_allowed`](Self::transactions_allowed), unboxed.
     async fn probe_transactions(&self, call: &ScriptCall) -> Result<bool> {
         let Some(pool) = &self.pool else {
-            self.grants.learned(false);
+            self.allows.transactions.learned(false);
             return Ok(false);
         };
         // While another grant probes, this one goes by script rather than wait its turn;
         // without scripts there is no other way, and it waits for the probe's answer (the
         // probe's steps are bounded by the call's timeout).
-        let _one = if self.scripts_forbidden() {
-            self.grant_probe.lock().await
+        let _one = if self.allows.scripts_refused() {
+            self.allows.transactions_probe.lock().await
         } else {
-            let Ok(one) = self.grant_probe.try_lock() else {
+            let Ok(one) = self.allows.transactions_probe.try_lock() else {
                 return Ok(false);
             };
             one
         };
-        if !self.grants.unknown() {
-            return Ok(self.grants.worth_trying());
+        if !self.allows.transactions.unknown() {
+            return Ok(self.allows.transactions.worth_trying());
         }
         let checkout = tokio::time::timeout(self.timeout, pool.checkout(true, None)).await;
         let mut pooled = match checkout {
             Ok(Ok(pooled)) => pooled,
             // `MULTI` or `EXEC` refused, or unknown (a proxy): that connection is closed
             // already.
-            Ok(Err(e @ Error::Permission { .. })) if self.scripts_forbidden() => return Err(e),
+            Ok(Err(e @ Error::Permission { .. })) if self.allows.scripts_refused() => {
+                return Err(e);
+            }
             Ok(Err(Error::Permission { .. })) => return Ok(self.refused()),
             Ok(Err(Error::Redis(e))) if lacks_command(&e) => return Ok(self.refused()),
             Ok(Err(_)) | Err(_) => return Ok(false),
@@ -522,14 +529,14 @@ impl Node {
         let mut watch = redis::cmd("WATCH");
         watch.arg(&fence);
         match self
-            .bounded(call.lua.operation, watch.query_async::<()>(&mut conn))
+            .bounded(call.operation(), watch.query_async::<()>(&mut conn))
             .await
         {
             Ok(()) => {
-                self.grants.learned(true);
+                self.allows.transactions.learned(true);
                 Ok(true)
             }
-            Err(e @ Error::Permission { .. }) if self.scripts_forbidden() => Err(e),
+            Err(e @ Error::Permission { .. }) if self.allows.scripts_refused() => Err(e),
             Err(Error::Permission { .. }) => Ok(self.refused()),
             Err(_) => Ok(false),
         }
@@ -538,25 +545,8 @@ impl Node {
     /// The server or the ACL refuses the transaction: grants go by script from now on.
     fn refused(&self) -> bool {
         tracing::debug!("fenced: MULTI or EXEC refused; granting by script");
-        self.grants.learned(false);
+        self.allows.transactions.learned(false);
         false
-    }
-
-    /// What `WAIT`'s reply says of a write that needed `needed` acknowledgements.
-    fn shortfall(
-        &self,
-        needed: Option<usize>,
-        reply: Option<std::result::Result<Value, RedisError>>,
-    ) -> Result<Option<Shortfall>> {
-        match (needed, reply) {
-            (None, _) => Ok(None),
-            (Some(needed), Some(Ok(Value::Int(acked)))) => {
-                let acked = usize::try_from(acked).unwrap_or(0);
-                Ok((acked < needed).then_some(Shortfall { acked, needed }))
-            }
-            (Some(_), Some(Err(e))) => Err(Error::from_redis("wait", self.timeout, e)),
-            (Some(_), other) => Err(unexpected("wait", format!("{other:?}"))),
-        }
     }
 }
 

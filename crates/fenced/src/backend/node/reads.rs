@@ -38,7 +38,7 @@ impl Node {
                 other => return other,
             }
         }
-        let operation = call.lua.operation;
+        let operation = call.operation();
         let mut pipe = redis::pipe();
         pipe.atomic().ignore_errors();
         for read in reads {

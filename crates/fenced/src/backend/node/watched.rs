@@ -27,13 +27,8 @@
 //!    script reads is read by a transaction of the same reads instead (`reads.rs`). One server
 //!    or Sentinel only: a Redis Cluster's and Redlock's nodes have no pool here.
 //! 6. Chosen by the client (`ClientBuilder::without_scripts`) or learned from the first
-//!    refusal of a script (`NOPERM` for `evalsha` or `script|load`, an unknown command) of a
-//!    call that has a twin, on a node that has twins: a refused script changed nothing, so
-//!    its call runs again as its twin, once. A refused call without a twin answers
-//!    `Unsupported` quoting the refusal, and nothing is learned. A twin refused before it
-//!    wrote (a user who may run neither) un-learns it: scripts again, and the answer is the
-//!    script's refusal, which names what to grant; so does a lock step while learned, whose
-//!    call then goes by script (an ACL may allow scripts by now).
+//!    refusal of a script of a call that has a twin: the executor loop decides (`exec.rs`,
+//!    invariant 2), and the node's record keeps it (`allows.rs`).
 //! 7. A lock key of another type: the twins answer as their scripts do, a refusal where the
 //!    script reads it by `MGET`, `WrongType` where by `GET` (release, abandon, force
 //!    release).
@@ -46,60 +41,16 @@
 //!    step of a part acted on reads still true, or none wrote.
 
 use std::ops::Range;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use redis::{Cmd, RedisError, Value};
 
 use super::super::pool::TxPool;
+use super::wait::{Answer, Wait};
 use super::{Node, Shortfall};
 use crate::error::{Error, Result};
 use crate::kind::unexpected;
-use crate::scripts::{
-    ABANDON, EXTEND, FORCE_RELEASE, LOCK_TYPE, RELEASE, ScriptCall, UNFENCED_RELEASE,
-};
-use crate::util::lock_unpoisoned;
-
-/// Whether a node sends scripts, and if not, why (invariant 6).
-#[derive(Debug, Default)]
-pub(crate) struct Scripts {
-    forbidden: AtomicBool,
-    /// Forbidden by the client's choice, not learned: never allowed again.
-    chosen: AtomicBool,
-    why: Mutex<Option<String>>,
-}
-
-impl Scripts {
-    /// Scripts again, after a refusal whose twin was refused too (invariant 6). Not when
-    /// the client chose: false then.
-    fn unlearn(&self) -> bool {
-        if self.chosen.load(Ordering::Relaxed) {
-            return false;
-        }
-        *lock_unpoisoned(&self.why) = None;
-        self.forbidden.store(false, Ordering::Relaxed);
-        true
-    }
-
-    /// No more scripts on this node, for the reason given (the first one is kept).
-    pub(crate) fn forbid(&self, why: impl Into<String>) {
-        let mut reason = lock_unpoisoned(&self.why);
-        if reason.is_none() {
-            *reason = Some(why.into());
-        }
-        self.forbidden.store(true, Ordering::Relaxed);
-    }
-
-    fn forbidden(&self) -> bool {
-        self.forbidden.load(Ordering::Relaxed)
-    }
-
-    fn why(&self) -> String {
-        lock_unpoisoned(&self.why)
-            .clone()
-            .unwrap_or_else(|| "this client sends none".to_owned())
-    }
-}
+use crate::scripts::{ScriptCall, Step};
 
 /// The most calls of a renewal batch one `WATCH` transaction carries (invariant 8): enough
 /// that ten thousand leases renew in a few round trips over the pool's connections, few
@@ -107,7 +58,7 @@ impl Scripts {
 const PART: usize = 128;
 
 /// One step of the lock, as the script it stands for (invariant 1).
-enum Twin<'a> {
+pub(super) enum Twin<'a> {
     /// `extend.lua` without a take-over: lock, epoch key; owner, ttl, epoch.
     Extend([&'a [u8]; 5]),
     /// `release.lua`: lock; owner, channel, message.
@@ -118,16 +69,6 @@ enum Twin<'a> {
     ForceRelease([&'a [u8]; 4]),
     /// `lock_type.lua`: lock.
     LockType([&'a [u8]; 1]),
-}
-
-/// What a refused script means for its call (`Node::after_refusal`).
-enum Refusal {
-    /// Not a refusal of scripts: the error stands.
-    NotOne,
-    /// Remembered; the call goes again as its twin.
-    Learned,
-    /// The call has no twin: this error ([`Error::Unsupported`]) is its answer.
-    NoTwin(Error),
 }
 
 /// What a twin decided from its reads: these writes (none for a step that only answers) in
@@ -156,26 +97,18 @@ impl<'a> Twin<'a> {
         }
     }
 
-    fn of(call: &'a ScriptCall) -> Option<Self> {
-        let lua = call.lua;
+    /// The twin of `call`'s step, if it has one and the call's shape fits it.
+    pub(super) fn of(call: &'a ScriptCall) -> Option<Self> {
         let keys = call.key_count();
-        if std::ptr::eq(lua, &EXTEND) {
+        match call.step() {
             // Two keys: a take-over from a ticket (a third) has no twin.
-            return (keys == 2).then(|| call.exact_parts().map(Twin::Extend))?;
+            Step::Extend if keys == 2 => call.exact_parts().map(Twin::Extend),
+            Step::Release if keys == 1 => call.exact_parts().map(Twin::Release),
+            Step::Abandon if keys == 2 => call.exact_parts().map(Twin::Abandon),
+            Step::ForceRelease if keys == 2 => call.exact_parts().map(Twin::ForceRelease),
+            Step::LockType if keys == 1 => call.exact_parts().map(Twin::LockType),
+            _ => None,
         }
-        if std::ptr::eq(lua, &RELEASE) || std::ptr::eq(lua, &UNFENCED_RELEASE) {
-            return (keys == 1).then(|| call.exact_parts().map(Twin::Release))?;
-        }
-        if std::ptr::eq(lua, &ABANDON) {
-            return (keys == 2).then(|| call.exact_parts().map(Twin::Abandon))?;
-        }
-        if std::ptr::eq(lua, &FORCE_RELEASE) {
-            return (keys == 2).then(|| call.exact_parts().map(Twin::ForceRelease))?;
-        }
-        if std::ptr::eq(lua, &LOCK_TYPE) {
-            return (keys == 1).then(|| call.exact_parts().map(Twin::LockType))?;
-        }
-        None
     }
 
     /// The keys to watch, and the reads to send after `WATCH`, in one round trip. Reads go by
@@ -283,7 +216,7 @@ impl Reply {
 
 /// A twin refused before it wrote anything: any refusal but `WAIT`'s, which comes after
 /// `EXEC` (a refused write is queued in `MULTI`, and `EXEC` then runs nothing).
-fn refused_before_writing(e: &Error) -> bool {
+pub(super) fn refused_before_writing(e: &Error) -> bool {
     matches!(e, Error::Permission { command, .. } if command != "wait")
 }
 
@@ -333,21 +266,6 @@ fn parse(bytes: &[u8]) -> Option<u64> {
 }
 
 impl Node {
-    /// Whether this node sends no scripts (invariant 6).
-    pub(crate) fn scripts_forbidden(&self) -> bool {
-        self.scripts.forbidden()
-    }
-
-    /// From now on this node sends no scripts.
-    pub(crate) fn with_scripts_forbidden(self, forbidden: bool) -> Self {
-        if forbidden {
-            self.scripts.chosen.store(true, Ordering::Relaxed);
-            self.scripts
-                .forbid("this client sends none: drop without_scripts (fenced --no-scripts)");
-        }
-        self
-    }
-
     /// After a dedicated connection failed: on a lost connection the pool's other idle ones
     /// go too, and behind Sentinel the client asks for the master again (invariant 4).
     pub(super) fn dedicated_failed(
@@ -373,159 +291,6 @@ impl Node {
         self
     }
 
-    /// After `e`, an error of `call`'s script: whether it was the server refusing scripts
-    /// (invariant 6). A refusal ran nothing. For a call with a twin it is remembered, and the
-    /// call may go again as its twin; for one without, the answer is
-    /// [`Error::Unsupported`] quoting it, and nothing is remembered: the next call tries its
-    /// script again.
-    fn after_refusal(&self, e: &Error, call: &ScriptCall) -> Refusal {
-        // Without a pool (a cluster's or Redlock's node) no call has a twin.
-        if self.pool.is_none() || !e.refuses_scripts() {
-            return Refusal::NotOne;
-        }
-        if Twin::of(call).is_none() {
-            return Refusal::NoTwin(Error::unsupported(format!(
-                "{} needs Lua scripts, and {}",
-                call.lua.primitive(),
-                e.script_refusal()
-            )));
-        }
-        tracing::debug!(error = %e, "fenced: the server refuses scripts; the lock goes on without them");
-        self.scripts.forbid(e.script_refusal());
-        Refusal::Learned
-    }
-
-    /// [`after_refusal`](Self::after_refusal) for a batch: learned when any of its calls has
-    /// a twin (a renewal batch mixes the kinds of every lease on the node; the calls without
-    /// one then answer `Unsupported`, each).
-    fn after_batch_refusal(&self, e: &Error, calls: &[ScriptCall]) -> Refusal {
-        match calls.iter().find(|call| Twin::of(call).is_some()) {
-            Some(call) => self.after_refusal(e, call),
-            None => match calls.first() {
-                Some(call) => self.after_refusal(e, call),
-                None => Refusal::NotOne,
-            },
-        }
-    }
-
-    /// `call` as its twin, after the server refused its script with `refusal` (invariant 6).
-    /// A twin refused too (a user who may run neither scripts nor transactions) allows
-    /// scripts again, and the answer is the script's refusal, which names what to grant.
-    async fn instead_of_script(
-        &self,
-        call: &ScriptCall,
-        refusal: Error,
-    ) -> Result<(Value, Option<Shortfall>)> {
-        match self.run_watched(call).await {
-            Err(e) if refused_before_writing(&e) => {
-                self.scripts.unlearn();
-                Err(refusal)
-            }
-            other => other,
-        }
-    }
-
-    /// After `e`, an error of `call`'s script (whose text is `source`): its twin's answer if
-    /// the server refuses scripts, [`Error::Unsupported`] for a call without a twin, else the
-    /// error as it is, named (invariant 6).
-    pub(crate) async fn after_script_error(
-        &self,
-        call: &ScriptCall,
-        e: Error,
-        source: &str,
-    ) -> Result<(Value, Option<Shortfall>)> {
-        match self.after_refusal(&e, call) {
-            Refusal::Learned => self.instead_of_script(call, e).await,
-            Refusal::NoTwin(unsupported) => Err(unsupported),
-            Refusal::NotOne => Err(self
-                .named(e.in_script(call.lua.operation, source), call)
-                .await),
-        }
-    }
-
-    /// After `e`, an error of a whole batch or of each of its calls: the batch's answer if it
-    /// was the server refusing scripts (as [`after_script_error`](Self::after_script_error),
-    /// per call), `None` otherwise.
-    pub(crate) async fn batch_after_refusal(
-        &self,
-        operation: &'static str,
-        calls: &[ScriptCall],
-        e: &Error,
-    ) -> Option<Result<Vec<Result<Value>>>> {
-        match self.after_batch_refusal(e, calls) {
-            Refusal::Learned => Some(
-                self.batch_instead_of_scripts(operation, calls, e.clone())
-                    .await,
-            ),
-            Refusal::NoTwin(unsupported) => {
-                Some(Ok(calls.iter().map(|_| Err(unsupported.clone())).collect()))
-            }
-            Refusal::NotOne => None,
-        }
-    }
-
-    /// `call` as its twin, on a node that sends no scripts; `None` when the twin was refused
-    /// before it wrote and the node had only learned that scripts are refused: scripts are
-    /// allowed again, and the caller sends the script (an ACL may allow it by now; refused,
-    /// its refusal names what to grant).
-    pub(crate) async fn while_forbidden(
-        &self,
-        call: &ScriptCall,
-    ) -> Option<Result<(Value, Option<Shortfall>)>> {
-        match self.run_watched(call).await {
-            Err(e) if refused_before_writing(&e) && self.scripts.unlearn() => {
-                tracing::debug!(error = %e, "fenced: a step without scripts was refused; trying scripts again");
-                None
-            }
-            other => Some(other),
-        }
-    }
-
-    /// [`while_forbidden`](Self::while_forbidden) for a renewal batch: `None` sends the whole
-    /// batch by script (renewals are idempotent, so a twin that applied may apply again).
-    pub(crate) async fn batch_while_forbidden(
-        &self,
-        operation: &'static str,
-        calls: &[ScriptCall],
-    ) -> Option<Result<Vec<Result<Value>>>> {
-        let results = self.run_batch_watched(operation, calls).await;
-        if let Ok(results) = &results
-            && results
-                .iter()
-                .any(|r| matches!(r, Err(e) if refused_before_writing(e)))
-            && self.scripts.unlearn()
-        {
-            return None;
-        }
-        Some(results)
-    }
-
-    /// [`run_batch_watched`](Self::run_batch_watched) after a refusal, as
-    /// [`instead_of_script`](Self::instead_of_script): each twin refused before writing
-    /// answers the script's refusal, the others what they did.
-    async fn batch_instead_of_scripts(
-        &self,
-        operation: &'static str,
-        calls: &[ScriptCall],
-        refusal: Error,
-    ) -> Result<Vec<Result<Value>>> {
-        let results = self.run_batch_watched(operation, calls).await?;
-        if !results
-            .iter()
-            .any(|r| matches!(r, Err(e) if refused_before_writing(e)))
-        {
-            return Ok(results);
-        }
-        self.scripts.unlearn();
-        Ok(results
-            .into_iter()
-            .map(|r| match r {
-                Err(e) if refused_before_writing(&e) => Err(refusal.clone()),
-                other => other,
-            })
-            .collect())
-    }
-
     /// The calls of a batch as their twins: in parts of at most [`PART`] calls, one `WATCH`
     /// transaction each on a dedicated connection of its own, all at once (invariant 8). Too
     /// few replica acknowledgements for any part fails the batch, as one `WAIT` after a
@@ -535,8 +300,10 @@ impl Node {
         operation: &'static str,
         calls: &[ScriptCall],
     ) -> Result<Vec<Result<Value>>> {
+        let wait = self.wait();
+        let wait = wait.as_ref();
         let parts = futures_util::future::join_all(calls.chunks(PART).map(|part| async move {
-            match self.watched_steps(part).await {
+            match self.watched_steps(part, wait).await {
                 Ok((_, Some(short))) => Err(short.error(operation)),
                 Ok((replies, None)) => Ok(replies),
                 Err(e) => Ok(part.iter().map(|_| Err(e.clone())).collect()),
@@ -555,7 +322,7 @@ impl Node {
     /// dedicated connections, none longer than [`PART`]; with scripts, one pipeline.
     pub(crate) fn renewal_parts(&self, calls: usize) -> Vec<Range<usize>> {
         let len = match &self.pool {
-            Some(pool) if self.scripts_forbidden() => {
+            Some(pool) if self.allows.scripts_refused() => {
                 calls.div_ceil(pool.size().max(1)).clamp(1, PART)
             }
             _ => calls.max(1),
@@ -566,19 +333,24 @@ impl Node {
             .collect()
     }
 
-    /// Runs `call` as its twin (invariants 1 and 2), then `WAIT` on the same connection when
-    /// the client asks for replica acknowledgements: the script's reply, with the shortfall.
+    /// The `WATCH` executor: `call` as its twin (invariants 1 and 2), with `WAIT` after it
+    /// on the same connection when `wait` is given and it wrote: the script's reply, with the
+    /// shortfall. `Ok(None)` when the call has no twin or the node no pool.
     ///
     /// Boxed: the callers' futures stay as large as they are with scripts.
-    pub(crate) fn run_watched<'a>(
+    pub(super) fn run_watched<'a>(
         &'a self,
         call: &'a ScriptCall,
-    ) -> futures_util::future::BoxFuture<'a, Result<(Value, Option<Shortfall>)>> {
+        wait: Option<&'a Wait>,
+    ) -> futures_util::future::BoxFuture<'a, Result<Option<Answer>>> {
         Box::pin(async move {
-            let (mut replies, short) = self.watched_steps(std::slice::from_ref(call)).await?;
+            if self.pool.is_none() || Twin::of(call).is_none() {
+                return Ok(None);
+            }
+            let (mut replies, short) = self.watched_steps(std::slice::from_ref(call), wait).await?;
             match replies.pop() {
-                Some(reply) => Ok((reply?, short)),
-                None => Err(unexpected(call.lua.operation, "no reply".into())),
+                Some(reply) => Ok(Some((reply?, short))),
+                None => Err(unexpected(call.operation(), "no reply".into())),
             }
         })
     }
@@ -593,12 +365,13 @@ impl Node {
     async fn watched_steps(
         &self,
         calls: &[ScriptCall],
+        wait: Option<&Wait>,
     ) -> Result<(Vec<Result<Value>>, Option<Shortfall>)> {
-        let operation = calls.first().map_or("renew", |call| call.lua.operation);
+        let operation = calls.first().map_or("renew", ScriptCall::operation);
         let refused = |what: &str| {
             Error::unsupported(format!(
                 "{what} needs Lua scripts, and {}",
-                self.scripts.why()
+                self.allows.why_no_scripts()
             ))
         };
         let Some(pool) = &self.pool else {
@@ -617,7 +390,6 @@ impl Node {
             }
         }
         let publish = if self.sharded { "SPUBLISH" } else { "PUBLISH" };
-        let wait = self.wait_cmd();
         let timeout = self.timeout;
         let step = async {
             // A connection that failed before the step wrote anything (an idle one the server
@@ -680,31 +452,19 @@ impl Node {
                     }
                 }
                 // Only writes wait for replicas; an answer's empty EXEC vouches for its reads.
-                let wait = wait.as_ref().filter(|_| !writes.is_empty());
+                let wait = wait.filter(|_| !writes.is_empty());
                 let mut pipe = redis::pipe();
                 pipe.cmd("MULTI").ignore();
                 for write in writes {
                     pipe.add_command(write).ignore();
                 }
                 pipe.cmd("EXEC");
-                if let Some((wait, _)) = wait {
-                    pipe.add_command(wait.clone());
+                if let Some(wait) = wait {
+                    pipe.add_command(wait.cmd.clone());
                 }
                 let mut replies: Vec<Value> = pipe.query_async(&mut conn).await.map_err(failed)?;
                 pooled.cleaned();
-                let short = match wait {
-                    Some((_, needed)) => match replies.pop() {
-                        Some(Value::Int(acked)) => {
-                            let acked = usize::try_from(acked).unwrap_or(0);
-                            (acked < *needed).then_some(Shortfall {
-                                acked,
-                                needed: *needed,
-                            })
-                        }
-                        other => return Err(unexpected("wait", format!("{other:?}"))),
-                    },
-                    None => None,
-                };
+                let short = Wait::read_if(wait, || replies.pop().map(Ok), timeout)?;
                 let results = match replies.pop() {
                     // A watched key changed since it was read: nothing was written.
                     Some(Value::Nil) => {

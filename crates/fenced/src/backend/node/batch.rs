@@ -1,0 +1,282 @@
+//! Renewal batches: idempotent calls in one round trip per node (`node.rs`, invariants 2 and
+//! 3), by script; or, where the node sends no scripts, as `WATCH` transactions in parts
+//! (`watched.rs`, invariant 8).
+
+use std::sync::Arc;
+
+#[cfg(feature = "cluster")]
+use redis::cluster_routing::Slot;
+use redis::{Cmd, Pipeline, RedisError, Value};
+
+use super::exec::Refusal;
+use super::watched::{Twin, refused_before_writing};
+use super::{Conn, Node, is_noscript, raise_not_run};
+use crate::error::{Error, Result};
+use crate::kind::unexpected;
+use crate::scripts::ScriptCall;
+
+impl Node {
+    /// Runs idempotent script calls in one round trip per node (invariant 3): on a cluster,
+    /// one pipeline per hash slot, all sent at once.
+    pub(crate) async fn run_batch_routed(
+        &self,
+        operation: &'static str,
+        calls: &[ScriptCall],
+    ) -> Result<Vec<Result<Value>>> {
+        if !self.is_cluster() || calls.len() < 2 {
+            return self.run_batch(operation, calls).await;
+        }
+        self.run_batch_by_slot(operation, calls).await
+    }
+
+    /// [`run_batch_routed`](Self::run_batch_routed) on a cluster.
+    #[cfg(not(feature = "cluster"))]
+    async fn run_batch_by_slot(
+        &self,
+        operation: &'static str,
+        calls: &[ScriptCall],
+    ) -> Result<Vec<Result<Value>>> {
+        self.run_batch(operation, calls).await
+    }
+
+    /// [`run_batch_routed`](Self::run_batch_routed) on a cluster.
+    #[cfg(feature = "cluster")]
+    async fn run_batch_by_slot(
+        &self,
+        operation: &'static str,
+        calls: &[ScriptCall],
+    ) -> Result<Vec<Result<Value>>> {
+        let mut groups: Vec<(Option<Slot>, Vec<usize>)> = Vec::new();
+        for (i, call) in calls.iter().enumerate() {
+            let route = call.first_key().map(Slot::for_key);
+            match groups.iter_mut().find(|(r, _)| *r == route) {
+                Some((_, members)) => members.push(i),
+                None => groups.push((route, vec![i])),
+            }
+        }
+        let parts = groups.iter().map(|(_, members)| {
+            let part: Vec<ScriptCall> = members.iter().map(|&i| calls[i].clone()).collect();
+            async move { self.run_batch(operation, &part).await }
+        });
+        let answers = futures_util::future::join_all(parts).await;
+        let mut out: Vec<Option<Result<Value>>> = (0..calls.len()).map(|_| None).collect();
+        for ((_, members), answer) in groups.iter().zip(answers) {
+            match answer {
+                Ok(replies) => {
+                    for (&i, reply) in members.iter().zip(replies) {
+                        out[i] = Some(reply);
+                    }
+                }
+                // One node's round trip failed: its calls' outcomes are unknown, the others'
+                // stand.
+                Err(e) => {
+                    for &i in members {
+                        out[i] = Some(Err(e.clone()));
+                    }
+                }
+            }
+        }
+        Ok(out
+            .into_iter()
+            .map(|r| r.unwrap_or_else(|| Err(unexpected("renew", "a call had no reply".into()))))
+            .collect())
+    }
+
+    /// The pipeline of a batch: every call by `EVALSHA`, then `wait`. Each script is loaded
+    /// first where this node has no hash for it yet, or with `reload`, every script of the
+    /// batch once (invariants 2 and 7).
+    async fn batch_pipe(
+        &self,
+        conn: &Conn,
+        calls: &[ScriptCall],
+        wait: Option<&Cmd>,
+        key: Option<&[u8]>,
+        reload: bool,
+    ) -> Result<Pipeline, RedisError> {
+        let mut pipe = redis::pipe();
+        pipe.ignore_errors();
+        let mut loaded: Vec<(&str, Arc<str>)> = Vec::new();
+        for call in calls {
+            let body = call.lua.body(self.sharded);
+            let hash = match loaded.iter().find(|(s, _)| std::ptr::eq(*s, body.source())) {
+                Some((_, hash)) => Arc::clone(hash),
+                None if reload => {
+                    let hash = self.load(conn.clone(), body, key).await?;
+                    loaded.push((body.source(), Arc::clone(&hash)));
+                    hash
+                }
+                None => self.hash_of(conn.clone(), body, key).await?,
+            };
+            pipe.add_command(call.evalsha(&hash));
+        }
+        if let Some(wait) = wait {
+            pipe.add_command(wait.clone());
+        }
+        Ok(pipe)
+    }
+
+    /// Runs idempotent script calls in ONE pipelined round trip (on a cluster, all in one
+    /// slot). The outer error means the round trip failed as a whole (nothing is known); the
+    /// inner results are per call.
+    pub(crate) async fn run_batch(
+        &self,
+        operation: &'static str,
+        calls: &[ScriptCall],
+    ) -> Result<Vec<Result<Value>>> {
+        if self.allows.scripts_refused()
+            && let Some(answer) = self.batch_while_forbidden(operation, calls).await
+        {
+            return answer;
+        }
+        // One WAIT for the whole batch (invariant 5): renewals count only once replicated.
+        let wait = self.wait();
+        let wait_cmd = wait.as_ref().map(|wait| &wait.cmd);
+        let key = calls.first().and_then(ScriptCall::first_key);
+        let cluster = self.is_cluster();
+        let answer: Result<Vec<Result<Value, RedisError>>> = self
+            .bounded(
+                operation,
+                self.resending(|mut conn| async move {
+                    let pipe = self.batch_pipe(&conn, calls, wait_cmd, key, false).await?;
+                    let first: Vec<Result<Value, RedisError>> = pipe.query_async(&mut conn).await?;
+                    if first.iter().any(|r| matches!(r, Err(e) if is_noscript(e))) {
+                        // The script cache was emptied (restart, failover, SCRIPT FLUSH): a
+                        // pipeline cannot fall back by itself, so load its scripts and resend.
+                        let pipe = self.batch_pipe(&conn, calls, wait_cmd, key, true).await?;
+                        let again: Vec<Result<Value, RedisError>> =
+                            pipe.query_async(&mut conn).await?;
+                        raise_not_run(cluster, &again)?;
+                        return Ok(again);
+                    }
+                    // A slot that moved answers every call with a redirect: the calls did not
+                    // run, and renewals may be sent again (invariant 4).
+                    raise_not_run(cluster, &first)?;
+                    Ok(first)
+                }),
+            )
+            .await;
+        let mut replies = match answer {
+            Ok(replies) => replies,
+            // Refused before anything ran: once more, without scripts (`watched.rs`).
+            Err(e) => {
+                return match self.batch_after_refusal(operation, calls, &e).await {
+                    Some(answer) => answer,
+                    None => Err(e),
+                };
+            }
+        };
+        if let Some(wait) = &wait
+            && let Some(short) = wait.read(replies.pop(), self.timeout)?
+        {
+            return Err(short.error(operation));
+        }
+        let timeout = self.timeout;
+        let results: Vec<Result<Value>> = replies
+            .into_iter()
+            .zip(calls)
+            .map(|(r, call)| {
+                r.map_err(|e| {
+                    let source = call.lua.body(self.sharded).source();
+                    let e = Error::from_redis(operation, timeout, e).in_script(operation, source);
+                    match e.wrong_type_in_script(source, |i| call.key_at(i)) {
+                        Some(key) => Error::WrongType { key, operation },
+                        None => e,
+                    }
+                })
+            })
+            .collect();
+        // Every call refused as a script (`EVALSHA` outside the ACL, `SCRIPT LOAD` allowed):
+        // none ran, so once more without scripts (`watched.rs`).
+        if let Some(Err(e)) = results.first()
+            && results
+                .iter()
+                .all(|r| matches!(r, Err(e) if e.refuses_scripts()))
+        {
+            let e = e.clone();
+            return match self.batch_after_refusal(operation, calls, &e).await {
+                Some(answer) => answer,
+                None => Ok(results),
+            };
+        }
+        Ok(results)
+    }
+
+    /// [`after_refusal`](Self::after_refusal) for a batch: learned when any of its calls has
+    /// a twin (a renewal batch mixes the kinds of every lease on the node; the calls without
+    /// one then answer `Unsupported`, each).
+    fn after_batch_refusal(&self, e: &Error, calls: &[ScriptCall]) -> Refusal {
+        match calls.iter().find(|call| Twin::of(call).is_some()) {
+            Some(call) => self.after_refusal(e, call),
+            None => match calls.first() {
+                Some(call) => self.after_refusal(e, call),
+                None => Refusal::NotOne,
+            },
+        }
+    }
+
+    /// After `e`, an error of a whole batch or of each of its calls: the batch's answer if it
+    /// was the server refusing scripts (as [`after_script_error`](Self::after_script_error),
+    /// per call), `None` otherwise.
+    pub(crate) async fn batch_after_refusal(
+        &self,
+        operation: &'static str,
+        calls: &[ScriptCall],
+        e: &Error,
+    ) -> Option<Result<Vec<Result<Value>>>> {
+        match self.after_batch_refusal(e, calls) {
+            Refusal::Learned => Some(
+                self.batch_instead_of_scripts(operation, calls, e.clone())
+                    .await,
+            ),
+            Refusal::NoOtherWay(unsupported) => {
+                Some(Ok(calls.iter().map(|_| Err(unsupported.clone())).collect()))
+            }
+            Refusal::NotOne => None,
+        }
+    }
+
+    /// [`while_forbidden`](Self::while_forbidden) for a renewal batch: `None` sends the whole
+    /// batch by script (renewals are idempotent, so a twin that applied may apply again).
+    pub(crate) async fn batch_while_forbidden(
+        &self,
+        operation: &'static str,
+        calls: &[ScriptCall],
+    ) -> Option<Result<Vec<Result<Value>>>> {
+        let results = self.run_batch_watched(operation, calls).await;
+        if let Ok(results) = &results
+            && results
+                .iter()
+                .any(|r| matches!(r, Err(e) if refused_before_writing(e)))
+            && self.allows.scripts_again()
+        {
+            return None;
+        }
+        Some(results)
+    }
+
+    /// [`run_batch_watched`](Self::run_batch_watched) after a refusal, as
+    /// [`instead_of_script`](Self::instead_of_script): each twin refused before writing
+    /// answers the script's refusal, the others what they did.
+    async fn batch_instead_of_scripts(
+        &self,
+        operation: &'static str,
+        calls: &[ScriptCall],
+        refusal: Error,
+    ) -> Result<Vec<Result<Value>>> {
+        let results = self.run_batch_watched(operation, calls).await?;
+        if !results
+            .iter()
+            .any(|r| matches!(r, Err(e) if refused_before_writing(e)))
+        {
+            return Ok(results);
+        }
+        self.allows.scripts_again();
+        Ok(results
+            .into_iter()
+            .map(|r| match r {
+                Err(e) if refused_before_writing(&e) => Err(refusal.clone()),
+                other => other,
+            })
+            .collect())
+    }
+}
