@@ -726,37 +726,18 @@ fn missing_event_flags(current: &str) -> String {
 /// the scripts will say what they lack. (One server and Sentinel; a Redis Cluster and
 /// Redlock's masters are not checked.)
 async fn check_server(node: &Node) -> Result<()> {
-    // In the same round trip, whether the server has the native compare-and-delete: the
-    // node's record of what it allows is filled here rather than by a first refusal.
-    let mut pipe = redis::pipe();
-    pipe.ignore_errors()
-        .cmd("INFO")
-        .arg("server")
-        .cmd("COMMAND")
-        .arg("INFO")
-        .arg("DELIFEQ");
-    let replies: Vec<std::result::Result<redis::Value, redis::RedisError>> =
-        node.query_pipe("connect", &pipe).await?;
-    let mut replies = replies.into_iter();
-    let info = replies.next();
-    if let Some(Ok(commands)) = replies.next() {
-        node.learn_commands(&commands);
-    }
-    let info = match info.map(|info| {
-        info.map_err(|e| Error::from_redis("connect", node.timeout(), e))
-            .and_then(|info| {
-                redis::from_redis_value::<String>(info)
-                    .map_err(|e| crate::kind::unexpected("connect", e.to_string()))
-            })
-    }) {
-        Some(Ok(info)) => info,
-        Some(Err(Error::Permission { .. } | Error::Redis(_) | Error::UnexpectedReply { .. }))
-        | None => {
+    let info = match node
+        .query::<String>("connect", redis::cmd("INFO").arg("server"))
+        .await
+    {
+        Ok(info) => info,
+        Err(Error::Permission { .. } | Error::Redis(_) | Error::UnexpectedReply { .. }) => {
             let _: String = node.query("ping", &redis::cmd("PING")).await?;
             return Ok(());
         }
-        Some(Err(e)) => return Err(e),
+        Err(e) => return Err(e),
     };
+    node.probe_commands().await;
     match server_version(&info) {
         Some(v) if (v.0, v.1) < MIN_SERVER_VERSION => Err(Error::unsupported(format!(
             "Redis {}.{}.{} is older than {}.{}, the oldest fenced supports: upgrade the server (or use Valkey)",

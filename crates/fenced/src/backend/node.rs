@@ -513,12 +513,14 @@ impl Node {
         self
     }
 
-    /// Fills the record of what the server allows from `COMMAND INFO`'s reply about the
-    /// native twins' commands, where the connect's check asked it (`allows.rs`, invariant 2):
-    /// an entry for the command, or nil where the server has none. A refusal (an ACL without
-    /// `COMMAND`) leaves it to be learned on use.
-    pub(crate) fn learn_commands(&self, reply: &Value) {
-        if let Value::Array(entries) = reply
+    /// Fills the record of what the server allows where a probe costs nothing (`allows.rs`,
+    /// invariant 2): whether the server has the native twins' command, by `COMMAND INFO`
+    /// (an entry for it, or nil). At best, at connect: an error (an ACL without `COMMAND`, a
+    /// proxy) leaves it to be learned on use, and fails nothing.
+    pub(crate) async fn probe_commands(&self) {
+        let mut cmd = redis::cmd("COMMAND");
+        cmd.arg("INFO").arg("DELIFEQ");
+        if let Ok(Value::Array(entries)) = self.query::<Value>("connect", &cmd).await
             && let [entry] = &entries[..]
         {
             self.allows

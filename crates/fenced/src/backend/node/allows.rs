@@ -9,9 +9,10 @@
 //!    has the native compare-and-delete (`Node::probe`). Scripts and transactions have no
 //!    probe that costs nothing (an ACL's rules are not readable by every user), and are
 //!    learned on their first use.
-//! 3. Reset when the node's connection is lost: the next connection may reach another server
-//!    (a failover, an upgrade, a restart with another ACL), so what was learned is learned
-//!    again. The client's own choice (`without_scripts`) is never reset.
+//! 3. Refusals are forgotten when the node's connection is lost: the next connection may
+//!    reach another server (a failover, an upgrade, a restart with another ACL), which may
+//!    allow them. What was allowed is kept (its refusal would be learned on use). The client's
+//!    own choice (`without_scripts`) is never forgotten.
 //! 4. Scripts refused: the reason is kept, the first one, for the messages of the steps that
 //!    cannot run without them.
 
@@ -47,6 +48,16 @@ impl Learned {
 
     fn forget(&self) {
         self.0.store(Self::UNKNOWN, Ordering::Relaxed);
+    }
+
+    /// Tried again if refused: what was allowed is kept, and unlearned by its own refusal.
+    fn forget_refusal(&self) {
+        let _ = self.0.compare_exchange(
+            Self::NO,
+            Self::UNKNOWN,
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        );
     }
 }
 
@@ -106,12 +117,16 @@ impl Allows {
             .unwrap_or_else(|| "this client sends none".to_owned())
     }
 
-    /// Forgets what was learned (invariant 3): the connection was lost, and the next one may
-    /// reach another server.
+    /// Forgets the refusals learned (invariant 3): the connection was lost, and the next one
+    /// may reach another server. What was allowed is kept: a way refused from now on is
+    /// learned by its refusal, which ran nothing; and a way kept while the server is down
+    /// fails as a transient error, where one forgotten would be probed, and could not be.
     pub(crate) fn forget(&self) {
-        self.native.forget();
-        self.transactions.forget();
-        self.scripts_again();
+        self.native.forget_refusal();
+        self.transactions.forget_refusal();
+        if self.scripts_refused() {
+            self.scripts_again();
+        }
     }
 }
 
@@ -120,14 +135,18 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_lost_connection_forgets_what_was_learned_but_not_what_the_client_chose() {
+    fn a_lost_connection_forgets_the_refusals_but_not_what_was_allowed_nor_the_clients_choice() {
         let learned = Allows::default();
         learned.native.learned(false);
         learned.transactions.learned(true);
         learned.refuse_scripts("NOPERM evalsha");
         assert!(learned.scripts_refused() && !learned.native.worth_trying());
         learned.forget();
-        assert!(learned.native.unknown() && learned.transactions.unknown());
+        assert!(learned.native.unknown(), "a refusal is tried again");
+        assert!(
+            learned.transactions.worth_trying() && !learned.transactions.unknown(),
+            "what was allowed is kept"
+        );
         assert!(!learned.scripts_refused());
 
         let chosen = Allows::default();

@@ -12,7 +12,6 @@ use super::exec::Refusal;
 use super::watched::{Twin, refused_before_writing};
 use super::{Conn, Node, is_noscript, raise_not_run};
 use crate::error::{Error, Result};
-use crate::kind::unexpected;
 use crate::scripts::ScriptCall;
 
 impl Node {
@@ -78,7 +77,14 @@ impl Node {
         }
         Ok(out
             .into_iter()
-            .map(|r| r.unwrap_or_else(|| Err(unexpected("renew", "a call had no reply".into()))))
+            .map(|r| {
+                r.unwrap_or_else(|| {
+                    Err(crate::kind::unexpected(
+                        "renew",
+                        "a call had no reply".into(),
+                    ))
+                })
+            })
             .collect())
     }
 

@@ -176,7 +176,7 @@ impl Node {
         // `WRONGTYPE` at the fence, granted or not: a key of another type, whose own expiry
         // goes back (invariant 3).
         if !matches!(added, Value::BulkString(_) | Value::Nil) {
-            self.restore_life(operation, call, fence_life).await?;
+            self.restore_life(operation, call, fence_life).await;
         }
         let pair = |a: i64, b: i64| Value::Array(vec![Value::Int(a), Value::Int(b)]);
         match (set, pttl) {
@@ -212,23 +212,24 @@ impl Node {
 
     /// Gives a fence key of another type back the life it had before the grant's
     /// `PEXPIRE` (`life`, its `PTTL` in the same `EXEC`), as the script, which reads its type
-    /// first, leaves it (invariant 3).
-    async fn restore_life(
-        &self,
-        operation: &'static str,
-        call: &ScriptCall,
-        life: &Value,
-    ) -> Result<()> {
+    /// first, leaves it (invariant 3). At best: a round trip after the `EXEC`, whose failure
+    /// leaves the retention as the key's expiry and changes no answer.
+    async fn restore_life(&self, operation: &'static str, call: &ScriptCall, life: &Value) {
         let Some(fence) = call.key_at(2) else {
-            return Ok(());
+            return;
         };
         let mut pipe = redis::pipe();
+        pipe.ignore_errors();
         match life {
             Value::Int(-1) => pipe.cmd("PERSIST").arg(&fence),
             Value::Int(ms) if *ms > 0 => pipe.cmd("PEXPIRE").arg(&fence).arg(*ms),
-            _ => return Ok(()),
+            _ => return,
         };
-        self.send(operation, &pipe).await.map(drop)
+        // At best: the grant's answer is the key's type, however this goes (an ACL without
+        // `PERSIST`, a lost reply).
+        if let Err(e) = self.send(operation, &pipe).await {
+            tracing::debug!(error = %e, "fenced: the fence key of another type kept the retention as its expiry");
+        }
     }
 
     /// The token of a lease granted by transaction where there was no fence (invariant 2),
@@ -518,6 +519,15 @@ impl Node {
             }
             Ok(Err(Error::Permission { .. })) => return Ok(self.refused()),
             Ok(Err(Error::Redis(e))) if lacks_command(&e) => return Ok(self.refused()),
+            // Without scripts there is no other way: a probe that could not run (the server
+            // down, say) is the grant's error, transient, and the next grant probes again.
+            Ok(Err(e)) if self.allows.scripts_refused() => return Err(e),
+            Err(_) if self.allows.scripts_refused() => {
+                return Err(Error::Timeout {
+                    operation: call.operation(),
+                    after: self.timeout,
+                });
+            }
             Ok(Err(_)) | Err(_) => return Ok(false),
         };
         let Some(fence) = call.key_at(2) else {
@@ -538,6 +548,7 @@ impl Node {
             }
             Err(e @ Error::Permission { .. }) if self.allows.scripts_refused() => Err(e),
             Err(Error::Permission { .. }) => Ok(self.refused()),
+            Err(e) if self.allows.scripts_refused() => Err(e),
             Err(_) => Ok(false),
         }
     }
