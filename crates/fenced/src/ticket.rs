@@ -66,7 +66,10 @@ pub(crate) fn write(namespace: &str, held: Held) -> String {
     let token = held.lease().fencing_token();
     let (kind, owner, ttl, epoch) = held.hand_off();
     Ticket {
-        kind: kind.ticket_kind().unwrap_or("lock").to_owned(),
+        kind: kind
+            .ticketed()
+            .map_or("lock", |t| t.ticket_kind())
+            .to_owned(),
         ttl,
         epoch,
         token,

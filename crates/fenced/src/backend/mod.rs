@@ -353,7 +353,7 @@ impl Backend {
                 }
             }
             #[cfg(feature = "redlock")]
-            Route::Quorum(r) => r.extend(call, kind.quorum(r.nodes())).await,
+            Route::Quorum(r) => r.extend(call, crate::kind::quorum(kind, r.nodes())).await,
         }
     }
 
@@ -362,7 +362,7 @@ impl Backend {
         match self.route() {
             Route::One(_) => None,
             #[cfg(feature = "redlock")]
-            Route::Quorum(r) => Some(kind.quorum(r.nodes())),
+            Route::Quorum(r) => Some(crate::kind::quorum(kind, r.nodes())),
         }
     }
 
@@ -424,7 +424,10 @@ impl Backend {
         match self.route() {
             Route::One(node) => release_reply(node.run(call).await?),
             #[cfg(feature = "redlock")]
-            Route::Quorum(r) => r.release(call, announce, kind.quorum(r.nodes())).await,
+            Route::Quorum(r) => {
+                r.release(call, announce, crate::kind::quorum(kind, r.nodes()))
+                    .await
+            }
         }
     }
 

@@ -233,9 +233,9 @@ impl Redlock {
     /// Whether `kind` runs here: checked before anything is sent, so a refused primitive
     /// leaves nothing to clean up.
     pub(crate) fn supports(&self, kind: &dyn LeaseKind) -> Result<()> {
-        match kind.on_redlock() {
-            true => Ok(()),
-            false => Err(Error::unsupported(format!(
+        match kind.redlock() {
+            Some(_) => Ok(()),
+            None => Err(Error::unsupported(format!(
                 "{} does not run on Redlock (only locks and semaphores do): use one server, Sentinel or a Redis Cluster",
                 kind.primitive().with_article()
             ))),
@@ -258,10 +258,12 @@ impl Redlock {
         sent_at: Instant,
     ) -> Result<(AcquireReply, bool)> {
         self.supports(kind)?;
-        let (n, needed) = (self.n(), kind.quorum(self.n()));
+        let (n, needed) = (self.n(), crate::kind::quorum(kind, self.n()));
         // Propose a token, so that a quorum may agree on it without a write-back
         // (invariant 3).
-        let proposed = kind.propose_token(call, proposal());
+        let proposed = kind
+            .redlock()
+            .and_then(|r| r.propose_token(call, proposal()));
         let call = proposed.as_ref().unwrap_or(call);
         // Each node's attempt goes with an `INFO server` on the same connection: one round
         // trip, and its run_id (invariant 6).
@@ -347,7 +349,7 @@ impl Redlock {
             return Ok((AcquireReply::Acquired(token), true));
         }
         // Otherwise it is written back.
-        let Some(raise) = kind.raise_fence(owner, token) else {
+        let Some(raise) = kind.redlock().and_then(|r| r.raise_fence(owner, token)) else {
             return Err(self.no_quorum(0));
         };
         // A majority of write-backs is enough for the tokens: every later grant's quorum is

@@ -360,13 +360,14 @@ impl Core {
         let requested_at = Instant::now();
         let attempt = self.takeovers.begin(&owner, epoch, carried, ttl)?;
         let take_over = (attempt.mark(), attempt.proofs());
-        let Some(call) = kind.resume(&owner, ttl_millis(ttl), epoch, take_over) else {
+        let Some(ticketed) = kind.ticketed() else {
             attempt.answered();
             return Err(Error::unsupported(format!(
                 "{} cannot be resumed from a ticket: only plain, fair and unfenced locks can",
                 kind.primitive().with_article()
             )));
         };
+        let call = ticketed.resume(&owner, ttl_millis(ttl), epoch, take_over);
         let reply = self.backend().extend("take over", &call, &*kind).await?;
         attempt.answered();
         match reply {

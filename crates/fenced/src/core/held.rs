@@ -310,13 +310,14 @@ impl Held {
         if !core.backend().hands_over() {
             return Handing::No;
         }
-        let Some(to) = self.kind.hand_over_to() else {
+        let Some(handed) = self.kind.handed_over() else {
             return Handing::No;
         };
+        let to = handed.hand_over_to();
         let Some(offer) = core.waiters.take_offer(to) else {
             return Handing::No;
         };
-        let Some(call) = self.kind.hand_over(
+        let Some(call) = handed.hand_over(
             &self.owner,
             &offer.owner,
             offer.holds.server_ms(offer.ttl),

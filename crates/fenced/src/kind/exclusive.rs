@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use crate::keys::LockKeys;
 use crate::kind::Wake;
-use crate::kind::{HandOverTo, LeaseKind, Primitive};
+use crate::kind::{HandOverTo, HandedOver, LeaseKind, OnRedlock, Primitive, Ticketed};
 use crate::scripts::{ABANDON, ACQUIRE, EXTEND, FENCE_RAISE, HAND_OVER, RELEASE, ScriptCall};
 use crate::token::{FencingToken, OwnerToken};
 
@@ -22,6 +22,18 @@ pub(crate) struct Exclusive {
 }
 
 impl LeaseKind for Exclusive {
+    fn redlock(&self) -> Option<&dyn OnRedlock> {
+        Some(self)
+    }
+
+    fn ticketed(&self) -> Option<&dyn Ticketed> {
+        Some(self)
+    }
+
+    fn handed_over(&self) -> Option<&dyn HandedOver> {
+        Some(self)
+    }
+
     fn primitive(&self) -> Primitive {
         Primitive::Lock
     }
@@ -70,24 +82,22 @@ impl LeaseKind for Exclusive {
             .arg(message)
     }
 
-    fn on_redlock(&self) -> bool {
+    fn announced_by_key_events(&self) -> bool {
         true
     }
 
-    fn ticket_kind(&self) -> Option<&'static str> {
-        Some("lock")
+    fn abandon(&self, owner: &OwnerToken, message: &str, patience_ms: u64) -> ScriptCall {
+        ScriptCall::new(&ABANDON)
+            .key(&self.keys.lock)
+            .key(self.keys.tombstone(owner))
+            .arg(owner.as_str())
+            .arg(&self.keys.channel)
+            .arg(message)
+            .arg(patience_ms.max(1))
     }
+}
 
-    fn resume(
-        &self,
-        owner: &OwnerToken,
-        ttl_ms: u64,
-        epoch: u64,
-        take_over: (&OwnerToken, &[OwnerToken]),
-    ) -> Option<ScriptCall> {
-        Some(self::take_over(&self.keys, owner, ttl_ms, epoch, take_over))
-    }
-
+impl OnRedlock for Exclusive {
     fn propose_token(&self, acquire: &ScriptCall, token: u64) -> Option<ScriptCall> {
         // The acquire script's optional last argument.
         Some(acquire.clone().arg(token))
@@ -103,13 +113,27 @@ impl LeaseKind for Exclusive {
                 .arg(self.fence_retention_ms),
         )
     }
+}
 
-    fn announced_by_key_events(&self) -> bool {
-        true
+impl Ticketed for Exclusive {
+    fn ticket_kind(&self) -> &'static str {
+        "lock"
     }
 
-    fn hand_over_to(&self) -> Option<HandOverTo<'_>> {
-        Some(HandOverTo::LocalQueue(&self.keys.channel))
+    fn resume(
+        &self,
+        owner: &OwnerToken,
+        ttl_ms: u64,
+        epoch: u64,
+        take_over: (&OwnerToken, &[OwnerToken]),
+    ) -> ScriptCall {
+        self::take_over(&self.keys, owner, ttl_ms, epoch, take_over)
+    }
+}
+
+impl HandedOver for Exclusive {
+    fn hand_over_to(&self) -> HandOverTo<'_> {
+        HandOverTo::LocalQueue(&self.keys.channel)
     }
 
     fn hand_over(
@@ -130,16 +154,6 @@ impl LeaseKind for Exclusive {
             .arg(self.fence_retention_ms)
             .arg(&self.keys.channel);
         Some(call)
-    }
-
-    fn abandon(&self, owner: &OwnerToken, message: &str, patience_ms: u64) -> ScriptCall {
-        ScriptCall::new(&ABANDON)
-            .key(&self.keys.lock)
-            .key(self.keys.tombstone(owner))
-            .arg(owner.as_str())
-            .arg(&self.keys.channel)
-            .arg(message)
-            .arg(patience_ms.max(1))
     }
 }
 

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use crate::kind::Wake;
 use crate::kind::exclusive::Exclusive;
-use crate::kind::{HandOverTo, LeaseKind, Primitive};
+use crate::kind::{HandOverTo, HandedOver, LeaseKind, Primitive, Ticketed};
 use crate::scripts::{FAIR_ABANDON, FAIR_ACQUIRE, FAIR_HAND_OVER, FAIR_RELEASE, ScriptCall};
 use crate::token::OwnerToken;
 
@@ -28,6 +28,14 @@ pub(crate) struct FairLease {
 }
 
 impl LeaseKind for FairLease {
+    fn ticketed(&self) -> Option<&dyn Ticketed> {
+        Some(self)
+    }
+
+    fn handed_over(&self) -> Option<&dyn HandedOver> {
+        Some(self)
+    }
+
     fn primitive(&self) -> Primitive {
         Primitive::FairLock
     }
@@ -70,20 +78,6 @@ impl LeaseKind for FairLease {
         self.exclusive.extend(owner, ttl_ms, epoch)
     }
 
-    fn ticket_kind(&self) -> Option<&'static str> {
-        Some("fair")
-    }
-
-    fn resume(
-        &self,
-        owner: &OwnerToken,
-        ttl_ms: u64,
-        epoch: u64,
-        take_over: (&OwnerToken, &[OwnerToken]),
-    ) -> Option<ScriptCall> {
-        self.exclusive.resume(owner, ttl_ms, epoch, take_over)
-    }
-
     fn release(&self, owner: &OwnerToken, _message: &str) -> ScriptCall {
         ScriptCall::new(&FAIR_RELEASE)
             .key(&self.exclusive.keys.lock)
@@ -92,8 +86,39 @@ impl LeaseKind for FairLease {
             .arg(&*self.channel_prefix)
     }
 
-    fn hand_over_to(&self) -> Option<HandOverTo<'_>> {
-        Some(HandOverTo::FairHead(&self.channel_prefix))
+    fn abandon(&self, owner: &OwnerToken, _message: &str, patience_ms: u64) -> ScriptCall {
+        let keys = &self.exclusive.keys;
+        ScriptCall::new(&FAIR_ABANDON)
+            .key(&keys.lock)
+            .key(keys.tombstone(owner))
+            .key(&*self.queue)
+            .key(&*self.registrations)
+            .arg(owner.as_str())
+            .arg(&*self.waiter)
+            .arg(&*self.channel_prefix)
+            .arg(patience_ms.max(1))
+    }
+}
+
+impl Ticketed for FairLease {
+    fn ticket_kind(&self) -> &'static str {
+        "fair"
+    }
+
+    fn resume(
+        &self,
+        owner: &OwnerToken,
+        ttl_ms: u64,
+        epoch: u64,
+        take_over: (&OwnerToken, &[OwnerToken]),
+    ) -> ScriptCall {
+        self.exclusive.resume(owner, ttl_ms, epoch, take_over)
+    }
+}
+
+impl HandedOver for FairLease {
+    fn hand_over_to(&self) -> HandOverTo<'_> {
+        HandOverTo::FairHead(&self.channel_prefix)
     }
 
     fn hand_over(
@@ -118,18 +143,5 @@ impl LeaseKind for FairLease {
                 .arg(waiter?)
                 .arg(&*self.channel_prefix),
         )
-    }
-
-    fn abandon(&self, owner: &OwnerToken, _message: &str, patience_ms: u64) -> ScriptCall {
-        let keys = &self.exclusive.keys;
-        ScriptCall::new(&FAIR_ABANDON)
-            .key(&keys.lock)
-            .key(keys.tombstone(owner))
-            .key(&*self.queue)
-            .key(&*self.registrations)
-            .arg(owner.as_str())
-            .arg(&*self.waiter)
-            .arg(&*self.channel_prefix)
-            .arg(patience_ms.max(1))
     }
 }

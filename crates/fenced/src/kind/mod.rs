@@ -139,49 +139,10 @@ pub(crate) trait LeaseKind: Send + Sync + 'static {
     /// Void an attempt of unknown outcome: release what it took, or leave a tombstone that
     /// lives `patience_ms`.
     fn abandon(&self, owner: &OwnerToken, message: &str, patience_ms: u64) -> ScriptCall;
-    /// The kind's name in a ticket (`ticket.rs`): `lock`, `fair` or `unfenced`; `None` for
-    /// kinds that are not handed between processes.
-    fn ticket_kind(&self) -> Option<&'static str> {
-        None
-    }
-    /// Take the lease over from a ticket: [`extend`](Self::extend) at `epoch`, refused when
-    /// that epoch was applied already (a ticket is taken over once), unless by this very
-    /// take-over (one of `take_over`'s proofs is the mark it left: a retry after its reply was lost). `None` for kinds that
-    /// are not handed between processes.
-    fn resume(
-        &self,
-        _owner: &OwnerToken,
-        _ttl_ms: u64,
-        _epoch: u64,
-        _take_over: (&OwnerToken, &[OwnerToken]),
-    ) -> Option<ScriptCall> {
-        None
-    }
-    /// Whether leases of this kind run on several independent masters (Redlock).
-    fn on_redlock(&self) -> bool {
-        false
-    }
     /// Whether every key of this lease hashes to one slot, as Redis Cluster needs for one
     /// script (a multi-lock's names live in different slots).
     fn one_slot(&self) -> bool {
         true
-    }
-    /// How many of `nodes` independent masters must hold a lease of this kind (Redlock): a
-    /// strict majority for an exclusive lease.
-    fn quorum(&self, nodes: usize) -> usize {
-        nodes / 2 + 1
-    }
-    /// Raise this lease's fence to at least `token` where `owner` still holds it (Redlock's
-    /// quorum fencing write-back; the script answers 1 there, 0 elsewhere); `None` for kinds
-    /// that do not run on Redlock.
-    fn raise_fence(&self, _owner: &OwnerToken, _token: FencingToken) -> Option<ScriptCall> {
-        None
-    }
-    /// This kind's acquire call with a proposed fencing token (Redlock: masters that take
-    /// it hand out the same token, and need no write-back; `fence.lua`); `None` for kinds
-    /// that do not run on Redlock.
-    fn propose_token(&self, _acquire: &ScriptCall, _token: u64) -> Option<ScriptCall> {
-        None
     }
     /// Whether this refusal, one that read no ttl (an unfenced lease's native `SET NX PX`
     /// answers nil), is to be followed by one `TYPE` of the lock key, to tell a held lock from
@@ -195,23 +156,84 @@ pub(crate) trait LeaseKind: Send + Sync + 'static {
     fn announced_by_key_events(&self) -> bool {
         false
     }
-    /// Where this client's waiters for a lease of this kind post their offers to take it
-    /// straight from a local holder (`core/handover.rs`); `None` for kinds that are never
-    /// handed over (the default).
-    fn hand_over_to(&self) -> Option<HandOverTo<'_>> {
+    /// Its leases run on Redlock's independent masters ([`OnRedlock`]); `None` for kinds that
+    /// do not (the default).
+    fn redlock(&self) -> Option<&dyn OnRedlock> {
         None
     }
+    /// Its leases are handed between processes by tickets ([`Ticketed`]); `None` for kinds
+    /// that are not (the default).
+    fn ticketed(&self) -> Option<&dyn Ticketed> {
+        None
+    }
+    /// Its leases are handed straight to a waiter of the same client ([`HandedOver`]); `None`
+    /// for kinds that never are (the default).
+    fn handed_over(&self) -> Option<&dyn HandedOver> {
+        None
+    }
+}
+
+// The optional abilities of a kind, each a trait of its own that a kind implements or not,
+// and reached through its `LeaseKind` accessor (lock_api's extension traits, for a
+// `dyn LeaseKind`): a kind without the ability has none of its methods.
+
+/// A kind whose leases run on Redlock's independent masters.
+pub(crate) trait OnRedlock {
+    /// How many of `nodes` masters must hold a lease of this kind: a strict majority for an
+    /// exclusive lease.
+    fn quorum(&self, nodes: usize) -> usize {
+        nodes / 2 + 1
+    }
+    /// Raise this lease's fence to at least `token` where `owner` still holds it (the quorum
+    /// fencing write-back; the script answers 1 there, 0 elsewhere); `None` for a kind
+    /// without a fence.
+    fn raise_fence(&self, _owner: &OwnerToken, _token: FencingToken) -> Option<ScriptCall> {
+        None
+    }
+    /// This kind's acquire call with a proposed fencing token (masters that take it hand out
+    /// the same token, and need no write-back; `fence.lua`); `None` for a kind without a
+    /// fence.
+    fn propose_token(&self, _acquire: &ScriptCall, _token: u64) -> Option<ScriptCall> {
+        None
+    }
+}
+
+/// How many of `nodes` masters must hold a lease of `kind`: its own quorum on Redlock, a
+/// strict majority otherwise.
+pub(crate) fn quorum(kind: &dyn LeaseKind, nodes: usize) -> usize {
+    kind.redlock().map_or(nodes / 2 + 1, |r| r.quorum(nodes))
+}
+
+/// A kind whose leases are handed between processes by tickets (`ticket.rs`).
+pub(crate) trait Ticketed {
+    /// The kind's name in a ticket: `lock`, `fair` or `unfenced`.
+    fn ticket_kind(&self) -> &'static str;
+    /// Take the lease over from a ticket: `extend` at `epoch`, refused when that epoch was
+    /// applied already (a ticket is taken over once), unless by this very take-over (one of
+    /// `take_over`'s proofs is the mark it left: a retry after its reply was lost).
+    fn resume(
+        &self,
+        owner: &OwnerToken,
+        ttl_ms: u64,
+        epoch: u64,
+        take_over: (&OwnerToken, &[OwnerToken]),
+    ) -> ScriptCall;
+}
+
+/// A kind whose leases are handed straight to a waiter of the same client
+/// (`core/handover.rs`).
+pub(crate) trait HandedOver {
+    /// Where this client's waiters for a lease of this kind post their offers.
+    fn hand_over_to(&self) -> HandOverTo<'_>;
     /// Give the lease straight to `successor` for `ttl_ms`; `waiter` is the successor's id in
-    /// a fair queue. `None` for kinds that are never handed over (the default).
+    /// a fair queue. `None` when the offer cannot be taken so (a fair waiter without its id).
     fn hand_over(
         &self,
-        _owner: &OwnerToken,
-        _successor: &OwnerToken,
-        _ttl_ms: u64,
-        _waiter: Option<&str>,
-    ) -> Option<ScriptCall> {
-        None
-    }
+        owner: &OwnerToken,
+        successor: &OwnerToken,
+        ttl_ms: u64,
+        waiter: Option<&str>,
+    ) -> Option<ScriptCall>;
 }
 
 /// Which local waiter a lease is handed to, and where the offers of such waiters stand.

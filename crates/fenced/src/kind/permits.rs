@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use crate::kind::Wake;
-use crate::kind::{LeaseKind, Primitive};
+use crate::kind::{LeaseKind, OnRedlock, Primitive};
 use crate::scripts::{
     SEMAPHORE_ABANDON, SEMAPHORE_ACQUIRE, SEMAPHORE_EXTEND, SEMAPHORE_FENCE_RAISE,
     SEMAPHORE_RELEASE, ScriptCall,
@@ -54,6 +54,10 @@ pub(crate) struct Permits {
 }
 
 impl LeaseKind for Permits {
+    fn redlock(&self) -> Option<&dyn OnRedlock> {
+        Some(self)
+    }
+
     fn primitive(&self) -> Primitive {
         Primitive::Semaphore
     }
@@ -110,10 +114,19 @@ impl LeaseKind for Permits {
             .arg(message)
     }
 
-    fn on_redlock(&self) -> bool {
-        true
+    fn abandon(&self, owner: &OwnerToken, message: &str, patience_ms: u64) -> ScriptCall {
+        ScriptCall::new(&SEMAPHORE_ABANDON)
+            .key(&self.keys.holders)
+            .key(&self.keys.counts)
+            .key(self.keys.per_owner("void", owner))
+            .arg(owner.as_str())
+            .arg(&self.keys.channel)
+            .arg(message)
+            .arg(patience_ms.max(1))
     }
+}
 
+impl OnRedlock for Permits {
     /// More than `nodes · N / (N + 1)` masters for N permits, and at least a majority. Each
     /// master admits holders of at most N permits; with a smaller quorum, holders of more than
     /// N permits in all could each be admitted by enough masters (3 masters, N = 2: three
@@ -138,17 +151,6 @@ impl LeaseKind for Permits {
                 .arg(token.get())
                 .arg(self.fence_retention_ms),
         )
-    }
-
-    fn abandon(&self, owner: &OwnerToken, message: &str, patience_ms: u64) -> ScriptCall {
-        ScriptCall::new(&SEMAPHORE_ABANDON)
-            .key(&self.keys.holders)
-            .key(&self.keys.counts)
-            .key(self.keys.per_owner("void", owner))
-            .arg(owner.as_str())
-            .arg(&self.keys.channel)
-            .arg(message)
-            .arg(patience_ms.max(1))
     }
 }
 

@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::keys::LockKeys;
 use crate::kind::Wake;
-use crate::kind::{LeaseKind, Primitive};
+use crate::kind::{LeaseKind, OnRedlock, Primitive, Ticketed};
 use crate::scripts::{EXTEND, RELEASE, ScriptCall, UNFENCED_ACQUIRE};
 use crate::token::OwnerToken;
 
@@ -29,6 +29,14 @@ pub(crate) struct Unfenced {
 }
 
 impl LeaseKind for Unfenced {
+    fn ticketed(&self) -> Option<&dyn Ticketed> {
+        Some(self)
+    }
+
+    fn redlock(&self) -> Option<&dyn OnRedlock> {
+        Some(self)
+    }
+
     fn primitive(&self) -> Primitive {
         Primitive::UnfencedLock
     }
@@ -86,9 +94,11 @@ impl LeaseKind for Unfenced {
     fn checks_type_of_refusal(&self) -> bool {
         self.unchecked.swap(false, Ordering::Relaxed)
     }
+}
 
-    fn ticket_kind(&self) -> Option<&'static str> {
-        Some("unfenced")
+impl Ticketed for Unfenced {
+    fn ticket_kind(&self) -> &'static str {
+        "unfenced"
     }
 
     fn resume(
@@ -97,14 +107,10 @@ impl LeaseKind for Unfenced {
         ttl_ms: u64,
         epoch: u64,
         take_over: (&OwnerToken, &[OwnerToken]),
-    ) -> Option<ScriptCall> {
-        Some(super::exclusive::take_over(
-            &self.keys, owner, ttl_ms, epoch, take_over,
-        ))
-    }
-
-    fn on_redlock(&self) -> bool {
-        // Each master grants or refuses with `SET NX PX`; no token to agree on.
-        true
+    ) -> ScriptCall {
+        super::exclusive::take_over(&self.keys, owner, ttl_ms, epoch, take_over)
     }
 }
+
+/// Each master grants or refuses with `SET NX PX`: a majority, and no token to agree on.
+impl OnRedlock for Unfenced {}

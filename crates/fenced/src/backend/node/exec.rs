@@ -287,6 +287,15 @@ impl Node {
                 .await?;
             return Ok(Some((reply, None)));
         }
+        // While the server's support is unknown, the command goes without its announcement:
+        // a server without the command would still publish it, and wake the waiters before
+        // the script that stands in for it has released anything.
+        let probing = !everywhere && self.allows.native.unknown();
+        let (announce, later) = if probing {
+            (None, announce)
+        } else {
+            (announce, None)
+        };
         let mut pipe = redis::pipe();
         pipe.ignore_errors().add_command(cmd);
         let announces = announce.is_some();
@@ -319,8 +328,15 @@ impl Node {
                 });
             }
         };
-        if !everywhere && self.allows.native.unknown() {
+        if probing {
             self.allows.native.learned(true);
+        }
+        if let Some(later) = later {
+            let mut pipe = redis::pipe();
+            pipe.ignore_errors().add_command(later);
+            if let Some(Err(e)) = self.send(operation, &pipe).await?.into_iter().next() {
+                return Err(Error::from_redis(operation, self.timeout, e));
+            }
         }
         // The announcement's reply: a subscriber count, or the refusal a script would have
         // raised (a channel outside the user's ACL patterns), once the command itself ran.
