@@ -221,8 +221,8 @@ impl Node {
     }
 
     /// After `e`, an error of a whole batch or of each of its calls: the batch's answer if it
-    /// was the server refusing scripts (as [`after_script_error`](Self::after_script_error),
-    /// per call), `None` otherwise.
+    /// was the server refusing scripts (per call, as the executor loop answers one: `exec.rs`,
+    /// invariant 2), `None` otherwise.
     pub(crate) async fn batch_after_refusal(
         &self,
         operation: &'static str,
@@ -241,8 +241,9 @@ impl Node {
         }
     }
 
-    /// [`while_forbidden`](Self::while_forbidden) for a renewal batch: `None` sends the whole
-    /// batch by script (renewals are idempotent, so a twin that applied may apply again).
+    /// A renewal batch where scripts are refused: its calls as their twins; `None` sends the
+    /// whole batch by script, where the twins were refused too and the refusal of scripts was
+    /// learned, not chosen (renewals are idempotent, so a twin that applied may apply again).
     pub(crate) async fn batch_while_forbidden(
         &self,
         operation: &'static str,
@@ -260,9 +261,8 @@ impl Node {
         Some(results)
     }
 
-    /// [`run_batch_watched`](Self::run_batch_watched) after a refusal, as
-    /// [`instead_of_script`](Self::instead_of_script): each twin refused before writing
-    /// answers the script's refusal, the others what they did.
+    /// [`run_batch_watched`](Self::run_batch_watched) after a refusal of scripts: each twin
+    /// refused before writing answers the script's refusal, the others what they did.
     async fn batch_instead_of_scripts(
         &self,
         operation: &'static str,

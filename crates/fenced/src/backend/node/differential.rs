@@ -6,7 +6,8 @@
 //!
 //! The ways: the script on a node that sends scripts; the grant's transaction on that node
 //! and on one that sends none (whose fence start and mint then need no script either); the
-//! native compare-and-delete where the server has it; the `WATCH` transaction. The one
+//! native compare-and-delete where the server has it; the `WATCH` transaction; and for a
+//! renewal batch, one pipeline of scripts against `WATCH` transactions in parts. The one
 //! documented difference is left out of the generated states: a grant by transaction does not
 //! read the tombstone of an abandoned attempt (`grant.rs`, invariant 5).
 
@@ -521,13 +522,7 @@ fn every_way_of_a_lock_step_answers_and_writes_what_its_script_does() {
         caller: OwnerToken::generate().unwrap(),
         another: OwnerToken::generate().unwrap(),
     };
-    let config = Config {
-        cases: 400,
-        failure_persistence: None,
-        ..Config::default()
-    };
-    let mut runner =
-        TestRunner::new_with_rng(config, TestRng::deterministic_rng(RngAlgorithm::ChaCha));
+    let mut runner = runner(400);
     let compared = std::cell::RefCell::new(std::collections::BTreeMap::<&str, usize>::new());
     let cases = (state(), step()).prop_filter(
         "a grant by transaction does not read a tombstone (documented)",
@@ -562,4 +557,95 @@ fn every_way_of_a_lock_step_answers_and_writes_what_its_script_does() {
         assert!(n >= 20, "{way} compared {n} times: {compared:?}");
     }
     println!("compared with the script: {compared:?}");
+}
+
+/// The runner of both tests: a fixed seed, no file of past failures.
+fn runner(cases: u32) -> TestRunner {
+    let config = Config {
+        cases,
+        failure_persistence: None,
+        ..Config::default()
+    };
+    TestRunner::new_with_rng(config, TestRng::deterministic_rng(RngAlgorithm::ChaCha))
+}
+
+/// A renewal batch of the leases of `subjects`, each from its own state.
+async fn renew_batch(
+    nodes: &Nodes,
+    scripted: bool,
+    subjects: &[Subject],
+    cases: &[(State, Step)],
+) -> (Vec<Answer>, Vec<Vec<Key>>) {
+    let mut raw = nodes.raw.clone();
+    for (subject, (state, _)) in subjects.iter().zip(cases) {
+        subject.write(&mut raw, *state).await;
+    }
+    let calls: Vec<ScriptCall> = subjects
+        .iter()
+        .zip(cases)
+        .map(|(subject, (_, step))| subject.call(*step))
+        .collect();
+    let node = if scripted {
+        &nodes.scripted
+    } else {
+        &nodes.scriptless
+    };
+    let replies = node.run_batch("renew", &calls).await.unwrap();
+    let mut answers = Vec::new();
+    let mut keys = Vec::new();
+    for ((subject, (_, step)), reply) in subjects.iter().zip(cases).zip(replies) {
+        let after = subject.snapshot(&mut raw).await;
+        answers.push(answer(*step, reply, &after));
+        keys.push(after);
+    }
+    (answers, keys)
+}
+
+#[test]
+fn a_renewal_batch_without_scripts_answers_and_writes_what_its_scripts_do() {
+    let server =
+        fenced_testkit::RedisServer::start().unwrap_or_else(|e| panic!("needs redis-server: {e}"));
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let nodes = runtime.block_on(nodes(&server.url()));
+    let caller = OwnerToken::generate().unwrap();
+    let subjects: Vec<Subject> = (0..8)
+        .map(|i| Subject {
+            lock: Exclusive {
+                name: format!("b{i}").into(),
+                keys: Arc::new(LockKeys::new("diff:", &format!("b{i}"))),
+                fence_retention_ms: 60_000,
+                counted: true,
+            },
+            caller: caller.clone(),
+            another: OwnerToken::generate().unwrap(),
+        })
+        .collect();
+    let renewal = (prop_oneof![Just(20_000u64), Just(40_000)], 0u64..4)
+        .prop_map(|(ttl_ms, epoch)| Step::Extend { ttl_ms, epoch });
+    let batch = proptest::collection::vec((state(), renewal), 1..=8);
+    let result = runner(150).run(&batch, |cases| {
+        let subjects = &subjects[..cases.len()];
+        let (by_script, keys_by_script) =
+            runtime.block_on(renew_batch(&nodes, true, subjects, &cases));
+        let (watched, keys_watched) = runtime.block_on(renew_batch(&nodes, false, subjects, &cases));
+        for (i, (state, step)) in cases.iter().enumerate() {
+            prop_assert!(
+                same_answer(&by_script[i], &watched[i])
+                    && same_keys(*step, &keys_by_script[i], &keys_watched[i]),
+                "call {i} of {}: {step:?} from {state:?}:\n  script: {:?} {:?}\n  watched: {:?} {:?}",
+                cases.len(),
+                by_script[i],
+                keys_by_script[i],
+                watched[i],
+                keys_watched[i]
+            );
+        }
+        Ok(())
+    });
+    if let Err(e) = result {
+        panic!("{e}");
+    }
 }
