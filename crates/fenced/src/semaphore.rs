@@ -269,7 +269,7 @@ impl Semaphore {
 /// What `semaphore_status.lua` answers, from its reads (`TIME`, the holders with their lease
 /// ends, the permits of each): the permits and number of the live holders, and the ms until
 /// the earliest live lease ends (-1 for none).
-fn status_from_reads(replies: &[redis::Value]) -> Option<Vec<i64>> {
+pub(crate) fn status_from_reads(replies: &[redis::Value]) -> Option<Vec<i64>> {
     let [time, holders, counts] = replies else {
         return None;
     };

@@ -649,3 +649,101 @@ fn a_renewal_batch_without_scripts_answers_and_writes_what_its_scripts_do() {
         panic!("{e}");
     }
 }
+
+/// A semaphore's holders as the generated state puts them: each ends this many ms from the
+/// server's now (clear of the boundary, so runs ms apart agree on who is live), with this
+/// count of permits (`None`: no count; `Some(None)`: a count that is no number).
+type Holders = Vec<(i64, Option<Option<u32>>)>;
+
+fn holders() -> impl Strategy<Value = Holders> {
+    let end = prop_oneof![Just(-5_000i64), Just(-1_000), Just(3_000), Just(20_000)];
+    let count = proptest::option::of(proptest::option::of(1u32..4));
+    proptest::collection::vec((end, count), 0..6)
+}
+
+/// A semaphore's status by `way`: its script, or its reads in one `MULTI`/`EXEC` (the node
+/// without scripts), from `holders` written first.
+async fn semaphore_status(
+    nodes: &Nodes,
+    scripted: bool,
+    holders: &Holders,
+    foreign: bool,
+) -> Result<Vec<i64>, String> {
+    let (zset, counts) = ("diff:{s}:holders", "diff:{s}:counts");
+    let mut raw = nodes.raw.clone();
+    let (secs, micros): (i64, i64) = redis::cmd("TIME").query_async(&mut raw).await.unwrap();
+    let now = secs * 1000 + micros / 1000;
+    let mut pipe = redis::pipe();
+    pipe.cmd("DEL").arg(&[zset, counts]).ignore();
+    if foreign {
+        pipe.cmd("SET").arg(zset).arg("x").ignore();
+    }
+    for (i, (end, count)) in holders.iter().enumerate() {
+        let owner = format!("o{i}");
+        if !foreign {
+            pipe.cmd("ZADD")
+                .arg(zset)
+                .arg(now + end)
+                .arg(&owner)
+                .ignore();
+        }
+        match count {
+            Some(Some(n)) => pipe.cmd("HSET").arg(counts).arg(&owner).arg(*n).ignore(),
+            Some(None) => pipe.cmd("HSET").arg(counts).arg(&owner).arg("x").ignore(),
+            None => &mut pipe,
+        };
+    }
+    let () = pipe.query_async(&mut raw).await.unwrap();
+    let call = ScriptCall::new(&crate::scripts::SEMAPHORE_STATUS)
+        .key(zset)
+        .key(counts);
+    let instead = [
+        redis::cmd("TIME"),
+        super::reads::zrange_all(zset),
+        redis::cmd("HGETALL").arg(counts).take(),
+    ];
+    let node = if scripted {
+        &nodes.scripted
+    } else {
+        &nodes.scriptless
+    };
+    node.read_only(&call, &instead, crate::semaphore::status_from_reads)
+        .await
+        .map_err(|e| match e {
+            Error::WrongType { key, .. } => format!("wrong type: {key}"),
+            e => e.to_string(),
+        })
+}
+
+#[test]
+fn a_status_read_without_scripts_answers_what_its_script_does() {
+    let server =
+        fenced_testkit::RedisServer::start().unwrap_or_else(|e| panic!("needs redis-server: {e}"));
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let nodes = runtime.block_on(nodes(&server.url()));
+    let cases = (holders(), proptest::bool::weighted(0.1));
+    let result = runner(200).run(&cases, |(holders, foreign)| {
+        let script = runtime.block_on(semaphore_status(&nodes, true, &holders, foreign));
+        let reads = runtime.block_on(semaphore_status(&nodes, false, &holders, foreign));
+        // The ms to the first lease's end are read at two moments.
+        let same = match (&script, &reads) {
+            (Ok(a), Ok(b)) => {
+                a.len() == 3
+                    && a[..2] == b[..2]
+                    && ((a[2] < 0 && b[2] < 0) || (a[2] - b[2]).abs() <= MARGIN_MS)
+            }
+            (a, b) => a == b,
+        };
+        prop_assert!(
+            same,
+            "from {holders:?} (foreign {foreign}): script {script:?}, reads {reads:?}"
+        );
+        Ok(())
+    });
+    if let Err(e) = result {
+        panic!("{e}");
+    }
+}
