@@ -6,7 +6,6 @@
 //! lives, and back in the pool when the lease ends, measured by the Redis server's own clock
 //! (`TIME`) alone.
 
-use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
@@ -252,7 +251,7 @@ impl Semaphore {
         let reply: Vec<i64> = self
             .core
             .node()?
-            .read_only(&call, &instead, status_from_reads)
+            .read_only(&call, &instead, reads::semaphore_status)
             .await?;
         match reply[..] {
             [held, holders, first] if held >= 0 && holders >= 0 => Ok(SemaphoreStatus {
@@ -264,29 +263,6 @@ impl Semaphore {
             _ => Err(unexpected("semaphore status", format!("{reply:?}"))),
         }
     }
-}
-
-/// What `semaphore_status.lua` answers, from its reads (`TIME`, the holders with their lease
-/// ends, the permits of each): the permits and number of the live holders, and the ms until
-/// the earliest live lease ends (-1 for none).
-pub(crate) fn status_from_reads(replies: &[redis::Value]) -> Option<Vec<i64>> {
-    let [time, holders, counts] = replies else {
-        return None;
-    };
-    let now = reads::server_ms(time)?;
-    let live = reads::live(holders, now)?;
-    let counts: HashMap<Vec<u8>, Vec<u8>> = redis::from_redis_value_ref(counts).ok()?;
-    let held: i64 = live
-        .iter()
-        .map(|(owner, _)| {
-            counts
-                .get(owner)
-                .and_then(|n| std::str::from_utf8(n).ok()?.parse::<i64>().ok())
-                .unwrap_or(0)
-        })
-        .sum();
-    let first = live.first().map_or(-1, |(_, end)| end - now);
-    Some(vec![held, live.len() as i64, first])
 }
 
 /// Permits held from a [`Semaphore`]. Owned, `Send + 'static`; given back on

@@ -121,25 +121,78 @@ impl Node {
         Ok(pipe)
     }
 
-    /// Runs idempotent script calls in ONE pipelined round trip (on a cluster, all in one
-    /// slot). The outer error means the round trip failed as a whole (nothing is known); the
-    /// inner results are per call.
+    /// Runs idempotent calls (renewals) as one batch (on a cluster, all in one slot): the
+    /// executor loop for many calls (`exec.rs`, invariants 1 and 2). Where scripts are
+    /// refused, the calls' `WATCH` transactions in parts (`watched.rs`, invariant 8); else one
+    /// pipeline of scripts, whose refusal is learned and the batch runs its other way; that
+    /// refused too, scripts again, and the script's refusal answers. The outer error means
+    /// the round trip failed as a whole (nothing is known); the inner results are per call.
     pub(crate) async fn run_batch(
         &self,
         operation: &'static str,
         calls: &[ScriptCall],
     ) -> Result<Vec<Result<Value>>> {
-        if self.allows.scripts_refused()
-            && let Some(answer) = self.batch_while_forbidden(operation, calls).await
-        {
-            return answer;
+        if self.allows.scripts_refused() {
+            let results = self.run_batch_watched(operation, calls).await?;
+            // Refused before writing, where scripts were learned refused (not chosen):
+            // scripts again (renewals are idempotent: a twin that applied may apply again).
+            if !(refused_any(&results) && self.allows.scripts_again()) {
+                return Ok(results);
+            }
         }
-        // One WAIT for the whole batch (invariant 5): renewals count only once replicated.
+        let (refusal, answer) = match self.batch_by_script(operation, calls).await {
+            // Every call refused as a script (`EVALSHA` outside the ACL, `SCRIPT LOAD`
+            // allowed): none ran.
+            Ok(results) => match uniform_refusal(&results) {
+                Some(e) => (e, Ok(results)),
+                None => return Ok(results),
+            },
+            // Refused before anything ran, or a round trip that failed.
+            Err(e) => (e.clone(), Err(e)),
+        };
+        // A renewal batch mixes the kinds of every lease on the node: learned when any call
+        // has another way; the calls without one then answer `Unsupported`, each.
+        let probe = calls
+            .iter()
+            .find(|call| Twin::of(call).is_some())
+            .or(calls.first());
+        match probe.map(|call| self.after_refusal(&refusal, call)) {
+            None | Some(Refusal::NotOne) => answer,
+            Some(Refusal::NoOtherWay(unsupported)) => {
+                Ok(calls.iter().map(|_| Err(unsupported.clone())).collect())
+            }
+            Some(Refusal::Learned) => {
+                let results = self.run_batch_watched(operation, calls).await?;
+                if !refused_any(&results) {
+                    return Ok(results);
+                }
+                // Refused too: scripts again; each call refused before writing answers the
+                // script's refusal, which names what to grant, the others what they did.
+                self.allows.scripts_again();
+                Ok(results
+                    .into_iter()
+                    .map(|r| match r {
+                        Err(e) if refused_before_writing(&e) => Err(refusal.clone()),
+                        other => other,
+                    })
+                    .collect())
+            }
+        }
+    }
+
+    /// The script way of a batch: every call by `EVALSHA` in ONE pipelined round trip, with
+    /// one `WAIT` after them (`node.rs`, invariant 5: renewals count only once replicated),
+    /// the scripts reloaded once on `NOSCRIPT` (invariant 2).
+    async fn batch_by_script(
+        &self,
+        operation: &'static str,
+        calls: &[ScriptCall],
+    ) -> Result<Vec<Result<Value>>> {
         let wait = self.wait();
         let wait_cmd = wait.as_ref().map(|wait| &wait.cmd);
         let key = calls.first().and_then(ScriptCall::first_key);
         let cluster = self.is_cluster();
-        let answer: Result<Vec<Result<Value, RedisError>>> = self
+        let mut replies: Vec<Result<Value, RedisError>> = self
             .bounded(
                 operation,
                 self.resending(|mut conn| async move {
@@ -160,24 +213,14 @@ impl Node {
                     Ok(first)
                 }),
             )
-            .await;
-        let mut replies = match answer {
-            Ok(replies) => replies,
-            // Refused before anything ran: once more, without scripts (`watched.rs`).
-            Err(e) => {
-                return match self.batch_after_refusal(operation, calls, &e).await {
-                    Some(answer) => answer,
-                    None => Err(e),
-                };
-            }
-        };
+            .await?;
         if let Some(wait) = &wait
             && let Some(short) = wait.read(replies.pop(), self.timeout)?
         {
             return Err(short.error(operation));
         }
         let timeout = self.timeout;
-        let results: Vec<Result<Value>> = replies
+        Ok(replies
             .into_iter()
             .zip(calls)
             .map(|(r, call)| {
@@ -190,99 +233,24 @@ impl Node {
                     }
                 })
             })
-            .collect();
-        // Every call refused as a script (`EVALSHA` outside the ACL, `SCRIPT LOAD` allowed):
-        // none ran, so once more without scripts (`watched.rs`).
-        if let Some(Err(e)) = results.first()
-            && results
-                .iter()
-                .all(|r| matches!(r, Err(e) if e.refuses_scripts()))
-        {
-            let e = e.clone();
-            return match self.batch_after_refusal(operation, calls, &e).await {
-                Some(answer) => answer,
-                None => Ok(results),
-            };
-        }
-        Ok(results)
-    }
-
-    /// [`after_refusal`](Self::after_refusal) for a batch: learned when any of its calls has
-    /// a twin (a renewal batch mixes the kinds of every lease on the node; the calls without
-    /// one then answer `Unsupported`, each).
-    fn after_batch_refusal(&self, e: &Error, calls: &[ScriptCall]) -> Refusal {
-        match calls.iter().find(|call| Twin::of(call).is_some()) {
-            Some(call) => self.after_refusal(e, call),
-            None => match calls.first() {
-                Some(call) => self.after_refusal(e, call),
-                None => Refusal::NotOne,
-            },
-        }
-    }
-
-    /// After `e`, an error of a whole batch or of each of its calls: the batch's answer if it
-    /// was the server refusing scripts (per call, as the executor loop answers one: `exec.rs`,
-    /// invariant 2), `None` otherwise.
-    pub(crate) async fn batch_after_refusal(
-        &self,
-        operation: &'static str,
-        calls: &[ScriptCall],
-        e: &Error,
-    ) -> Option<Result<Vec<Result<Value>>>> {
-        match self.after_batch_refusal(e, calls) {
-            Refusal::Learned => Some(
-                self.batch_instead_of_scripts(operation, calls, e.clone())
-                    .await,
-            ),
-            Refusal::NoOtherWay(unsupported) => {
-                Some(Ok(calls.iter().map(|_| Err(unsupported.clone())).collect()))
-            }
-            Refusal::NotOne => None,
-        }
-    }
-
-    /// A renewal batch where scripts are refused: its calls as their twins; `None` sends the
-    /// whole batch by script, where the twins were refused too and the refusal of scripts was
-    /// learned, not chosen (renewals are idempotent, so a twin that applied may apply again).
-    pub(crate) async fn batch_while_forbidden(
-        &self,
-        operation: &'static str,
-        calls: &[ScriptCall],
-    ) -> Option<Result<Vec<Result<Value>>>> {
-        let results = self.run_batch_watched(operation, calls).await;
-        if let Ok(results) = &results
-            && results
-                .iter()
-                .any(|r| matches!(r, Err(e) if refused_before_writing(e)))
-            && self.allows.scripts_again()
-        {
-            return None;
-        }
-        Some(results)
-    }
-
-    /// [`run_batch_watched`](Self::run_batch_watched) after a refusal of scripts: each twin
-    /// refused before writing answers the script's refusal, the others what they did.
-    async fn batch_instead_of_scripts(
-        &self,
-        operation: &'static str,
-        calls: &[ScriptCall],
-        refusal: Error,
-    ) -> Result<Vec<Result<Value>>> {
-        let results = self.run_batch_watched(operation, calls).await?;
-        if !results
-            .iter()
-            .any(|r| matches!(r, Err(e) if refused_before_writing(e)))
-        {
-            return Ok(results);
-        }
-        self.allows.scripts_again();
-        Ok(results
-            .into_iter()
-            .map(|r| match r {
-                Err(e) if refused_before_writing(&e) => Err(refusal.clone()),
-                other => other,
-            })
             .collect())
     }
+}
+
+/// Whether any call of a batch was refused before it wrote (`watched.rs`).
+fn refused_any(results: &[Result<Value>]) -> bool {
+    results
+        .iter()
+        .any(|r| matches!(r, Err(e) if refused_before_writing(e)))
+}
+
+/// The refusal of scripts that every call of a batch answered, if they all did.
+fn uniform_refusal(results: &[Result<Value>]) -> Option<Error> {
+    let Some(Err(first)) = results.first() else {
+        return None;
+    };
+    results
+        .iter()
+        .all(|r| matches!(r, Err(e) if e.refuses_scripts()))
+        .then(|| first.clone())
 }

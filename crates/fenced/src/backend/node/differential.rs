@@ -707,7 +707,7 @@ async fn semaphore_status(
     } else {
         &nodes.scriptless
     };
-    node.read_only(&call, &instead, crate::semaphore::status_from_reads)
+    node.read_only(&call, &instead, super::reads::semaphore_status)
         .await
         .map_err(|e| match e {
             Error::WrongType { key, .. } => format!("wrong type: {key}"),

@@ -96,3 +96,27 @@ pub(crate) fn zrange_all(key: &str) -> Cmd {
         .arg("WITHSCORES")
         .take()
 }
+
+/// What `semaphore_status.lua` answers, from its reads (`TIME`, the holders with their lease
+/// ends, the permits of each): the permits and number of the live holders, and the ms until
+/// the earliest live lease ends (-1 for none).
+pub(crate) fn semaphore_status(replies: &[redis::Value]) -> Option<Vec<i64>> {
+    let [time, holders, counts] = replies else {
+        return None;
+    };
+    let now = server_ms(time)?;
+    let live = live(holders, now)?;
+    let counts: std::collections::HashMap<Vec<u8>, Vec<u8>> =
+        redis::from_redis_value_ref(counts).ok()?;
+    let held: i64 = live
+        .iter()
+        .map(|(owner, _)| {
+            counts
+                .get(owner)
+                .and_then(|n| std::str::from_utf8(n).ok()?.parse::<i64>().ok())
+                .unwrap_or(0)
+        })
+        .sum();
+    let first = live.first().map_or(-1, |(_, end)| end - now);
+    Some(vec![held, live.len() as i64, first])
+}
