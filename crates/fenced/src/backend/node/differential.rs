@@ -151,6 +151,19 @@ async fn nodes(url: &str) -> Nodes {
     }
 }
 
+/// A server of its own, a runtime to drive the nodes from a property's closure, and the two
+/// nodes on that server.
+fn lab() -> (fenced_testkit::RedisServer, tokio::runtime::Runtime, Nodes) {
+    let server =
+        fenced_testkit::RedisServer::start().unwrap_or_else(|e| panic!("needs redis-server: {e}"));
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let nodes = runtime.block_on(nodes(&server.url()));
+    (server, runtime, nodes)
+}
+
 /// The lock the steps are of, and its caller.
 struct Subject {
     lock: Exclusive,
@@ -505,13 +518,7 @@ async fn check(
 
 #[test]
 fn every_way_of_a_lock_step_answers_and_writes_what_its_script_does() {
-    let server =
-        fenced_testkit::RedisServer::start().unwrap_or_else(|e| panic!("needs redis-server: {e}"));
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let nodes = runtime.block_on(nodes(&server.url()));
+    let (_server, runtime, nodes) = lab();
     let subject = Subject {
         lock: Exclusive {
             name: "d".into(),
@@ -603,13 +610,7 @@ async fn renew_batch(
 
 #[test]
 fn a_renewal_batch_without_scripts_answers_and_writes_what_its_scripts_do() {
-    let server =
-        fenced_testkit::RedisServer::start().unwrap_or_else(|e| panic!("needs redis-server: {e}"));
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let nodes = runtime.block_on(nodes(&server.url()));
+    let (_server, runtime, nodes) = lab();
     let caller = OwnerToken::generate().unwrap();
     let subjects: Vec<Subject> = (0..8)
         .map(|i| Subject {
@@ -717,13 +718,7 @@ async fn semaphore_status(
 
 #[test]
 fn a_status_read_without_scripts_answers_what_its_script_does() {
-    let server =
-        fenced_testkit::RedisServer::start().unwrap_or_else(|e| panic!("needs redis-server: {e}"));
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let nodes = runtime.block_on(nodes(&server.url()));
+    let (_server, runtime, nodes) = lab();
     let cases = (holders(), proptest::bool::weighted(0.1));
     let result = runner(200).run(&cases, |(holders, foreign)| {
         let script = runtime.block_on(semaphore_status(&nodes, true, &holders, foreign));
