@@ -40,7 +40,7 @@ use crate::keys::validate_name;
 use crate::kind::unexpected;
 use crate::lock::Lock;
 use crate::options::{MAX_TTL, ttl_millis};
-use crate::scripts::{CACHE_INVALIDATE, CACHE_READ, CACHE_STORE, ScriptCall};
+use crate::scripts::{CACHE_INVALIDATE, CACHE_STORE, ScriptCall};
 use crate::token::FencingToken;
 use crate::util::{lock_unpoisoned, random_fraction};
 use crate::wait::WaitPolicy;
@@ -665,16 +665,31 @@ impl Cache {
         gap >= remaining_us as f64
     }
 
-    /// One round trip: the entry's fields and its remaining life, as one snapshot.
+    /// One round trip: the entry's fields and its remaining life, as one snapshot (one
+    /// `MULTI`/`EXEC`).
     async fn read(&self, entry: &Entry) -> Result<Found> {
-        let call = ScriptCall::new(&CACHE_READ).key(&entry.cached);
-        let (pttl, value, compute, stale): (i64, Field, Field, Field) =
-            self.core.backend().node_for("a cache")?.run(&call).await?;
-        parse_entry(
-            vec![value, compute, stale],
-            pttl,
-            ttl_millis(self.stale_for),
-        )
+        let reads = [
+            redis::cmd("HMGET")
+                .arg(&entry.cached)
+                .arg(&["v", "d", "s"])
+                .take(),
+            redis::cmd("PTTL").arg(&entry.cached).take(),
+        ];
+        let (fields, pttl): (Vec<Field>, i64) = self
+            .core
+            .backend()
+            .node_for("a cache")?
+            .read("cache read", &reads, |replies| {
+                let [fields, pttl] = replies else {
+                    return None;
+                };
+                Some((
+                    redis::from_redis_value_ref(fields).ok()?,
+                    redis::from_redis_value_ref(pttl).ok()?,
+                ))
+            })
+            .await?;
+        parse_entry(fields, pttl, ttl_millis(self.stale_for))
     }
 
     async fn store(

@@ -12,7 +12,6 @@ use crate::error::{Error, Result};
 use crate::kind::exclusive::Exclusive;
 use crate::kind::rw::{ReadLease, RwKeys, WriteLease};
 use crate::options::ttl_millis;
-use crate::scripts::{RW_STATUS, ScriptCall};
 use crate::token::OwnerToken;
 
 /// A read-write lock: many readers at once, or one writer.
@@ -94,9 +93,8 @@ impl RwLock {
     }
 
     /// Live readers and waiting writers, read in one round trip (for display: who holds
-    /// the write lease is the plain lock's [`status`](crate::Lock::status)). Where scripts
-    /// are not sent, or refused, the same reads go as one `MULTI`/`EXEC`, and the answer is
-    /// the same.
+    /// the write lease is the plain lock's [`status`](crate::Lock::status)), as one
+    /// `MULTI`/`EXEC`: the members whose lease or registration ends after the server's now.
     ///
     /// # Errors
     ///
@@ -104,10 +102,7 @@ impl RwLock {
     /// another type; transport errors.
     pub async fn status(&self) -> Result<RwStatus> {
         crate::keys::validate_name("lock", &self.name)?;
-        let call = ScriptCall::new(&RW_STATUS)
-            .key(&self.keys.readers)
-            .key(&self.keys.waiting_writers);
-        let instead = [
+        let reads = [
             redis::cmd("TIME"),
             reads::zrange_all(&self.keys.readers),
             reads::zrange_all(&self.keys.waiting_writers),
@@ -115,9 +110,7 @@ impl RwLock {
         let reply: Vec<u64> = self
             .core
             .node()?
-            .read_only(&call, &instead, |replies| {
-                // What `rw_status.lua` counts: the members whose lease or registration ends
-                // after the server's now.
+            .read("rw status", &reads, |replies| {
                 let [time, readers, writers] = replies else {
                     return None;
                 };

@@ -18,7 +18,6 @@ use crate::error::{Error, Result};
 use crate::keys::validate_name;
 use crate::kind::permits::{Permits, SemaphoreKeys};
 use crate::kind::unexpected;
-use crate::scripts::{SEMAPHORE_STATUS, ScriptCall};
 use crate::token::OwnerToken;
 
 /// The most permits a semaphore may have.
@@ -230,9 +229,8 @@ impl Semaphore {
             .unwrap_or(0))
     }
 
-    /// Who holds permits now, read in one round trip (leases past their end are not counted).
-    /// Where scripts are not sent, or refused, the same reads go as one `MULTI`/`EXEC`, and
-    /// the answer is the same.
+    /// Who holds permits now, read in one round trip as one `MULTI`/`EXEC` (leases past
+    /// their end by the server's clock are not counted).
     ///
     /// # Errors
     ///
@@ -240,10 +238,7 @@ impl Semaphore {
     /// another type; transport errors.
     pub async fn status(&self) -> Result<SemaphoreStatus> {
         validate_name("semaphore", &self.name)?;
-        let call = ScriptCall::new(&SEMAPHORE_STATUS)
-            .key(&self.keys.holders)
-            .key(&self.keys.counts);
-        let instead = [
+        let reads = [
             redis::cmd("TIME"),
             reads::zrange_all(&self.keys.holders),
             redis::cmd("HGETALL").arg(&self.keys.counts).take(),
@@ -251,7 +246,7 @@ impl Semaphore {
         let reply: Vec<i64> = self
             .core
             .node()?
-            .read_only(&call, &instead, reads::semaphore_status)
+            .read("semaphore status", &reads, reads::semaphore_status)
             .await?;
         match reply[..] {
             [held, holders, first] if held >= 0 && holders >= 0 => Ok(SemaphoreStatus {

@@ -227,10 +227,12 @@ async fn keys_and_channels_outside_the_users_patterns_are_permission_errors() {
 
 /// What a semaphore client needs besides the lock's connection basics (`evalsha`,
 /// `script|load`, `ping`, `subscribe`, `unsubscribe`; README, "Least privilege").
-const SEMAPHORE_COMMANDS: [&str; 17] = [
+const SEMAPHORE_COMMANDS: [&str; 19] = [
     "evalsha",
     "script|load",
     "ping",
+    "multi",
+    "exec",
     "time",
     "set",
     "get",
@@ -248,7 +250,7 @@ const SEMAPHORE_COMMANDS: [&str; 17] = [
 ];
 
 /// The semaphore's hash commands, listed apart to keep each list readable.
-const SEMAPHORE_HASH_COMMANDS: [&str; 4] = ["hset", "hdel", "hvals", "hget"];
+const SEMAPHORE_HASH_COMMANDS: [&str; 4] = ["hset", "hdel", "hvals", "hgetall"];
 
 /// Everything a semaphore does: take permits, renew them, give them back, and read status.
 async fn exercise_semaphore(url: &str, name: &str) -> Result<(), Error> {

@@ -14,7 +14,7 @@ use fenced_testkit::RedisServer;
 use crate::support::raw;
 
 /// Every command fenced sends, or runs inside a script.
-const EVERY_COMMAND: [&str; 47] = [
+const EVERY_COMMAND: [&str; 48] = [
     "evalsha",
     "script|load",
     "ping",
@@ -36,6 +36,7 @@ const EVERY_COMMAND: [&str; 47] = [
     "hdel",
     "hexists",
     "hget",
+    "hgetall",
     "hlen",
     "hmget",
     "hset",
@@ -103,6 +104,8 @@ const RW: &[&str] = &[
     "zrem",
     "zremrangebyscore",
     "zscore",
+    "multi",
+    "exec",
 ];
 const MULTI: &[&str] = &[
     "xadd", "type", "xinfo", "time", "set", "get", "mget", "del", "pexpire", "pttl", "publish",
@@ -114,7 +117,7 @@ const OPTIMISTIC: &[&str] = &[
 ];
 const CACHE: &[&str] = &[
     "xadd", "type", "xinfo", "time", "set", "get", "mget", "del", "pexpire", "pttl", "publish",
-    "hset", "hmget",
+    "hset", "hmget", "multi", "exec",
 ];
 
 /// The scripts each primitive may run, on any path (acquire, renew, release, hand over, give
@@ -148,7 +151,6 @@ const SCRIPTS: &[(&str, &[&str])] = &[
             include_str!("../src/scripts/fence.lua"),
             include_str!("../src/scripts/rw_read_acquire.lua"),
             include_str!("../src/scripts/rw_write_acquire.lua"),
-            include_str!("../src/scripts/rw_status.lua"),
             include_str!("../src/scripts/rw_write_leave.lua"),
             include_str!("../src/scripts/semaphore_extend.lua"),
             include_str!("../src/scripts/semaphore_release.lua"),
@@ -202,7 +204,6 @@ const SCRIPTS: &[(&str, &[&str])] = &[
             include_str!("../src/scripts/release.lua"),
             include_str!("../src/scripts/abandon.lua"),
             include_str!("../src/scripts/extend.lua"),
-            include_str!("../src/scripts/cache_read.lua"),
             include_str!("../src/scripts/cache_store.lua"),
             include_str!("../src/scripts/cache_invalidate.lua"),
         ],

@@ -65,11 +65,15 @@ async fn every_primitive_runs_on_a_cluster_and_what_needs_one_server_says_so() {
             .unwrap()
             .is_none()
     );
+    // Status reads are one transaction of reads on the slot's master.
+    let pool = b.semaphore("pool", 2).status().await.unwrap();
+    assert_eq!((pool.held, pool.holders), (2, 2));
     p1.release().await.unwrap();
     p2.release().await.unwrap();
     let r1 = a.rw_lock("feed").read().await.unwrap();
     let r2 = b.rw_lock("feed").read().await.unwrap();
     assert!(a.rw_lock("feed").try_write().await.unwrap().is_none());
+    assert_eq!(b.rw_lock("feed").status().await.unwrap().readers, 2);
     r1.release().await.unwrap();
     r2.release().await.unwrap();
     b.rw_lock("feed")
@@ -124,6 +128,22 @@ async fn every_primitive_runs_on_a_cluster_and_what_needs_one_server_says_so() {
         .await
         .unwrap();
     assert_eq!(v.as_deref(), Some(&b"widget"[..]));
+    let again = cache
+        .get_or_compute("42", Duration::from_secs(10), |_| async {
+            Ok::<_, Error>(Some(b"computed twice".to_vec()))
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        again.as_deref(),
+        Some(&b"widget"[..]),
+        "read from the cache"
+    );
+    let election = a.election("cluster-leader");
+    let leading = election.campaign("me").await.unwrap();
+    let seen = b.election("cluster-leader").status().await.unwrap();
+    assert_eq!(seen.leader.map(|l| l.value).as_deref(), Some("me"));
+    leading.resign().await.unwrap();
     assert_eq!(
         a.compare_and_set("config", None, b"v1").await.unwrap(),
         CasOutcome::Swapped

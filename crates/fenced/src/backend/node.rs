@@ -337,20 +337,26 @@ impl Node {
 
     /// After a refusal that read no ttl (a native `SET NX PX`'s nil): whether the call's
     /// lock key, KEYS[1], holds another type ([`AcquireReply::WrongType`]) or a lease, held
-    /// or just ended (busy). One script (`lock_type.lua`), with the lock's own commands.
+    /// or just ended (busy). One read (`reads.rs`) with the lock's own commands: `PTTL` tells
+    /// a key from none, and `MGET` answers nil for a key of another type only.
     pub(crate) async fn refusal_type(&self, call: &ScriptCall) -> Result<AcquireReply> {
         let busy = AcquireReply::Busy { remaining: None };
         let Some(key) = call.key_at(1) else {
             return Ok(busy);
         };
-        let other: i64 = self
-            .run(&ScriptCall::new(&crate::scripts::LOCK_TYPE).key(key))
-            .await?;
-        Ok(if other == 1 {
-            AcquireReply::WrongType { key: 1 }
-        } else {
-            busy
+        let reads = [
+            redis::cmd("PTTL").arg(&key).take(),
+            redis::cmd("MGET").arg(&key).take(),
+        ];
+        self.read(call.operation(), &reads, |replies| match replies {
+            [Value::Int(-2), _] => Some(busy),
+            [_, Value::Array(values)] if values.first() == Some(&Value::Nil) => {
+                Some(AcquireReply::WrongType { key: 1 })
+            }
+            [_, Value::Array(_)] => Some(busy),
+            _ => None,
         })
+        .await
     }
 
     /// A `WRONGTYPE` raised inside `call`'s script, named ([`Error::WrongType`]): by the

@@ -7,9 +7,7 @@ use tracing::Instrument;
 
 use super::leadership::Leadership;
 use super::observe::LeaderChanges;
-use super::record::{
-    ELECTION_PREFIX, ElectionStatus, Leader, Seat, parse_status, redlock_refusal, status_from_reads,
-};
+use super::record::{ELECTION_PREFIX, ElectionStatus, Leader, Seat, redlock_refusal};
 use crate::core::acquire::AcquireRequest;
 use crate::core::{Core, LeaseOptions, Wake};
 use crate::error::{Error, Result};
@@ -216,8 +214,7 @@ impl Election {
 
     /// The leader and the candidates, read in one step: the candidates in the order they
     /// will be elected, each with the value it will advertise and how long it has queued (by
-    /// the server's clock). Where scripts are not sent, or refused, the same reads go as one
-    /// `MULTI`/`EXEC`, and the answer is the same.
+    /// the server's clock). One `MULTI`/`EXEC` of reads: no script.
     ///
     /// ```
     /// # fenced_testkit::doctest(|url| async move {
@@ -241,11 +238,7 @@ impl Election {
             .core
             .node()
             .map_err(|_| redlock_refusal("reading the leader of"))?;
-        let seat = &self.seat;
-        parse_status(
-            node.read_only(&seat.status_call(), &seat.status_reads(), status_from_reads)
-                .await?,
-        )
+        self.seat.reads(true).run(node).await
     }
 
     /// A stream of leader changes: `Some(leader)` for each new term or value, `None` when

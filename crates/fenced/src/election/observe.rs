@@ -16,9 +16,8 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
-use super::record::{Leader, Seat, parse_status};
+use super::record::{ElectionReads, Leader, Seat};
 use crate::core::Core;
-use crate::scripts::ScriptCall;
 use crate::util::{Backoff, sleep_until_opt};
 
 /// The leader of an election as it changes: `Some(leader)` for each new term or value, `None`
@@ -97,7 +96,7 @@ impl LeaderChanges {
                 Target {
                     name: election.name.to_string(),
                     channel: election.keys.channel.clone(),
-                    read: election.leader_call(),
+                    read: election.reads(false),
                 },
                 tx,
                 stop.clone(),
@@ -146,7 +145,7 @@ fn follows(last: Option<&(u64, u64, bool)>, next: &Option<Leader>) -> bool {
 struct Target {
     name: String,
     channel: String,
-    read: ScriptCall,
+    read: ElectionReads,
 }
 
 /// The watcher task: reads the leader on each wake-up and publishes what follows the last.
@@ -185,7 +184,7 @@ async fn watch_leader(
         let read = tokio::select! {
             read = async {
                 match strong.node() {
-                    Ok(node) => node.run(&target.read).await.and_then(parse_status),
+                    Ok(node) => target.read.run(node).await,
                     Err(e) => Err(e),
                 }
             } => read,

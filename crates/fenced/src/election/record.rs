@@ -5,11 +5,11 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use crate::backend::Node;
 use crate::backend::reads;
 use crate::core::Core;
 use crate::error::{Error, Result};
 use crate::keys::LockKeys;
-use crate::scripts::{ELECTION_LEADER, ScriptCall};
 use crate::token::FencingToken;
 
 /// The prefix, after the namespace, of an election's keys.
@@ -40,48 +40,16 @@ pub(crate) struct Seat {
 }
 
 impl Seat {
-    /// The read of [`Election::status`](crate::Election::status): the leader, and the
-    /// candidates listed.
-    pub(crate) fn status_call(&self) -> ScriptCall {
-        self.read_call().arg("1")
-    }
-
-    /// The read of the leader alone, for the watcher (`observe.rs`): the candidates counted,
-    /// not listed, so that a change costs the same however many candidates queue, and
-    /// whatever values they advertise.
-    pub(crate) fn leader_call(&self) -> ScriptCall {
-        self.read_call()
-    }
-
-    /// `election_leader.lua`'s keys.
-    fn read_call(&self) -> ScriptCall {
-        ScriptCall::new(&ELECTION_LEADER)
-            .key(&self.keys.lock)
-            .key(&*self.record)
-            .key(&*self.queue)
-            .key(&*self.transitions)
-            .key(&*self.values)
-    }
-
-    /// The reads of [`status_call`](Self::status_call), in its order, for where scripts are
-    /// not sent: the queue's length, the leader key, the record, the lease left, the changes
-    /// of leader, the server's clock, the queue, and every candidate's value (the script
-    /// reads the values of the queue's waiters, which the transaction cannot name before it
-    /// has read the queue: the whole hash is read instead).
-    pub(crate) fn status_reads(&self) -> [redis::Cmd; 8] {
-        [
-            redis::cmd("LLEN").arg(&*self.queue).take(),
-            redis::cmd("MGET").arg(&self.keys.lock).take(),
-            redis::cmd("HMGET")
-                .arg(&*self.record)
-                .arg(&["owner", "value", "term", "since", "v"])
-                .take(),
-            redis::cmd("PTTL").arg(&self.keys.lock).take(),
-            redis::cmd("MGET").arg(&*self.transitions).take(),
-            redis::cmd("TIME"),
-            redis::cmd("LRANGE").arg(&*self.queue).arg(0).arg(-1).take(),
-            redis::cmd("HGETALL").arg(&*self.values).take(),
-        ]
+    /// What reading the election asks: the leader, and with `list` the candidates listed.
+    pub(crate) fn reads(&self, list: bool) -> ElectionReads {
+        ElectionReads {
+            lock: self.keys.lock.clone(),
+            record: Arc::clone(&self.record),
+            queue: Arc::clone(&self.queue),
+            transitions: Arc::clone(&self.transitions),
+            values: Arc::clone(&self.values),
+            list,
+        }
     }
 
     /// A candidate's value, checked with the election's name.
@@ -94,6 +62,46 @@ impl Seat {
             )));
         }
         Ok(value.into())
+    }
+}
+
+/// An election's read (the leader, and its candidates when `list`), as one `MULTI`/`EXEC`
+/// (`backend/node/reads.rs`): it holds the keys only, so the watcher that keeps it holds no
+/// client.
+#[derive(Clone)]
+pub(crate) struct ElectionReads {
+    lock: String,
+    record: Arc<str>,
+    queue: Arc<str>,
+    transitions: Arc<str>,
+    values: Arc<str>,
+    list: bool,
+}
+
+impl ElectionReads {
+    /// Reads the election on `node`. Counting the candidates costs the same however many
+    /// queue; listing them also reads the server's clock, the queue and every candidate's
+    /// value (the whole hash: the transaction cannot name the queue's waiters before it has
+    /// read the queue).
+    pub(crate) async fn run(&self, node: &Node) -> Result<ElectionStatus> {
+        let mut reads = vec![
+            redis::cmd("LLEN").arg(&*self.queue).take(),
+            redis::cmd("MGET").arg(&self.lock).take(),
+            redis::cmd("HMGET")
+                .arg(&*self.record)
+                .arg(&["owner", "value", "term", "since", "v"])
+                .take(),
+            redis::cmd("PTTL").arg(&self.lock).take(),
+            redis::cmd("MGET").arg(&*self.transitions).take(),
+        ];
+        if self.list {
+            reads.extend([
+                redis::cmd("TIME"),
+                redis::cmd("LRANGE").arg(&*self.queue).arg(0).arg(-1).take(),
+                redis::cmd("HGETALL").arg(&*self.values).take(),
+            ]);
+        }
+        node.read("leader", &reads, status_from_reads).await
     }
 }
 
@@ -138,21 +146,18 @@ pub struct Candidate {
 }
 
 impl Candidate {
-    /// A candidate from its entry in the status read (`<queued since> <value>`, or nil when
+    /// A candidate from its entry in the values' hash (`<queued since> <value>`, or none when
     /// its campaign recorded none), with the server's clock at the read.
-    fn read(entry: &redis::Value, now_ms: i64) -> Self {
-        let recorded = match entry {
-            redis::Value::BulkString(bytes) => {
-                bytes.iter().position(|&b| b == b' ').and_then(|space| {
-                    let (since, value) = bytes.split_at(space);
-                    let since = std::str::from_utf8(since).ok()?.parse::<u64>().ok()?;
-                    // `value` starts with the space.
-                    let value = value.get(1..).unwrap_or_default();
-                    Some((since, String::from_utf8_lossy(value).into_owned()))
-                })
-            }
-            _ => None,
-        };
+    fn read(entry: Option<&[u8]>, now_ms: i64) -> Self {
+        let recorded = entry.and_then(|bytes| {
+            bytes.iter().position(|&b| b == b' ').and_then(|space| {
+                let (since, value) = bytes.split_at(space);
+                let since = std::str::from_utf8(since).ok()?.parse::<u64>().ok()?;
+                // `value` starts with the space.
+                let value = value.get(1..).unwrap_or_default();
+                Some((since, String::from_utf8_lossy(value).into_owned()))
+            })
+        });
         match recorded {
             Some((since, value)) => Candidate {
                 value: Some(value),
@@ -189,60 +194,72 @@ pub(crate) fn redlock_refusal(what: &str) -> Error {
     ))
 }
 
-/// What `election_leader.lua` answers when it lists the candidates, from its reads
-/// ([`Seat::status_reads`]).
-pub(crate) fn status_from_reads(replies: &[redis::Value]) -> Option<redis::Value> {
+/// An election's status from its reads ([`ElectionReads::run`], in that order); `None` for a
+/// reply of another shape, or a leader record whose term or start is no number.
+fn status_from_reads(replies: &[redis::Value]) -> Option<ElectionStatus> {
     use redis::Value;
-    let [
-        Value::Int(candidates),
-        Value::Array(owner),
-        Value::Array(record),
-        lease_left,
-        Value::Array(transitions),
-        time,
-        Value::Array(waiters),
-        values,
-    ] = replies
+    let (
+        [
+            Value::Int(candidates),
+            Value::Array(owner),
+            Value::Array(record),
+            Value::Int(lease_left),
+            Value::Array(transitions),
+        ],
+        listed,
+    ) = replies.split_first_chunk::<5>()?
     else {
         return None;
     };
-    let owner = owner.first()?;
-    let number = |v: Option<&Value>| lua_number(v).map_or(Value::Nil, Value::Int);
-    // No leader: the key is gone, or held by an owner without a record (a grant between its
-    // lease and its record, which the transaction, atomic as the script, never splits).
-    let mut reply = if *owner == Value::Nil || record.first() != Some(owner) {
-        vec![Value::Int(0), Value::Int(*candidates)]
-    } else {
-        let field = |i: usize| record.get(i).cloned().unwrap_or(Value::Nil);
-        vec![
-            Value::Int(1),
-            Value::Int(*candidates),
-            field(1),
-            field(2),
-            number(record.get(3)),
-            lease_left.clone(),
-            number(record.get(4)),
-            Value::Int(lua_number(transitions.first()).unwrap_or(0)),
-        ]
+    let text = |v: Option<&Value>| match v {
+        Some(Value::BulkString(b)) => Some(String::from_utf8_lossy(b).into_owned()),
+        _ => None,
     };
-    let values: HashMap<Vec<u8>, Vec<u8>> = redis::from_redis_value_ref(values).ok()?;
-    // The script's `HGET` of each waiter's value: nil for a waiter without one.
-    let queue = waiters
-        .iter()
-        .map(|waiter| match waiter {
-            Value::BulkString(id) => values
-                .get(id)
-                .map_or(Value::Nil, |entry| Value::BulkString(entry.clone())),
-            _ => Value::Nil,
+    let owner = owner.first()?;
+    // No leader: the key is gone, or held by an owner without a record (a grant between its
+    // lease and its record, which the transaction, atomic as the grant's script, never
+    // splits).
+    let leader = if *owner == Value::Nil || record.first() != Some(owner) {
+        None
+    } else {
+        let count = |v: Option<&Value>| lua_number(v).unwrap_or(0).max(0).unsigned_abs();
+        Some(Leader {
+            value: text(record.get(1))?,
+            term: FencingToken::new(text(record.get(2))?.parse().ok()?),
+            since: SystemTime::UNIX_EPOCH
+                + Duration::from_millis(lua_number(record.get(3))?.max(0).unsigned_abs()),
+            lease_left: Duration::from_millis((*lease_left).max(0).unsigned_abs()),
+            proclaims: count(record.get(4)),
+            transitions: count(transitions.first()),
         })
-        .collect();
-    reply.push(Value::Int(reads::server_ms(time)?));
-    reply.push(Value::Array(queue));
-    Some(Value::Array(reply))
+    };
+    let queue = match listed {
+        [] => Vec::new(),
+        [time, Value::Array(waiters), values] => {
+            let now = reads::server_ms(time)?;
+            let values: HashMap<Vec<u8>, Vec<u8>> = redis::from_redis_value_ref(values).ok()?;
+            waiters
+                .iter()
+                .map(|waiter| {
+                    let entry = match waiter {
+                        Value::BulkString(id) => values.get(id).map(Vec::as_slice),
+                        _ => None,
+                    };
+                    Candidate::read(entry, now)
+                })
+                .collect()
+        }
+        _ => return None,
+    };
+    Some(ElectionStatus {
+        leader,
+        candidates: u64::try_from(*candidates).ok()?,
+        queue,
+    })
 }
 
-/// Lua's `tonumber` of a stored field, truncated as a script's number reply is: `None` where
-/// the script's is nil (no field, or no number).
+/// A stored field as Lua's `tonumber` reads it, truncated to an integer: `None` for no field,
+/// or no number.
 fn lua_number(v: Option<&redis::Value>) -> Option<i64> {
     match v {
         Some(redis::Value::BulkString(b)) => std::str::from_utf8(b)
@@ -254,76 +271,4 @@ fn lua_number(v: Option<&redis::Value>) -> Option<i64> {
             .map(|n| n as i64),
         _ => None,
     }
-}
-
-/// Reads `election_leader.lua`'s reply, with or without the candidates listed.
-pub(crate) fn parse_status(reply: redis::Value) -> Result<ElectionStatus> {
-    use redis::Value;
-    let bad = |what: &str| crate::kind::unexpected("leader", what.to_owned());
-    let Value::Array(items) = reply else {
-        return Err(bad("not an array"));
-    };
-    let int = |v: &Value| match v {
-        Value::Int(n) => Some(*n),
-        _ => None,
-    };
-    let text = |v: &Value| match v {
-        Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
-        Value::SimpleString(s) => Some(s.clone()),
-        _ => None,
-    };
-    let candidates = items
-        .get(1)
-        .and_then(int)
-        .and_then(|n| u64::try_from(n).ok())
-        .ok_or_else(|| bad("no candidate count"))?;
-    let (leader, listed) = if items.first().and_then(int) == Some(1) {
-        let [
-            _,
-            _,
-            value,
-            term,
-            since,
-            left,
-            proclaims,
-            transitions,
-            listed @ ..,
-        ] = &items[..]
-        else {
-            return Err(bad("a leader reply of another length"));
-        };
-        let value = text(value).ok_or_else(|| bad("no value"))?;
-        let term = text(term)
-            .and_then(|t| t.parse::<u64>().ok())
-            .map(FencingToken::new)
-            .ok_or_else(|| bad("a term that is not a u64"))?;
-        let since_ms = int(since).ok_or_else(|| bad("no start"))?;
-        let left_ms = int(left).unwrap_or(0).max(0);
-        let proclaims = int(proclaims).unwrap_or(0).max(0);
-        let transitions = int(transitions).unwrap_or(0).max(0);
-        let leader = Leader {
-            value,
-            term,
-            since: SystemTime::UNIX_EPOCH + Duration::from_millis(since_ms.max(0) as u64),
-            lease_left: Duration::from_millis(left_ms as u64),
-            proclaims: proclaims as u64,
-            transitions: transitions as u64,
-        };
-        (Some(leader), listed)
-    } else {
-        (None, items.get(2..).unwrap_or_default())
-    };
-    let queue = match listed {
-        [] => Vec::new(),
-        [now, Value::Array(entries)] => {
-            let now_ms = int(now).ok_or_else(|| bad("no server clock"))?;
-            entries.iter().map(|e| Candidate::read(e, now_ms)).collect()
-        }
-        _ => return Err(bad("a list of candidates of another shape")),
-    };
-    Ok(ElectionStatus {
-        leader,
-        candidates,
-        queue,
-    })
 }

@@ -57,8 +57,6 @@ pub(crate) enum Step {
     Abandon,
     /// Break a lock whoever holds it: also a `WATCH` transaction.
     ForceRelease,
-    /// Tell a held lease from a key of another type: also a `WATCH` transaction.
-    LockType,
     /// Its script alone.
     Script,
 }
@@ -211,8 +209,6 @@ lua!(/// Compare-and-delete a lock, then publish: `DELIFEQ` where the server has
     RELEASE, "release", Release, announces native DelIfEqThenPublish, "release.lua");
 lua!(/// Take an unfenced lease: `SET NX PX`, no fence, no `TIME`.
     UNFENCED_ACQUIRE, "acquire", Script, native SetNxPx, "unfenced_acquire.lua");
-lua!(/// Tell a held lease from a key of another type, after an unfenced refusal.
-    LOCK_TYPE, "acquire", LockType, "lock_type.lua");
 lua!(/// Void an acquire attempt of unknown outcome.
     ABANDON, "abandon", Abandon, announces, "abandon.lua");
 lua!(/// Renew or re-time a lease, in epoch order.
@@ -239,8 +235,6 @@ lua!(/// Void a semaphore acquire attempt of unknown outcome.
     SEMAPHORE_ABANDON, "abandon", Script, announces, "semaphore_abandon.lua");
 lua!(/// Raise a semaphore's fence to a Redlock quorum's token.
     SEMAPHORE_FENCE_RAISE, "fence write-back", Script, "fence.lua", "semaphore_fence_raise.lua");
-lua!(/// Count a semaphore's live permits.
-    SEMAPHORE_STATUS, "semaphore status", Script, "semaphore_status.lua");
 lua!(/// Take several locks, all or nothing, with one token.
     MULTI_ACQUIRE, "acquire", Script, "fence.lua", "multi_acquire.lua");
 lua!(/// Renew every lock of a multi-lock, all or nothing.
@@ -256,8 +250,6 @@ lua!(/// Take the write lease of a read-write lock, or register as a waiting wri
 lua!(/// Void a read-write lock writer's attempt of unknown outcome, and leave the waiting
     /// writers.
     RW_WRITE_ABANDON, "abandon", Script, announces, "rw_write_leave.lua", "abandon.lua");
-lua!(/// Count a read-write lock's live readers and waiting writers.
-    RW_STATUS, "rw status", Script, "rw_status.lua");
 lua!(/// Take a fair lock at the head of its FIFO queue, or queue.
     FAIR_ACQUIRE, "acquire", Script, "fence.lua", "fair_queue.lua", "fair_take.lua", "fair_acquire.lua");
 lua!(/// Give a fair lock back and wake the head of its queue.
@@ -278,14 +270,10 @@ lua!(/// Leave an election's queue; void a campaign of unknown outcome.
     ELECTION_ABANDON, "abandon", Script, announces, "fair_free.lua", "election_abandon.lua");
 lua!(/// Change the value a leader advertises.
     ELECTION_PROCLAIM, "proclaim", Script, announces, "election_proclaim.lua");
-lua!(/// Read an election's leader, its changes of leader and its candidates.
-    ELECTION_LEADER, "leader", Script, "election_leader.lua");
 lua!(/// Arm a countdown latch.
     LATCH_ARM, "latch arm", Script, "latch_arm.lua");
 lua!(/// Count a latch down; opening it wakes every waiter.
     LATCH_COUNT_DOWN, "latch count down", Script, announces, "latch_count_down.lua");
-lua!(/// Read a cache entry and its remaining life, atomically.
-    CACHE_READ, "cache read", Script, "cache_read.lua");
 lua!(/// Store a computed cache entry unless a newer grant or invalidation came first.
     CACHE_STORE, "cache store", Script, announces, "fence.lua", "cache_store.lua");
 lua!(/// Drop a cached entry and raise its fence past every running compute.
@@ -565,11 +553,11 @@ mod tests {
             (&ACQUIRE, "a lock"),
             (&HAND_OVER, "a lock"),
             (&UNFENCED_ACQUIRE, "an unfenced lock"),
-            (&SEMAPHORE_STATUS, "a semaphore"),
-            (&RW_STATUS, "a read-write lock"),
-            (&ELECTION_LEADER, "an election"),
+            (&SEMAPHORE_ACQUIRE, "a semaphore"),
+            (&RW_READ_ACQUIRE, "a read-write lock"),
+            (&ELECTION_CAMPAIGN, "an election"),
             (&LATCH_ARM, "a latch"),
-            (&CACHE_READ, "a cache"),
+            (&CACHE_STORE, "a cache"),
             (&FENCED_WRITE, "a fenced resource"),
             (&SET_EXTREME, "set_max or set_min"),
         ] {
@@ -663,7 +651,6 @@ mod tests {
             &HAND_OVER,
             &RELEASE,
             &UNFENCED_ACQUIRE,
-            &LOCK_TYPE,
             &ABANDON,
             &EXTEND,
             &FENCE_RAISE,

@@ -1,70 +1,79 @@
-//! Status reads where scripts are not sent: a script that only reads (a semaphore's, a
-//! read-write lock's or an election's status) as its reads in one `MULTI`/`EXEC`.
+//! Reads: a status (a semaphore's, a read-write lock's, an election's), a cache entry, a
+//! lock key's type. Each is its commands in one `MULTI`/`EXEC`, never a script: a transaction
+//! of reads is as atomic as a script, runs where scripts are refused, and costs the server no
+//! Lua.
 //!
 //! Invariants:
-//! 1. Same reads, same answer. The transaction sends the commands the script runs (or, where
-//!    the script's next read depends on its last, one that returns a superset: the whole
-//!    sorted set `WITHSCORES` for a `ZCOUNT` from `TIME`), and the caller computes from their
-//!    replies what the script computes, so the status reads the same either way.
-//! 2. Atomic as the script. `MULTI`/`EXEC` runs the reads with nothing in between, so they
-//!    see one state; nothing is written, so no `WATCH` is needed, and the node's own
-//!    connection carries it (a pipeline is never interleaved with other calls).
-//! 3. Taken where the node sends no scripts, or where the server refuses the script (a call
-//!    without a lock twin then answers `Unsupported` and teaches the node nothing,
-//!    `watched.rs`): inspecting never fails for want of scripts.
-//! 4. A `WRONGTYPE` is [`Error::WrongType`] naming the key of the read that met it (its first
-//!    argument), as the script's is named.
+//! 1. One snapshot. `MULTI`/`EXEC` runs the reads with nothing in between, so they see one
+//!    state; nothing is written, so no `WATCH` is needed, and the node's own connection
+//!    carries it (a pipeline is never interleaved with other calls). Where a read would
+//!    depend on an earlier one (the permits of the live holders), a read that returns a
+//!    superset goes instead (the whole hash), and the caller picks from it.
+//! 2. Time from the server. Whether a lease still runs is judged by the server's `TIME`,
+//!    read in the same transaction, never by the client's clock.
+//! 3. A `WRONGTYPE` is [`Error::WrongType`] naming the key of the read that met it (its first
+//!    argument).
+//! 4. Safe where the ACL refuses a part. `MULTI` and `EXEC` go as commands of a plain
+//!    pipeline, every reply read in turn (as the grant's transaction does): a refused `MULTI`
+//!    runs the reads one by one, harmless, and its refusal is the answer; a read or an `EXEC`
+//!    refused ends the transaction on the server (`EXECABORT`), and the refusal names the
+//!    command to allow.
 
 use redis::{Cmd, RedisError, Value};
 
 use super::Node;
 use crate::error::{Error, Result};
 use crate::kind::unexpected;
-use crate::scripts::ScriptCall;
 
 impl Node {
-    /// The answer of `call`, a script that only reads; where this node sends no scripts, or
-    /// the server refuses them, `answer` computes it from `reads` (the script's reads, run as
-    /// one `MULTI`/`EXEC`).
-    pub(crate) async fn read_only<T: redis::FromRedisValue>(
+    /// `reads` run as one `MULTI`/`EXEC`; `answer` computes the caller's answer from their
+    /// replies, in order (`None`: a reply of another shape).
+    pub(crate) async fn read<T>(
         &self,
-        call: &ScriptCall,
+        operation: &'static str,
         reads: &[Cmd],
         answer: impl FnOnce(&[Value]) -> Option<T>,
     ) -> Result<T> {
-        if !self.scripts_forbidden() {
-            match self.run(call).await {
-                Err(e) if matches!(e, Error::Unsupported(_)) || e.refuses_scripts() => {}
-                other => return other,
-            }
-        }
-        let operation = call.operation();
+        // `MULTI` and `EXEC` as commands of a plain pipeline, each reply read (invariant 4).
         let mut pipe = redis::pipe();
-        pipe.atomic().ignore_errors();
+        pipe.ignore_errors().add_command(redis::cmd("MULTI"));
         for read in reads {
             pipe.add_command(read.clone());
         }
-        let replies: Vec<std::result::Result<Value, RedisError>> =
-            self.query_pipe(operation, &pipe).await?;
-        if replies.len() != reads.len() {
-            return Err(unexpected(operation, format!("{replies:?}")));
+        pipe.add_command(redis::cmd("EXEC"));
+        let replies = self.send(operation, &pipe).await?;
+        let error = |e: RedisError, read: Option<&Cmd>| match read
+            .and_then(|r| r.args_iter().nth(1))
+        {
+            Some(redis::Arg::Simple(key)) if crate::error::is_wrong_type(&e) => Error::WrongType {
+                key: String::from_utf8_lossy(key).into_owned(),
+                operation,
+            },
+            _ => Error::from_redis(operation, self.timeout, e),
+        };
+        let mut replies = replies.into_iter();
+        // `MULTI` refused: the reads ran one by one (reads only: nothing to undo).
+        if let Some(Err(e)) = replies.next() {
+            return Err(error(e, None));
         }
-        let replies = replies
-            .into_iter()
-            .zip(reads)
-            .map(|(reply, read)| {
-                reply.map_err(|e| match read.args_iter().nth(1) {
-                    Some(redis::Arg::Simple(key)) if crate::error::is_wrong_type(&e) => {
-                        Error::WrongType {
-                            key: String::from_utf8_lossy(key).into_owned(),
-                            operation,
-                        }
-                    }
-                    _ => Error::from_redis(operation, self.timeout, e),
-                })
-            })
-            .collect::<Result<Vec<Value>>>()?;
-        answer(&replies).ok_or_else(|| unexpected(operation, format!("{replies:?}")))
+        // A read refused as it was queued (its command outside the user's ACL): `EXEC` then
+        // ran nothing, and this is what to allow.
+        for read in reads {
+            if let Some(Err(e)) = replies.next() {
+                return Err(error(e, Some(read)));
+            }
+        }
+        let results = match replies.next() {
+            Some(Ok(Value::Array(results))) if results.len() == reads.len() => results,
+            Some(Err(e)) => return Err(error(e, None)),
+            other => return Err(unexpected(operation, format!("{other:?}"))),
+        };
+        for (result, read) in results.iter().zip(reads) {
+            if let Value::ServerError(e) = result {
+                return Err(error(e.clone().into(), Some(read)));
+            }
+        }
+        answer(&results).ok_or_else(|| unexpected(operation, format!("{results:?}")))
     }
 }
 
@@ -97,9 +106,9 @@ pub(crate) fn zrange_all(key: &str) -> Cmd {
         .take()
 }
 
-/// What `semaphore_status.lua` answers, from its reads (`TIME`, the holders with their lease
-/// ends, the permits of each): the permits and number of the live holders, and the ms until
-/// the earliest live lease ends (-1 for none).
+/// A semaphore's status from its reads (`TIME`, the holders with their lease ends, the
+/// permits of each): the permits and number of the live holders, and the ms until the
+/// earliest live lease ends (-1 for none). A count that is missing or no number counts 0.
 pub(crate) fn semaphore_status(replies: &[redis::Value]) -> Option<Vec<i64>> {
     let [time, holders, counts] = replies else {
         return None;

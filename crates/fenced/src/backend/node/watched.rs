@@ -67,8 +67,6 @@ pub(super) enum Twin<'a> {
     Abandon([&'a [u8]; 6]),
     /// `force_release.lua`: lock, holds; channel, message.
     ForceRelease([&'a [u8]; 4]),
-    /// `lock_type.lua`: lock.
-    LockType([&'a [u8]; 1]),
 }
 
 /// What a twin decided from its reads: these writes (none for a step that only answers) in
@@ -92,8 +90,7 @@ impl<'a> Twin<'a> {
             Twin::Extend([lock, ..])
             | Twin::Release([lock, ..])
             | Twin::Abandon([lock, ..])
-            | Twin::ForceRelease([lock, ..])
-            | Twin::LockType([lock]) => lock,
+            | Twin::ForceRelease([lock, ..]) => lock,
         }
     }
 
@@ -106,7 +103,6 @@ impl<'a> Twin<'a> {
             Step::Release if keys == 1 => call.exact_parts().map(Twin::Release),
             Step::Abandon if keys == 2 => call.exact_parts().map(Twin::Abandon),
             Step::ForceRelease if keys == 2 => call.exact_parts().map(Twin::ForceRelease),
-            Step::LockType if keys == 1 => call.exact_parts().map(Twin::LockType),
             _ => None,
         }
     }
@@ -122,7 +118,6 @@ impl<'a> Twin<'a> {
             | Twin::ForceRelease([lock, ..]) => {
                 (vec![lock], vec![mget(&[lock]), cmd("PTTL", &[lock])])
             }
-            Twin::LockType([lock]) => (vec![lock], vec![cmd("PTTL", &[lock]), mget(&[lock])]),
         }
     }
 
@@ -188,13 +183,6 @@ impl<'a> Twin<'a> {
                     cmd(publish, &[channel, message]),
                 ];
                 Some((writes, Reply::Fixed(Value::BulkString(owner))))
-            }
-            Twin::LockType(_) => {
-                let [Value::Int(pttl), seen] = reads else {
-                    return None;
-                };
-                let [held] = strings::<1>(seen)?;
-                answer(Value::Int(i64::from(*pttl != -2 && held.is_none())))
             }
         }
     }
