@@ -420,7 +420,7 @@ impl Error {
             .and_then(|rest| match rest.strip_prefix('\'') {
                 Some(quoted) => Some(quoted.to_owned()),
                 // `redis.call(PUBLISH, ...)`: the command a prelude names, as in
-                // `local PUBLISH = 'SPUBLISH'` (scripts/publish.lua).
+                // `local PUBLISH = 'SPUBLISH'` (the prelude of `scripts/mod.rs`).
                 None => {
                     let name: String = rest
                         .chars()

@@ -166,9 +166,7 @@ const SCRIPTS: &[(&str, &[&str])] = &[
             include_str!("../src/scripts/fence.lua"),
             include_str!("../src/scripts/multi_acquire.lua"),
             include_str!("../src/scripts/multi_extend.lua"),
-            include_str!("../src/scripts/multi_free.lua"),
             include_str!("../src/scripts/multi_release.lua"),
-            include_str!("../src/scripts/multi_abandon.lua"),
         ],
     ),
     (

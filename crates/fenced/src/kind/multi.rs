@@ -6,7 +6,7 @@ use std::sync::Arc;
 use crate::keys::LockKeys;
 use crate::kind::Wake;
 use crate::kind::{LeaseKind, Primitive};
-use crate::scripts::{MULTI_ABANDON, MULTI_ACQUIRE, MULTI_EXTEND, MULTI_RELEASE, ScriptCall};
+use crate::scripts::{MULTI_ACQUIRE, MULTI_EXTEND, MULTI_RELEASE, ScriptCall};
 use crate::token::OwnerToken;
 
 /// Several names held as one lease. `keys` is sorted by name and never empty.
@@ -28,7 +28,20 @@ impl MultiExclusive {
         self.keys.iter().fold(call, |call, k| call.key(&k.lock))
     }
 
-    fn channel_args(&self, call: ScriptCall) -> ScriptCall {
+    /// `multi_release.lua`'s call: a release (no `patience`), or an abandon leaving a
+    /// tombstone for that long where nothing was held.
+    fn give_back(
+        &self,
+        call: ScriptCall,
+        owner: &OwnerToken,
+        patience: &str,
+        message: &str,
+    ) -> ScriptCall {
+        let call = self
+            .locks(call.key(self.first().tombstone(owner)))
+            .arg(owner.as_str())
+            .arg(patience)
+            .arg(message);
         self.keys.iter().fold(call, |call, k| call.arg(&k.channel))
     }
 }
@@ -77,19 +90,12 @@ impl LeaseKind for MultiExclusive {
     }
 
     fn release(&self, owner: &OwnerToken, message: &str) -> ScriptCall {
-        let call = self
-            .locks(ScriptCall::new(&MULTI_RELEASE))
-            .arg(owner.as_str())
-            .arg(message);
-        self.channel_args(call)
+        self.give_back(ScriptCall::new(&MULTI_RELEASE), owner, "", message)
     }
 
     fn abandon(&self, owner: &OwnerToken, message: &str, patience_ms: u64) -> ScriptCall {
-        let call = self
-            .locks(ScriptCall::new(&MULTI_ABANDON).key(self.first().tombstone(owner)))
-            .arg(owner.as_str())
-            .arg(patience_ms.max(1))
-            .arg(message);
-        self.channel_args(call)
+        let patience = patience_ms.max(1).to_string();
+        let call = ScriptCall::new(&MULTI_RELEASE).named_as("abandon");
+        self.give_back(call, owner, &patience, message)
     }
 }

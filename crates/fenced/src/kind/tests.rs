@@ -192,6 +192,42 @@ async fn an_abandoned_attempt_that_arrives_late_refuses_itself() {
 }
 
 #[tokio::test]
+async fn a_multi_lock_gives_back_what_it_holds_and_an_abandon_voids_an_attempt_still_to_come() {
+    let server = fenced_testkit::RedisServer::start().unwrap();
+    let n = node(&server).await;
+    let names = ["m1", "m2"];
+    let multi = super::multi::MultiExclusive {
+        name: "m1,m2".into(),
+        keys: Arc::new(names.iter().map(|name| LockKeys::new("t:", name)).collect()),
+        channels: Arc::new(Vec::new()),
+        fence_retention_ms: 60_000,
+    };
+    let tombstone = |who: &OwnerToken| multi.keys[0].tombstone(who);
+    // Abandoned before it arrived: nothing held, so a tombstone voids the late attempt.
+    let late = owner();
+    assert!(!abandon(&n, &multi, &late, 5_000).await);
+    assert!(pttl(&n, &tombstone(&late)).await > 0);
+    assert_eq!(
+        acquire(&n, &multi, &late, 10_000).await,
+        AcquireReply::Abandoned
+    );
+    // Held: an abandon gives every name back and leaves no tombstone.
+    let taken = owner();
+    assert!(granted(acquire(&n, &multi, &taken, 10_000).await));
+    assert!(abandon(&n, &multi, &taken, 5_000).await);
+    assert_eq!(pttl(&n, &tombstone(&taken)).await, -2);
+    // A release gives every name back; one of nothing held changes nothing, tombstone none.
+    let held = owner();
+    assert!(granted(acquire(&n, &multi, &held, 10_000).await));
+    assert_eq!(release(&n, &multi, &held).await, ReleaseReply::Released);
+    for keys in multi.keys.iter() {
+        assert_eq!(pttl(&n, &keys.lock).await, -2, "{}", keys.lock);
+    }
+    assert_eq!(release(&n, &multi, &held).await, ReleaseReply::NotHeld);
+    assert_eq!(pttl(&n, &tombstone(&held)).await, -2);
+}
+
+#[tokio::test]
 async fn a_failed_fenced_write_does_not_move_the_fence() {
     let server = fenced_testkit::RedisServer::start().unwrap();
     let n = node(&server).await;

@@ -171,6 +171,11 @@ impl Hashes {
 macro_rules! lua {
     (@native) => { None };
     (@native $native:ident) => { Some(Native::$native) };
+    // A script that announces releases starts with the command it announces by: classic
+    // `PUBLISH`, which every node of a cluster relays to every other node; or, on a Redis
+    // Cluster with sharded pub/sub (Redis 7+), `SPUBLISH`, delivered by the node of the
+    // channel's slot alone (every channel carries its primitive's {hash tag}, so it lives in
+    // the slot of the script's keys).
     ($(#[$doc:meta])* $name:ident, $operation:literal, $step:ident, announces $(native $native:ident)?, $($file:literal),+) => {
         $(#[$doc])*
         pub(crate) static $name: Lua = Lua {
@@ -178,10 +183,10 @@ macro_rules! lua {
             name: stringify!($name),
             step: Step::$step,
             classic: Body {
-                source: concat!(include_str!("publish.lua"), $(include_str!($file)),+),
+                source: concat!("local PUBLISH = 'PUBLISH'\n", $(include_str!($file)),+),
             },
             sharded: Some(Body {
-                source: concat!(include_str!("spublish.lua"), $(include_str!($file)),+),
+                source: concat!("local PUBLISH = 'SPUBLISH'\n", $(include_str!($file)),+),
             }),
             native: lua!(@native $($native)?),
         };
@@ -239,10 +244,8 @@ lua!(/// Take several locks, all or nothing, with one token.
     MULTI_ACQUIRE, "acquire", Script, "fence.lua", "multi_acquire.lua");
 lua!(/// Renew every lock of a multi-lock, all or nothing.
     MULTI_EXTEND, "extend", Script, "multi_extend.lua");
-lua!(/// Give back every lock of a multi-lock.
-    MULTI_RELEASE, "release", Script, announces, "multi_free.lua", "multi_release.lua");
-lua!(/// Void a multi-lock attempt of unknown outcome.
-    MULTI_ABANDON, "abandon", Script, announces, "multi_free.lua", "multi_abandon.lua");
+lua!(/// Give back every lock of a multi-lock; abandoning, void an attempt of unknown outcome.
+    MULTI_RELEASE, "release", Script, announces, "multi_release.lua");
 lua!(/// Take a read lease of a read-write lock (writer-preferring).
     RW_READ_ACQUIRE, "acquire", Script, "fence.lua", "rw_read_acquire.lua");
 lua!(/// Take the write lease of a read-write lock, or register as a waiting writer.
@@ -687,7 +690,6 @@ mod tests {
             &SEMAPHORE_RELEASE,
             &SEMAPHORE_ABANDON,
             &MULTI_RELEASE,
-            &MULTI_ABANDON,
             &FAIR_RELEASE,
             &FAIR_ABANDON,
             &RW_WRITE_ABANDON,
@@ -700,8 +702,8 @@ mod tests {
             &CACHE_STORE,
         ] {
             let (classic, sharded) = (lua.body(false), lua.body(true));
-            assert!(classic.source().starts_with(include_str!("publish.lua")));
-            assert!(sharded.source().starts_with(include_str!("spublish.lua")));
+            assert!(classic.source().starts_with("local PUBLISH = 'PUBLISH'\n"));
+            assert!(sharded.source().starts_with("local PUBLISH = 'SPUBLISH'\n"));
             assert_ne!(classic.source(), sharded.source());
         }
         for lua in [
