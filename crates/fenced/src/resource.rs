@@ -9,7 +9,7 @@ use crate::core::Core;
 use crate::error::{Error, Result};
 use crate::keys::{ResourceKeys, validate_name};
 use crate::kind::{parse_token, unexpected};
-use crate::scripts::{FENCED_READ, FENCED_WRITE, ScriptCall};
+use crate::scripts::{FENCED_ACCESS, ScriptCall};
 use crate::token::FencingToken;
 
 /// What a fenced write did.
@@ -194,10 +194,11 @@ impl FencedResource {
         validate_name("resource", &self.name)?;
         check_field_count(fields.len())?;
         check_token(token)?;
-        let mut call = ScriptCall::new(&FENCED_WRITE)
+        let mut call = ScriptCall::new(&FENCED_ACCESS)
             .key(&self.keys.data)
             .key(&self.keys.fence)
-            .arg(token.get());
+            .arg(token.get())
+            .arg("write");
         for (field, value) in fields {
             call = call.arg(*field).arg(*value);
         }
@@ -258,10 +259,12 @@ impl FencedResource {
         validate_name("resource", &self.name)?;
         check_field_count(fields.len())?;
         check_token(token)?;
-        let mut call = ScriptCall::new(&FENCED_READ)
+        let mut call = ScriptCall::new(&FENCED_ACCESS)
+            .named_as("fenced read")
             .key(&self.keys.data)
             .key(&self.keys.fence)
-            .arg(token.get());
+            .arg(token.get())
+            .arg("read");
         for field in fields {
             call = call.arg(*field);
         }

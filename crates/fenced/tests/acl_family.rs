@@ -178,11 +178,7 @@ const SCRIPTS: &[(&str, &[&str])] = &[
     ),
     (
         "resource",
-        &[
-            include_str!("../src/scripts/tokens.lua"),
-            include_str!("../src/scripts/fenced_write.lua"),
-            include_str!("../src/scripts/fenced_read.lua"),
-        ],
+        &[include_str!("../src/scripts/fenced_access.lua")],
     ),
     (
         "optimistic",

@@ -14,7 +14,7 @@ use super::reentrant::ReentrantHold;
 use super::*;
 use crate::backend::Node;
 use crate::keys::{LockKeys, ResourceKeys};
-use crate::scripts::FENCED_WRITE;
+use crate::scripts::FENCED_ACCESS;
 
 async fn node(server: &fenced_testkit::RedisServer) -> Node {
     let client = redis::Client::open(server.url()).unwrap();
@@ -233,10 +233,11 @@ async fn a_failed_fenced_write_does_not_move_the_fence() {
     let n = node(&server).await;
     let keys = ResourceKeys::new("t:", "doc");
     let write = |token: u64| {
-        crate::scripts::ScriptCall::new(&FENCED_WRITE)
+        crate::scripts::ScriptCall::new(&FENCED_ACCESS)
             .key(&keys.data)
             .key(&keys.fence)
             .arg(token)
+            .arg("write")
             .arg("f")
             .arg("v")
     };

@@ -281,10 +281,8 @@ lua!(/// Store a computed cache entry unless a newer grant or invalidation came 
     CACHE_STORE, "cache store", Script, announces, "fence.lua", "cache_store.lua");
 lua!(/// Drop a cached entry and raise its fence past every running compute.
     CACHE_INVALIDATE, "cache invalidate", Script, "fence.lua", "cache_invalidate.lua");
-lua!(/// Write to a resource with a current fencing token.
-    FENCED_WRITE, "fenced write", Script, "tokens.lua", "fenced_write.lua");
-lua!(/// Read a resource with a current fencing token, fencing off older ones.
-    FENCED_READ, "fenced read", Script, "tokens.lua", "fenced_read.lua");
+lua!(/// Write or read a resource with a current fencing token, fencing off older ones.
+    FENCED_ACCESS, "fenced write", Script, "fenced_access.lua");
 lua!(/// Compare-and-set a plain key.
     COMPARE_AND_SET, "compare and set", Script, "compare_and_set.lua");
 lua!(/// Write a versioned value if its version is current.
@@ -561,7 +559,7 @@ mod tests {
             (&ELECTION_CAMPAIGN, "an election"),
             (&LATCH_ARM, "a latch"),
             (&CACHE_STORE, "a cache"),
-            (&FENCED_WRITE, "a fenced resource"),
+            (&FENCED_ACCESS, "a fenced resource"),
             (&SET_EXTREME, "set_max or set_min"),
         ] {
             assert_eq!(lua.primitive(), words, "{}", lua.name);
@@ -570,8 +568,13 @@ mod tests {
 
     #[test]
     fn shared_lua_is_prepended_and_user_data_stays_out_of_bodies() {
-        assert!(FENCED_READ.classic.source.contains("local function older"));
-        assert!(FENCED_WRITE.classic.source.contains("local function older"));
+        assert!(ACQUIRE.classic.source.contains("local function next_token"));
+        assert!(
+            FENCED_ACCESS
+                .classic
+                .source
+                .starts_with("-- A resource's check")
+        );
         let call = ScriptCall::new(&ACQUIRE)
             .key("k{x}")
             .arg("v'); evil")
@@ -710,7 +713,7 @@ mod tests {
             &ACQUIRE,
             &EXTEND,
             &HAND_OVER,
-            &FENCED_WRITE,
+            &FENCED_ACCESS,
             &CACHE_INVALIDATE,
         ] {
             assert!(!lua.body(false).source().contains("PUBLISH"));
