@@ -61,10 +61,10 @@
 //!    fence and the mint's `EXEC` too.
 
 use futures_util::future::BoxFuture;
-use redis::{RedisError, Value};
+use redis::Value;
 
 use super::wait::{Answer, Wait};
-use super::watched::cmd;
+use super::watched::{Round, cmd, strings};
 use super::{Node, Shortfall, lacks_command};
 use crate::error::{Error, Result};
 use crate::kind::unexpected;
@@ -353,90 +353,72 @@ impl Node {
                 let mut foreign = false;
                 let mut fresh = false;
                 for _ in 0..MINT_TRIES {
-                    let mut pooled = pool.checkout(fresh, None).await?;
-                    let at = pooled.at().cloned();
-                    let failed = |e: RedisError| {
-                        self.dedicated_failed(pool, at.as_ref(), &e);
-                        Error::from_redis(operation, self.timeout, e)
-                    };
-                    let mut conn = pooled.conn();
-                    pooled.dirty();
-                    let mut reads = redis::pipe();
-                    reads
-                        .add_command(cmd("WATCH", &[lock, fence]))
-                        .ignore()
-                        .add_command(cmd("MGET", &[lock, fence]))
-                        .add_command(cmd("TYPE", &[fence]));
-                    let (seen, kind): (Vec<Option<Vec<u8>>>, String) =
-                        match reads.query_async(&mut conn).await {
-                            Ok(replies) => replies,
-                            Err(e) if !fresh && (e.is_io_error() || e.is_connection_dropped()) => {
-                                self.dedicated_failed(pool, at.as_ref(), &e);
-                                fresh = true;
-                                continue;
-                            }
-                            Err(e) => return Err(failed(e)),
+                    // What the round read and decided, for after its `EXEC`.
+                    let (mut held, mut starts, mut wrote) = (false, false, false);
+                    let decide = |replies: &[Value]| {
+                        let shape = || unexpected(operation, format!("{replies:?}"));
+                        let [seen, kind] = replies else {
+                            return Err(shape());
                         };
-                    let [held, legacy] = &seen[..] else {
-                        return Err(unexpected(operation, format!("{seen:?}")));
+                        let [lock_holds, legacy] = strings::<2>(seen).ok_or_else(shape)?;
+                        let kind: String =
+                            redis::from_redis_value_ref(kind).map_err(|_| shape())?;
+                        held = lock_holds.as_deref() == Some(owner);
+                        // A `*` appended to no fence starts one at the clock's `ms-0`, which a
+                        // grant earlier in that ms may have passed: not handed out, the next
+                        // try appends the ID past it (invariant 2).
+                        starts = kind == "none" && next.is_none();
+                        let mut writes = Vec::new();
+                        if !held {
+                            // The lease ran out in between: not granted, nothing to write.
+                        } else if foreign {
+                            writes.push(cmd("DEL", &[lock]));
+                        } else if kind == "none" || kind == "stream" {
+                            let id = next.take().unwrap_or_else(|| "*".into());
+                            writes.push(cmd(
+                                "XADD",
+                                &[fence, b"MAXLEN", b"0", id.as_bytes(), b"f", b"1"],
+                            ));
+                        } else if let Some(ms) = legacy.as_deref().and_then(legacy_floor) {
+                            writes.push(cmd("DEL", &[fence]));
+                            let id = format!("{ms}-0");
+                            writes.push(cmd(
+                                "XADD",
+                                &[fence, b"MAXLEN", b"0", id.as_bytes(), b"f", b"1"],
+                            ));
+                        } else {
+                            foreign = true;
+                            writes.push(cmd("DEL", &[lock]));
+                        }
+                        if !foreign && !writes.is_empty() {
+                            writes.push(cmd("PEXPIRE", &[fence, retention]));
+                        }
+                        wrote = !writes.is_empty();
+                        Ok(writes)
                     };
-                    // A `*` appended to no fence starts one at the clock's `ms-0`, which a grant
-                    // earlier in that ms may have passed: not handed out, the next try appends
-                    // the ID past it (invariant 2).
-                    let starts = kind == "none" && next.is_none();
-                    let mut writes = Vec::new();
-                    if held.as_deref() != Some(owner) {
-                        // The lease ran out in between: not granted, and nothing to write.
-                    } else if foreign {
-                        writes.push(cmd("DEL", &[lock]));
-                    } else if kind == "none" || kind == "stream" {
-                        let id = next.take().unwrap_or_else(|| "*".into());
-                        writes.push(cmd(
-                            "XADD",
-                            &[fence, b"MAXLEN", b"0", id.as_bytes(), b"f", b"1"],
-                        ));
-                    } else if let Some(ms) = legacy.as_deref().and_then(legacy_floor) {
-                        writes.push(cmd("DEL", &[fence]));
-                        let id = format!("{ms}-0");
-                        writes.push(cmd(
-                            "XADD",
-                            &[fence, b"MAXLEN", b"0", id.as_bytes(), b"f", b"1"],
-                        ));
-                    } else {
-                        foreign = true;
-                        writes.push(cmd("DEL", &[lock]));
-                    }
-                    if !foreign && !writes.is_empty() {
-                        writes.push(cmd("PEXPIRE", &[fence, retention]));
-                    }
-                    let mut exec = redis::pipe();
-                    exec.cmd("MULTI").ignore();
-                    for write in &writes {
-                        exec.add_command(write.clone()).ignore();
-                    }
-                    exec.cmd("EXEC");
-                    let wait = wait.filter(|_| !writes.is_empty());
-                    if let Some(wait) = wait {
-                        exec.add_command(wait.cmd.clone());
-                    }
-                    let mut replies: Vec<Value> =
-                        exec.query_async(&mut conn).await.map_err(failed)?;
-                    pooled.cleaned();
-                    let acked = Wait::read_if(wait, || replies.pop().map(Ok), self.timeout)?;
+                    let reads = [cmd("MGET", &[lock, fence]), cmd("TYPE", &[fence])];
+                    let round = self
+                        .watch_round(
+                            pool,
+                            operation,
+                            &mut fresh,
+                            &[lock, fence],
+                            reads,
+                            decide,
+                            wait,
+                        )
+                        .await?;
+                    let Round::Done(results, acked) = round else {
+                        continue;
+                    };
                     let short = short.or(acked);
-                    let results = match replies.pop() {
-                        // A watched key changed since it was read: nothing was written.
-                        Some(Value::Nil) => continue,
-                        Some(Value::Array(results)) => results,
-                        other => return Err(unexpected(operation, format!("{other:?}"))),
-                    };
-                    if foreign && held.as_deref() == Some(owner) {
+                    if foreign && held {
                         return Err(Error::WrongType {
                             key: String::from_utf8_lossy(fence).into_owned(),
                             operation,
                         });
                     }
-                    if writes.is_empty() {
+                    if !wrote {
                         let lost = Value::Array(vec![Value::Int(0), Value::Int(-2)]);
                         return Ok((lost, short));
                     }
@@ -463,16 +445,7 @@ impl Node {
                     format!("the fence moved on {MINT_TRIES} times while a token was minted"),
                 ))
             };
-            match tokio::time::timeout(self.timeout, step).await {
-                Ok(answer) => answer,
-                Err(_) => {
-                    pool.clear_idle();
-                    Err(Error::Timeout {
-                        operation,
-                        after: self.timeout,
-                    })
-                }
-            }
+            self.within_timeout(pool, operation, step).await
         })
     }
 

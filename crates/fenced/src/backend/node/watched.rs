@@ -73,6 +73,15 @@ pub(super) enum Twin<'a> {
 /// one `MULTI`/`EXEC`, whose results the reply reads.
 type Decision = (Vec<Cmd>, Reply);
 
+/// What one `WATCH` round answered ([`Node::watch_round`]).
+pub(super) enum Round {
+    /// Nothing was written: a watched key changed between the reads and `EXEC`, or the
+    /// connection failed before the round wrote anything. Read again.
+    Again,
+    /// `EXEC`'s results, and the replicas' shortfall when `WAIT` went after it.
+    Done(Vec<Value>, Option<Shortfall>),
+}
+
 /// How a twin's `EXEC` results become its script's reply.
 enum Reply {
     /// 1 when the first write's integer is 1, else 0 (`DEL`, `PEXPIRE`).
@@ -221,7 +230,7 @@ fn mget(keys: &[&[u8]]) -> Cmd {
 }
 
 /// An `MGET` reply of `N` keys: each a string, or `None`.
-fn strings<const N: usize>(reply: &Value) -> Option<[Option<Vec<u8>>; N]> {
+pub(super) fn strings<const N: usize>(reply: &Value) -> Option<[Option<Vec<u8>>; N]> {
     let Value::Array(items) = reply else {
         return None;
     };
@@ -378,89 +387,45 @@ impl Node {
             }
         }
         let publish = if self.sharded { "SPUBLISH" } else { "PUBLISH" };
-        let timeout = self.timeout;
         let step = async {
-            // A connection that failed before the step wrote anything (an idle one the server
-            // closed, say, after a restart) is replaced once, on a fresh one.
             let mut fresh = false;
             loop {
                 if twins.is_empty() {
                     return Ok(None);
                 }
-                let mut pooled = match pool.checkout(fresh, None).await {
-                    Ok(pooled) => pooled,
-                    Err(e) => {
-                        if e.is_transient() {
-                            pool.clear_idle();
-                        }
-                        return Err(e);
-                    }
-                };
-                let at = pooled.at().cloned();
-                let failed = |e: RedisError| {
-                    self.dedicated_failed(pool, at.as_ref(), &e);
-                    Error::from_redis(operation, timeout, e)
-                };
-                let mut conn = pooled.conn();
                 let reads: Vec<_> = twins.iter().map(|(_, twin)| twin.reads()).collect();
                 let watched: Vec<&[u8]> = reads
                     .iter()
                     .flat_map(|(keys, _)| keys.iter().copied())
                     .collect();
-                let mut pipe = redis::pipe();
-                pipe.add_command(cmd("WATCH", &watched));
-                for (_, commands) in &reads {
-                    for read in commands {
-                        pipe.add_command(read.clone());
-                    }
-                }
-                pooled.dirty();
-                let replies: Vec<Value> = match pipe.query_async(&mut conn).await {
-                    Ok(replies) => replies,
-                    Err(e) if !fresh && (e.is_io_error() || e.is_connection_dropped()) => {
-                        self.dedicated_failed(pool, at.as_ref(), &e);
-                        fresh = true;
-                        continue;
-                    }
-                    Err(e) => return Err(failed(e)),
-                };
+                let commands = reads
+                    .iter()
+                    .flat_map(|(_, commands)| commands.iter().cloned());
                 // Each twin decides on its own reads; the writes of all go in one EXEC.
-                let mut read = replies.get(1..).unwrap_or_default();
-                let mut writes = Vec::new();
                 let mut decided = Vec::with_capacity(twins.len());
-                for ((i, twin), (_, commands)) in twins.iter().zip(&reads) {
-                    let (own, rest) = read.split_at(commands.len().min(read.len()));
-                    read = rest;
-                    match twin.decide(own, publish) {
-                        Some((own_writes, reply)) => {
-                            decided.push((*i, twin.lock_key(), own_writes.len(), Some(reply)));
-                            writes.extend(own_writes);
+                let decide = |replies: &[Value]| {
+                    let mut read = replies;
+                    let mut writes = Vec::new();
+                    for ((i, twin), (_, commands)) in twins.iter().zip(&reads) {
+                        let (own, rest) = read.split_at(commands.len().min(read.len()));
+                        read = rest;
+                        match twin.decide(own, publish) {
+                            Some((own_writes, reply)) => {
+                                decided.push((*i, twin.lock_key(), own_writes.len(), Some(reply)));
+                                writes.extend(own_writes);
+                            }
+                            None => decided.push((*i, twin.lock_key(), 0, None)),
                         }
-                        None => decided.push((*i, twin.lock_key(), 0, None)),
                     }
-                }
-                // Only writes wait for replicas; an answer's empty EXEC vouches for its reads.
-                let wait = wait.filter(|_| !writes.is_empty());
-                let mut pipe = redis::pipe();
-                pipe.cmd("MULTI").ignore();
-                for write in writes {
-                    pipe.add_command(write).ignore();
-                }
-                pipe.cmd("EXEC");
-                if let Some(wait) = wait {
-                    pipe.add_command(wait.cmd.clone());
-                }
-                let mut replies: Vec<Value> = pipe.query_async(&mut conn).await.map_err(failed)?;
-                pooled.cleaned();
-                let short = Wait::read_if(wait, || replies.pop().map(Ok), timeout)?;
-                let results = match replies.pop() {
-                    // A watched key changed since it was read: nothing was written.
-                    Some(Value::Nil) => {
-                        tokio::task::yield_now().await;
-                        continue;
-                    }
-                    Some(Value::Array(results)) => results,
-                    other => return Err(unexpected(operation, format!("{other:?}"))),
+                    Ok(writes)
+                };
+                let round = self
+                    .watch_round(
+                        pool, operation, &mut fresh, &watched, commands, decide, wait,
+                    )
+                    .await?;
+                let Round::Done(results, short) = round else {
+                    continue;
                 };
                 let mut results = results.as_slice();
                 for (i, key, count, reply) in decided {
@@ -483,22 +448,105 @@ impl Node {
                 return Ok(short);
             }
         };
-        let short = match tokio::time::timeout(timeout, step).await {
-            Ok(answer) => answer?,
-            // The connection's own timeout is the same, so this fires first: the idle ones,
-            // made at the same time, may be as stuck.
-            Err(_) => {
-                pool.clear_idle();
-                return Err(Error::Timeout {
-                    operation,
-                    after: timeout,
-                });
-            }
-        };
+        let short = self.within_timeout(pool, operation, step).await?;
         let replies = answers
             .into_iter()
             .map(|a| a.unwrap_or_else(|| Err(unexpected(operation, "no reply".into()))))
             .collect();
         Ok((replies, short))
+    }
+
+    /// One `WATCH` round on a dedicated connection of `pool` (invariants 2 and 4): `WATCH`
+    /// `keys` and send `reads` in one round trip, then the writes `decide` makes of their
+    /// replies in one `MULTI`/`EXEC`, with `WAIT` after it when `wait` is given and anything
+    /// was written. `fresh`: a connection that failed before the round wrote anything (an
+    /// idle one the server closed, say, after a restart) is replaced once, by a fresh one.
+    /// The twins' steps and the grant's mint (`grant.rs`) both run in such rounds.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) async fn watch_round(
+        &self,
+        pool: &Arc<TxPool>,
+        operation: &'static str,
+        fresh: &mut bool,
+        keys: &[&[u8]],
+        reads: impl IntoIterator<Item = Cmd>,
+        decide: impl FnOnce(&[Value]) -> Result<Vec<Cmd>>,
+        wait: Option<&Wait>,
+    ) -> Result<Round> {
+        let mut pooled = match pool.checkout(*fresh, None).await {
+            Ok(pooled) => pooled,
+            Err(e) => {
+                if e.is_transient() {
+                    pool.clear_idle();
+                }
+                return Err(e);
+            }
+        };
+        let at = pooled.at().cloned();
+        let failed = |e: RedisError| {
+            self.dedicated_failed(pool, at.as_ref(), &e);
+            Error::from_redis(operation, self.timeout, e)
+        };
+        let mut conn = pooled.conn();
+        let mut pipe = redis::pipe();
+        pipe.add_command(cmd("WATCH", keys)).ignore();
+        for read in reads {
+            pipe.add_command(read);
+        }
+        pooled.dirty();
+        let replies: Vec<Value> = match pipe.query_async(&mut conn).await {
+            Ok(replies) => replies,
+            Err(e) if !*fresh && (e.is_io_error() || e.is_connection_dropped()) => {
+                self.dedicated_failed(pool, at.as_ref(), &e);
+                *fresh = true;
+                return Ok(Round::Again);
+            }
+            Err(e) => return Err(failed(e)),
+        };
+        let writes = decide(&replies)?;
+        // Only writes wait for replicas; an answer's empty EXEC vouches for its reads.
+        let wait = wait.filter(|_| !writes.is_empty());
+        let mut pipe = redis::pipe();
+        pipe.cmd("MULTI").ignore();
+        for write in writes {
+            pipe.add_command(write).ignore();
+        }
+        pipe.cmd("EXEC");
+        if let Some(wait) = wait {
+            pipe.add_command(wait.cmd.clone());
+        }
+        let mut replies: Vec<Value> = pipe.query_async(&mut conn).await.map_err(failed)?;
+        pooled.cleaned();
+        let short = Wait::read_if(wait, || replies.pop().map(Ok), self.timeout)?;
+        match replies.pop() {
+            // A watched key changed since it was read: nothing was written.
+            Some(Value::Nil) => {
+                tokio::task::yield_now().await;
+                Ok(Round::Again)
+            }
+            Some(Value::Array(results)) => Ok(Round::Done(results, short)),
+            other => Err(unexpected(operation, format!("{other:?}"))),
+        }
+    }
+
+    /// `step` (rounds on `pool`'s connections) bounded by the call's timeout. The
+    /// connection's own timeout is the same, so this fires first: the idle connections, made
+    /// at the same time, may be as stuck, and go.
+    pub(super) async fn within_timeout<T>(
+        &self,
+        pool: &TxPool,
+        operation: &'static str,
+        step: impl Future<Output = Result<T>>,
+    ) -> Result<T> {
+        match tokio::time::timeout(self.timeout, step).await {
+            Ok(answer) => answer,
+            Err(_) => {
+                pool.clear_idle();
+                Err(Error::Timeout {
+                    operation,
+                    after: self.timeout,
+                })
+            }
+        }
     }
 }
