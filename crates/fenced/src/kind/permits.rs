@@ -6,8 +6,8 @@ use std::sync::Arc;
 use crate::kind::Wake;
 use crate::kind::{LeaseKind, OnRedlock, Primitive};
 use crate::scripts::{
-    SEMAPHORE_ABANDON, SEMAPHORE_ACQUIRE, SEMAPHORE_EXTEND, SEMAPHORE_FENCE_RAISE,
-    SEMAPHORE_RELEASE, ScriptCall,
+    FENCE_RAISE, SEMAPHORE_ABANDON, SEMAPHORE_ACQUIRE, SEMAPHORE_EXTEND, SEMAPHORE_RELEASE,
+    ScriptCall,
 };
 use crate::token::{FencingToken, OwnerToken};
 
@@ -144,12 +144,13 @@ impl OnRedlock for Permits {
 
     fn raise_fence(&self, owner: &OwnerToken, token: FencingToken) -> Option<ScriptCall> {
         Some(
-            ScriptCall::new(&SEMAPHORE_FENCE_RAISE)
+            ScriptCall::new(&FENCE_RAISE)
                 .key(&self.keys.holders)
                 .key(&self.keys.fence)
                 .arg(owner.as_str())
                 .arg(token.get())
-                .arg(self.fence_retention_ms),
+                .arg(self.fence_retention_ms)
+                .arg("permits"),
         )
     }
 }

@@ -411,6 +411,51 @@ fn permits(name: &str, n: u32, limit: u32) -> Permits {
 }
 
 #[tokio::test]
+async fn a_fence_is_raised_only_where_the_lock_or_the_semaphores_lease_is_still_held() {
+    let server = fenced_testkit::RedisServer::start().unwrap();
+    let n = node(&server).await;
+    let raise = |kind: &dyn LeaseKind, who: &OwnerToken, token: u64| {
+        let call = kind
+            .redlock()
+            .unwrap()
+            .raise_fence(who, FencingToken::new(token));
+        call.unwrap()
+    };
+    let (lock, pool) = (lock("raised"), permits("raised-pool", 1, 2));
+    let (holder, short, stranger) = (owner(), owner(), owner());
+    assert!(granted(acquire(&n, &lock, &holder, 10_000).await));
+    assert!(granted(acquire(&n, &pool, &holder, 10_000).await));
+    assert!(granted(acquire(&n, &pool, &short, 100).await));
+    let far = time_us(&n).await + 10_000_000; // a token 10 s ahead of the server's clock
+    for (kind, fence) in [
+        (&lock as &dyn LeaseKind, &lock.keys.fence),
+        (&pool as &dyn LeaseKind, &pool.keys.fence),
+    ] {
+        // Not the holder's: nothing changes.
+        let refused: i64 = n.run(&raise(kind, &stranger, far)).await.unwrap();
+        assert_eq!(refused, 0);
+        assert_ne!(
+            last_id(&n, fence).await,
+            format!("{}-{}", far / 1000, far % 1000)
+        );
+        let raised: i64 = n.run(&raise(kind, &holder, far)).await.unwrap();
+        assert_eq!(raised, 1);
+        assert_eq!(
+            last_id(&n, fence).await,
+            format!("{}-{}", far / 1000, far % 1000)
+        );
+    }
+    // A semaphore's lease that ended by the server's clock holds nothing, though its entry
+    // is still there.
+    let ended = time_us(&n).await / 1000 + 150;
+    while time_us(&n).await / 1000 <= ended {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let late: i64 = n.run(&raise(&pool, &short, far + 1_000)).await.unwrap();
+    assert_eq!(late, 0);
+}
+
+#[tokio::test]
 async fn permits_are_counted_against_each_requests_limit_and_expire_by_server_time() {
     let server = fenced_testkit::RedisServer::start().unwrap();
     let n = node(&server).await;

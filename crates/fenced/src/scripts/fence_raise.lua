@@ -12,11 +12,14 @@
 -- meanwhile. The lease held from its grant through this append, so no later grant came
 -- between the lease and its token.
 --
--- KEYS[1]  the lock (string: the owner token of the holder)
+-- KEYS[1]  the lease: a lock (string: the owner token of the holder); with ARGV[4] 'permits',
+--          a semaphore's holders (zset: owner -> end of its lease, server ms), where the
+--          lease is held until its end by the server's clock
 -- KEYS[2]  the fence (stream: the last fencing token handed out; see fence.lua)
 -- ARGV[1]  the owner token of the lease
 -- ARGV[2]  the token to raise the fence to; empty: append the fence's next token
 -- ARGV[3]  the fence's retention, in ms
+-- ARGV[4]  'permits' for a semaphore's lease; absent for a lock
 --
 -- Returns 1      raised (or already as high), and the lease is held here
 --         token  for an empty ARGV[2], the lease held here: the next token (a decimal string)
@@ -24,8 +27,15 @@
 --                nothing changed, but for an ID an empty ARGV[2] appended past the tokens'
 --                range
 --
-local held = redis.call('MGET', KEYS[1])[1]
-if held ~= ARGV[1] then
+local held
+if ARGV[4] == 'permits' then
+  local ends = redis.call('ZSCORE', KEYS[1], ARGV[1])
+  local t = redis.call('TIME')
+  held = ends and tonumber(ends) > tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+else
+  held = redis.call('MGET', KEYS[1])[1] == ARGV[1]
+end
+if not held then
   return 0
 end
 if ARGV[2] == '' then

@@ -218,7 +218,7 @@ lua!(/// Void an acquire attempt of unknown outcome.
     ABANDON, "abandon", Abandon, announces, "abandon.lua");
 lua!(/// Renew or re-time a lease, in epoch order.
     EXTEND, "extend", Extend, "extend.lua");
-lua!(/// Raise a fence to a Redlock quorum's token.
+lua!(/// Raise a lock's or a semaphore's fence to a Redlock quorum's token.
     FENCE_RAISE, "fence write-back", Script, "fence.lua", "fence_raise.lua");
 lua!(/// Break a lock whoever holds it.
     FORCE_RELEASE, "force release", ForceRelease, announces, "force_release.lua");
@@ -238,8 +238,6 @@ lua!(/// Give back a holder's permits.
     SEMAPHORE_RELEASE, "release", Script, announces, "semaphore_release.lua");
 lua!(/// Void a semaphore acquire attempt of unknown outcome.
     SEMAPHORE_ABANDON, "abandon", Script, announces, "semaphore_abandon.lua");
-lua!(/// Raise a semaphore's fence to a Redlock quorum's token.
-    SEMAPHORE_FENCE_RAISE, "fence write-back", Script, "fence.lua", "semaphore_fence_raise.lua");
 lua!(/// Take several locks, all or nothing, with one token.
     MULTI_ACQUIRE, "acquire", Script, "fence.lua", "multi_acquire.lua");
 lua!(/// Renew every lock of a multi-lock, all or nothing.
