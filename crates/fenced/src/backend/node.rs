@@ -337,26 +337,28 @@ impl Node {
 
     /// After a refusal that read no ttl (a native `SET NX PX`'s nil): whether the call's
     /// lock key, KEYS[1], holds another type ([`AcquireReply::WrongType`]) or a lease, held
-    /// or just ended (busy). One read (`reads.rs`) with the lock's own commands: `PTTL` tells
-    /// a key from none, and `MGET` answers nil for a key of another type only.
+    /// or just ended (busy). Asked by a release of an owner nobody holds (a fresh random
+    /// token): it deletes nothing and announces nothing, and fails with `WRONGTYPE` only
+    /// where the key holds another type. Atomic, and run as every release runs (the native
+    /// compare-and-delete, its script or its `WATCH` twin), so it needs no permission the
+    /// lock does not have already.
     pub(crate) async fn refusal_type(&self, call: &ScriptCall) -> Result<AcquireReply> {
         let busy = AcquireReply::Busy { remaining: None };
         let Some(key) = call.key_at(1) else {
             return Ok(busy);
         };
-        let reads = [
-            redis::cmd("PTTL").arg(&key).take(),
-            redis::cmd("MGET").arg(&key).take(),
-        ];
-        self.read(call.operation(), &reads, |replies| match replies {
-            [Value::Int(-2), _] => Some(busy),
-            [_, Value::Array(values)] if values.first() == Some(&Value::Nil) => {
-                Some(AcquireReply::WrongType { key: 1 })
-            }
-            [_, Value::Array(_)] => Some(busy),
-            _ => None,
-        })
-        .await
+        let nobody = crate::token::OwnerToken::fresh()?;
+        let probe = ScriptCall::new(&crate::scripts::RELEASE)
+            .named_as(call.operation())
+            .key(&key)
+            .arg(nobody.as_str())
+            .arg("")
+            .arg("");
+        match self.run::<Value>(&probe).await {
+            Err(Error::WrongType { .. }) => Ok(AcquireReply::WrongType { key: 1 }),
+            Err(e) => Err(e),
+            Ok(_) => Ok(busy),
+        }
     }
 
     /// A `WRONGTYPE` raised inside `call`'s script, named ([`Error::WrongType`]): by the

@@ -23,8 +23,8 @@ pub(crate) struct Unfenced {
     pub(crate) name: Arc<str>,
     pub(crate) keys: Arc<LockKeys>,
     /// Whether no refusal of this acquire was looked at yet: the first is followed by one
-    /// `TYPE` of the lock key (the native `SET NX PX` answers nil for a key of another type
-    /// too). Shared by the attempts of one acquire.
+    /// check of the lock key's type (`Node::refusal_type`: the native `SET NX PX` answers nil
+    /// for a key of another type too). Shared by the attempts of one acquire.
     pub(crate) unchecked: Arc<AtomicBool>,
 }
 

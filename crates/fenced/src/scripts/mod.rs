@@ -33,7 +33,7 @@ pub(crate) struct Lua {
     name: &'static str,
     classic: Body,
     /// For a script that announces releases: the same script announcing with `SPUBLISH`
-    /// (sharded pub/sub on a Redis Cluster, `spublish.lua`). `None` for the others.
+    /// (sharded pub/sub on a Redis Cluster). `None` for the others.
     sharded: Option<Body>,
     /// The server command that does the same, where the server has it (invariant 3).
     pub(crate) native: Option<Native>,

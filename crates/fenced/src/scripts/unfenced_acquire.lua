@@ -11,7 +11,8 @@
 --
 -- Returns OK   when granted,
 --         nil  when somebody holds the lock, or the key holds another type than a string
---              (another program wrote it): the client tells them apart by lock_type.lua
---              after the first refusal of an acquire (backend/node.rs), as it must for the
+--              (another program wrote it): after the first refusal of an acquire, the
+--              client tells them apart by a release of an owner nobody holds, which fails
+--              on another type only (backend/node.rs, refusal_type), as it must for the
 --              twin.
 return redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
