@@ -1153,7 +1153,8 @@ mod tests {
     #[test]
     fn every_command_checked_has_arguments_the_server_accepts() {
         let key_alone = [
-            "get", "mget", "del", "decr", "pttl", "type", "watch", "llen", "lpop", "hvals", "hlen",
+            "get", "mget", "del", "decr", "pttl", "type", "watch", "llen", "lpop", "hvals",
+            "hgetall", "hlen",
         ];
         for (_, commands) in PRIMITIVES {
             for command in commands.split_whitespace() {
