@@ -227,12 +227,10 @@ async fn keys_and_channels_outside_the_users_patterns_are_permission_errors() {
 
 /// What a semaphore client needs besides the lock's connection basics (`evalsha`,
 /// `script|load`, `ping`, `subscribe`, `unsubscribe`; README, "Least privilege").
-const SEMAPHORE_COMMANDS: [&str; 19] = [
+const SEMAPHORE_COMMANDS: [&str; 17] = [
     "evalsha",
     "script|load",
     "ping",
-    "multi",
-    "exec",
     "time",
     "set",
     "get",
@@ -304,6 +302,39 @@ async fn the_semaphores_acl_is_enough_and_each_permission_is_needed() {
             other => panic!("without {missing}: {other:?}"),
         }
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_go_back_to_back_where_multi_or_exec_is_refused_and_answer_the_same() {
+    let server = crate::support::server();
+    let owner = Client::connect(&server.url()).await.unwrap();
+    let held = owner.semaphore("snap", 3).acquire_many(2).await.unwrap();
+    let reader = owner.rw_lock("snap-rw").read().await.unwrap();
+    let expected = owner.semaphore("snap", 3).status().await.unwrap();
+    let base: Vec<&str> = SEMAPHORE_COMMANDS
+        .iter()
+        .chain(&SEMAPHORE_HASH_COMMANDS)
+        .copied()
+        .collect();
+    // Without `multi`: the reads ran one by one behind the refused `MULTI`. Without `exec`:
+    // the server discarded the transaction, and the reads go again back to back.
+    for (name, extra) in [("nomulti", "exec"), ("noexec", "multi")] {
+        let mut commands = base.clone();
+        commands.push(extra);
+        let url = user(&server, name, &commands).await;
+        let c = Client::connect(&url).await.unwrap();
+        for round in 0..2 {
+            let status = c.semaphore("snap", 3).status().await.unwrap();
+            assert_eq!(
+                (status.held, status.holders),
+                (expected.held, expected.holders),
+                "{name}, read {round}"
+            );
+            assert_eq!(c.rw_lock("snap-rw").status().await.unwrap().readers, 1);
+        }
+    }
+    held.release().await.unwrap();
+    reader.release().await.unwrap();
 }
 
 /// The commands of scripts themselves: refused, a primitive that needs scripts answers

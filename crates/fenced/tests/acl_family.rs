@@ -104,8 +104,6 @@ const RW: &[&str] = &[
     "zrem",
     "zremrangebyscore",
     "zscore",
-    "multi",
-    "exec",
 ];
 const MULTI: &[&str] = &[
     "xadd", "type", "xinfo", "time", "set", "get", "mget", "del", "pexpire", "pttl", "publish",
@@ -117,7 +115,7 @@ const OPTIMISTIC: &[&str] = &[
 ];
 const CACHE: &[&str] = &[
     "xadd", "type", "xinfo", "time", "set", "get", "mget", "del", "pexpire", "pttl", "publish",
-    "hset", "hmget", "multi", "exec",
+    "hset", "hmget",
 ];
 
 /// The scripts each primitive may run, on any path (acquire, renew, release, hand over, give

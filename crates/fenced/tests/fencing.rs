@@ -177,6 +177,24 @@ async fn a_stale_holders_read_modify_write_is_refused_after_a_newer_fenced_read(
         stock.read(a.fencing_token(), "count").await.unwrap(),
         FencedRead::Stale { .. }
     ));
+    // Several fields read in the order asked, a missing one as none; no field at all still
+    // records the token.
+    let token = b.fencing_token();
+    stock
+        .set_many(token, &[("price", b"7"), ("count", b"18")])
+        .await
+        .unwrap();
+    assert_eq!(
+        stock
+            .read_many(token, &["count", "missing", "price"])
+            .await
+            .unwrap(),
+        FencedRead::Current(vec![Some(b"18".to_vec()), None, Some(b"7".to_vec())])
+    );
+    assert_eq!(
+        stock.read_many(token, &[]).await.unwrap(),
+        FencedRead::Current(vec![])
+    );
     b.release().await.unwrap();
 }
 

@@ -375,6 +375,18 @@ async fn without_scripts_list_and_status_read_every_kind_as_a_client_with_script
         .query_async(&mut conn)
         .await
         .unwrap();
+    // A reader whose lease ended and a waiting writer whose registration lapsed: neither
+    // counts.
+    let _: () = redis::cmd("ZADD")
+        .arg(&["fenced:{doc}:readers", "1", "gone-reader"])
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let _: () = redis::cmd("ZADD")
+        .arg(&["fenced:{doc}:writers", "1", "gone-writer"])
+        .query_async(&mut conn)
+        .await
+        .unwrap();
     let _: () = redis::cmd("SET")
         .arg(&["fenced:{odd}:permits", "another program's"])
         .query_async(&mut conn)
@@ -394,10 +406,9 @@ async fn without_scripts_list_and_status_read_every_kind_as_a_client_with_script
         assert_eq!(c.semaphore("pool", 3).available().await.unwrap(), 1);
         let free = c.semaphore("free", 1).status().await.unwrap();
         assert_eq!((free.held, free.holders, free.next_expiry), (0, 0, None));
-        assert_eq!(
-            c.rw_lock("doc").status().await.unwrap(),
-            with.rw_lock("doc").status().await.unwrap()
-        );
+        let rw = c.rw_lock("doc").status().await.unwrap();
+        assert_eq!((rw.readers, rw.waiting_writers), (1, 1), "{rw:?}");
+        assert_eq!(rw, with.rw_lock("doc").status().await.unwrap());
         let election = c.election("leader").status().await.unwrap();
         let scripted = with.election("leader").status().await.unwrap();
         // The same candidates, in the same order, read the same (their queued time ticks).

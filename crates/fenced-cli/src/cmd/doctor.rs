@@ -608,7 +608,7 @@ const PRIMITIVES: &[(&str, &str)] = &[
     ("wake-up on release", "subscribe unsubscribe"),
     (
         "semaphore",
-        "evalsha script|load ping multi exec time set get del xadd pexpire publish zadd zrange zrangebyscore zremrangebyscore zscore zrem pexpireat hset hdel hvals hgetall",
+        "evalsha script|load ping time set get del xadd pexpire publish zadd zrange zrangebyscore zremrangebyscore zscore zrem pexpireat hset hdel hvals hgetall",
     ),
     (
         "re-entrant lock",
@@ -620,7 +620,7 @@ const PRIMITIVES: &[(&str, &str)] = &[
     ),
     (
         "read-write lock",
-        "evalsha script|load ping multi exec xadd type xinfo time set get mget del pexpire pexpireat pttl publish hset hdel zadd zcount zrange zrangebyscore zrem zremrangebyscore zscore",
+        "evalsha script|load ping xadd type xinfo time set get mget del pexpire pexpireat pttl publish hset hdel zadd zcount zrange zrangebyscore zrem zremrangebyscore zscore",
     ),
     (
         "multi-lock",
@@ -633,7 +633,7 @@ const PRIMITIVES: &[(&str, &str)] = &[
     ),
     (
         "cache",
-        "evalsha script|load ping multi exec xadd type xinfo time set get mget del pexpire pttl publish hset hmget",
+        "evalsha script|load ping xadd type xinfo time set get mget del pexpire pttl publish hset hmget",
     ),
 ];
 

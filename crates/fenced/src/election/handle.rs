@@ -209,7 +209,13 @@ impl Election {
     /// [`Error::InvalidArgument`] for a bad name; [`Error::Unsupported`] on Redlock;
     /// transport errors.
     pub async fn leader(&self) -> Result<Option<Leader>> {
-        Ok(self.status().await?.leader)
+        crate::keys::validate_name("election", self.fair.name_arc())?;
+        let node = self
+            .core
+            .node()
+            .map_err(|_| redlock_refusal("reading the leader of"))?;
+        // The candidates counted, not listed: what the watcher reads.
+        Ok(self.seat.reads(false).run(node).await?.leader)
     }
 
     /// The leader and the candidates, read in one step: the candidates in the order they

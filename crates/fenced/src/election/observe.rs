@@ -215,7 +215,13 @@ async fn watch_leader(
                 })
             }
             Err(e) => {
-                tracing::debug!(election = %target.name, error = %e, "fenced: reading the leader failed; trying again");
+                // A refusal (a permission, a key of another type) will not pass by itself:
+                // said where an operator looks; a lost connection is tried again quietly.
+                if e.is_transient() {
+                    tracing::debug!(election = %target.name, error = %e, "fenced: reading the leader failed; trying again");
+                } else {
+                    tracing::warn!(election = %target.name, error = %e, "fenced: reading the leader failed, and will until this is fixed; trying again");
+                }
                 Some(Instant::now() + backoff.next_wait().max(timeout / 4))
             }
         };

@@ -68,6 +68,8 @@ pub(crate) struct Allows {
     pub(crate) native: Learned,
     /// The plain lock's grant as a transaction, and its mint under `WATCH` (`grant.rs`).
     pub(crate) transactions: Learned,
+    /// `MULTI`/`EXEC` of reads, one snapshot (`reads.rs`); no: the reads go back to back.
+    pub(crate) multi: Learned,
     /// Held while the transactions' probe runs, so that a node probes once (`grant.rs`).
     pub(crate) transactions_probe: tokio::sync::Mutex<()>,
     /// Scripts (`EVALSHA`, `SCRIPT LOAD`): no means every step that has another way takes it.
@@ -124,6 +126,7 @@ impl Allows {
     pub(crate) fn forget(&self) {
         self.native.forget_refusal();
         self.transactions.forget_refusal();
+        self.multi.forget_refusal();
         if self.scripts_refused() {
             self.scripts_again();
         }

@@ -747,3 +747,64 @@ fn a_semaphore_status_reads_the_live_holders_of_any_state() {
         panic!("{e}");
     }
 }
+
+#[test]
+fn the_type_check_after_a_refusal_leaves_a_held_lease_alone_every_way() {
+    let (_server, runtime, nodes) = lab();
+    runtime.block_on(async {
+        let mut raw = nodes.raw.clone();
+        let key = "diff:{typed}";
+        let call = ScriptCall::new(&crate::scripts::UNFENCED_ACQUIRE)
+            .key(key)
+            .arg("me")
+            .arg(30_000);
+        // The script or the native command on one node, the `WATCH` twin on the other.
+        for node in [&nodes.scripted, &nodes.scriptless] {
+            let () = redis::cmd("SET")
+                .arg(key)
+                .arg("holder")
+                .arg("PX")
+                .arg(30_000)
+                .query_async(&mut raw)
+                .await
+                .unwrap();
+            let reply = node.refusal_type(&call).await.unwrap();
+            assert_eq!(reply, crate::kind::AcquireReply::Busy { remaining: None });
+            let (held, left): (Option<String>, i64) = redis::pipe()
+                .cmd("GET")
+                .arg(key)
+                .cmd("PTTL")
+                .arg(key)
+                .query_async(&mut raw)
+                .await
+                .unwrap();
+            assert_eq!(held.as_deref(), Some("holder"));
+            assert!(left > 28_000, "{left}");
+            let () = redis::pipe()
+                .cmd("DEL")
+                .arg(key)
+                .ignore()
+                .cmd("HSET")
+                .arg(key)
+                .arg("f")
+                .arg("v")
+                .ignore()
+                .query_async(&mut raw)
+                .await
+                .unwrap();
+            let reply = node.refusal_type(&call).await.unwrap();
+            assert_eq!(reply, crate::kind::AcquireReply::WrongType { key: 1 });
+            let kind: String = redis::cmd("TYPE")
+                .arg(key)
+                .query_async(&mut raw)
+                .await
+                .unwrap();
+            assert_eq!(kind, "hash");
+            let () = redis::cmd("DEL")
+                .arg(key)
+                .query_async(&mut raw)
+                .await
+                .unwrap();
+        }
+    });
+}

@@ -374,7 +374,10 @@ impl Node {
                         } else if foreign {
                             writes.push(cmd("DEL", &[lock]));
                         } else if kind == "none" || kind == "stream" {
-                            let id = next.take().unwrap_or_else(|| "*".into());
+                            // Kept until a round is written: after a voided `EXEC` (another
+                            // grant burnt an ID meanwhile) the ID past a started fence is
+                            // still owed, and `*` could hand out one in the start's ms.
+                            let id = next.clone().unwrap_or_else(|| "*".into());
                             writes.push(cmd(
                                 "XADD",
                                 &[fence, b"MAXLEN", b"0", id.as_bytes(), b"f", b"1"],

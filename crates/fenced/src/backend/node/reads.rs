@@ -1,7 +1,6 @@
-//! Reads: a status (a semaphore's, a read-write lock's, an election's), a cache entry, a
-//! lock key's type. Each is its commands in one `MULTI`/`EXEC`, never a script: a transaction
-//! of reads is as atomic as a script, runs where scripts are refused, and costs the server no
-//! Lua.
+//! Reads: a status (a semaphore's, a read-write lock's, an election's) and a cache entry.
+//! Each is its commands in one `MULTI`/`EXEC`, never a script: a transaction of reads is as
+//! atomic as a script, runs where scripts are refused, and costs the server no Lua.
 //!
 //! Invariants:
 //! 1. One snapshot. `MULTI`/`EXEC` runs the reads with nothing in between, so they see one
@@ -14,66 +13,136 @@
 //! 3. A `WRONGTYPE` is [`Error::WrongType`] naming the key of the read that met it (its first
 //!    argument).
 //! 4. Safe where the ACL refuses a part. `MULTI` and `EXEC` go as commands of a plain
-//!    pipeline, every reply read in turn (as the grant's transaction does): a refused `MULTI`
-//!    runs the reads one by one, harmless, and its refusal is the answer; a read or an `EXEC`
-//!    refused ends the transaction on the server (`EXECABORT`), and the refusal names the
-//!    command to allow.
+//!    pipeline, every reply read in turn (as the grant's transaction does). A read refused
+//!    as it is queued ends the transaction on the server (`EXECABORT`), and its refusal
+//!    names the command to allow. Where the user may not run `MULTI` (which then lets the
+//!    reads run one by one, harmless: their replies are the answer) or `EXEC` (the server
+//!    discards the transaction), that is learned (`allows.rs`), and the reads go back to
+//!    back in one pipeline from then on: each is exact, but two may see states a write
+//!    apart, as for any reader that is not a transaction. What is read is shown to people
+//!    (`status`, `list`), followed by the election's watcher, which never reports an older
+//!    term after a newer one, or used by the cache to judge freshness: none decides safety.
 
 use redis::{Cmd, RedisError, Value};
 
-use super::Node;
+use super::{Node, lacks_command};
 use crate::error::{Error, Result};
 use crate::kind::unexpected;
 
 impl Node {
-    /// `reads` run as one `MULTI`/`EXEC`; `answer` computes the caller's answer from their
-    /// replies, in order (`None`: a reply of another shape).
+    /// `reads` run as one `MULTI`/`EXEC` (invariant 1), or back to back where the user may
+    /// not run it (invariant 4); `answer` computes the caller's answer from their replies,
+    /// in order (`None`: a reply of another shape).
     pub(crate) async fn read<T>(
         &self,
         operation: &'static str,
         reads: &[Cmd],
         answer: impl FnOnce(&[Value]) -> Option<T>,
     ) -> Result<T> {
-        // `MULTI` and `EXEC` as commands of a plain pipeline, each reply read (invariant 4).
+        let mut results = None;
+        if self.allows.multi.worth_trying() {
+            results = self.read_in_transaction(operation, reads).await?;
+        }
+        let results = match results {
+            Some(results) => results,
+            None => {
+                let mut pipe = redis::pipe();
+                pipe.ignore_errors();
+                for read in reads {
+                    pipe.add_command(read.clone());
+                }
+                let replies = self.send(operation, &pipe).await?;
+                self.read_replies(operation, reads, replies)?
+            }
+        };
+        answer(&results).ok_or_else(|| unexpected(operation, format!("{results:?}")))
+    }
+
+    /// The reads in one `MULTI`/`EXEC`, sent as commands of a plain pipeline whose every reply
+    /// is read (invariant 4): their results; `None` where `EXEC` was refused (nothing ran).
+    async fn read_in_transaction(
+        &self,
+        operation: &'static str,
+        reads: &[Cmd],
+    ) -> Result<Option<Vec<Value>>> {
         let mut pipe = redis::pipe();
         pipe.ignore_errors().add_command(redis::cmd("MULTI"));
         for read in reads {
             pipe.add_command(read.clone());
         }
         pipe.add_command(redis::cmd("EXEC"));
-        let replies = self.send(operation, &pipe).await?;
-        let error = |e: RedisError, read: Option<&Cmd>| match read
-            .and_then(|r| r.args_iter().nth(1))
-        {
+        let mut replies = self.send(operation, &pipe).await?;
+        if replies.len() != reads.len() + 2 {
+            return Err(unexpected(operation, format!("{replies:?}")));
+        }
+        let exec = replies.pop();
+        let mut replies = replies.into_iter();
+        match replies.next() {
+            // `MULTI` refused: the reads ran one by one, and their replies are the answer.
+            Some(Err(e)) if lacks_command(&e) => {
+                tracing::debug!(error = %e, "fenced: MULTI refused; reads go back to back");
+                self.allows.multi.learned(false);
+                let replies: Vec<_> = replies.collect();
+                return self.read_replies(operation, reads, replies).map(Some);
+            }
+            Some(Err(e)) => return Err(Error::from_redis(operation, self.timeout, e)),
+            _ => {}
+        }
+        // A read refused as it was queued (its command outside the user's ACL): `EXEC` then
+        // ran nothing, and this is what to allow.
+        for (read, queued) in reads.iter().zip(replies) {
+            if let Err(e) = queued {
+                return Err(self.read_error(operation, read, e));
+            }
+        }
+        match exec {
+            Some(Ok(Value::Array(results))) if results.len() == reads.len() => {
+                self.allows.multi.learned(true);
+                let results = results.into_iter().map(|r| match r {
+                    Value::ServerError(e) => Err(e.into()),
+                    value => Ok(value),
+                });
+                self.read_replies(operation, reads, results.collect())
+                    .map(Some)
+            }
+            // `EXEC` refused (every read was queued): the server ran nothing and closed the
+            // transaction.
+            Some(Err(e)) if e.code() == Some("EXECABORT") && e.to_string().contains("NOPERM") => {
+                tracing::debug!(error = %e, "fenced: EXEC refused; reads go back to back");
+                self.allows.multi.learned(false);
+                Ok(None)
+            }
+            Some(Err(e)) => Err(Error::from_redis(operation, self.timeout, e)),
+            other => Err(unexpected(operation, format!("{other:?}"))),
+        }
+    }
+
+    /// The replies of `reads`, in order, or the first one's error (invariant 3).
+    fn read_replies(
+        &self,
+        operation: &'static str,
+        reads: &[Cmd],
+        replies: Vec<std::result::Result<Value, RedisError>>,
+    ) -> Result<Vec<Value>> {
+        if replies.len() != reads.len() {
+            return Err(unexpected(operation, format!("{replies:?}")));
+        }
+        replies
+            .into_iter()
+            .zip(reads)
+            .map(|(reply, read)| reply.map_err(|e| self.read_error(operation, read, e)))
+            .collect()
+    }
+
+    /// The error of `read`: a `WRONGTYPE` names its key (its first argument).
+    fn read_error(&self, operation: &'static str, read: &Cmd, e: RedisError) -> Error {
+        match read.args_iter().nth(1) {
             Some(redis::Arg::Simple(key)) if crate::error::is_wrong_type(&e) => Error::WrongType {
                 key: String::from_utf8_lossy(key).into_owned(),
                 operation,
             },
             _ => Error::from_redis(operation, self.timeout, e),
-        };
-        let mut replies = replies.into_iter();
-        // `MULTI` refused: the reads ran one by one (reads only: nothing to undo).
-        if let Some(Err(e)) = replies.next() {
-            return Err(error(e, None));
         }
-        // A read refused as it was queued (its command outside the user's ACL): `EXEC` then
-        // ran nothing, and this is what to allow.
-        for read in reads {
-            if let Some(Err(e)) = replies.next() {
-                return Err(error(e, Some(read)));
-            }
-        }
-        let results = match replies.next() {
-            Some(Ok(Value::Array(results))) if results.len() == reads.len() => results,
-            Some(Err(e)) => return Err(error(e, None)),
-            other => return Err(unexpected(operation, format!("{other:?}"))),
-        };
-        for (result, read) in results.iter().zip(reads) {
-            if let Value::ServerError(e) = result {
-                return Err(error(e.clone().into(), Some(read)));
-            }
-        }
-        answer(&results).ok_or_else(|| unexpected(operation, format!("{results:?}")))
     }
 }
 
