@@ -421,10 +421,10 @@ impl Client {
     /// A key that holds another type of data than `fenced` keeps there (another program wrote
     /// it) is named in [`Listing::unreadable`], and the listing goes on with the rest.
     ///
-    /// Every kind is read with or without scripts: where they are not sent
-    /// ([`ClientBuilder::without_scripts`](crate::ClientBuilder::without_scripts)) or the
-    /// server refuses them, a status that a script reads (a semaphore's, a read-write lock's,
-    /// an election's) is read by the same commands in one `MULTI`/`EXEC`, with the same answer.
+    /// Every kind is read with or without scripts
+    /// ([`ClientBuilder::without_scripts`](crate::ClientBuilder::without_scripts)): a status
+    /// (a semaphore's, a read-write lock's, an election's) is its read commands in one
+    /// `MULTI`/`EXEC`, never a script.
     ///
     /// # Errors
     ///

@@ -110,14 +110,7 @@ impl RwLock {
         let reply: Vec<u64> = self
             .core
             .node()?
-            .read("rw status", &reads, |replies| {
-                let [time, readers, writers] = replies else {
-                    return None;
-                };
-                let now = reads::server_ms(time)?;
-                let live = |zset: &redis::Value| Some(reads::live(zset, now)?.len() as u64);
-                Some(vec![live(readers)?, live(writers)?])
-            })
+            .read("rw status", &reads, reads::rw_status)
             .await?;
         match reply[..] {
             [readers, waiting_writers] => Ok(RwStatus {

@@ -37,6 +37,8 @@ mod handle;
 mod leadership;
 mod observe;
 mod record;
+#[cfg(test)]
+mod record_tests;
 
 pub use handle::Election;
 pub use leadership::Leadership;

@@ -79,6 +79,26 @@ pub(crate) struct ElectionReads {
 }
 
 impl ElectionReads {
+    /// The read of these keys (the tests' own states).
+    #[cfg(test)]
+    pub(crate) fn of(
+        lock: &str,
+        record: &str,
+        queue: &str,
+        transitions: &str,
+        values: &str,
+        list: bool,
+    ) -> Self {
+        ElectionReads {
+            lock: lock.to_owned(),
+            record: record.into(),
+            queue: queue.into(),
+            transitions: transitions.into(),
+            values: values.into(),
+            list,
+        }
+    }
+
     /// Reads the election on `node`. Counting the candidates costs the same however many
     /// queue; listing them also reads the server's clock, the queue and every candidate's
     /// value (the whole hash: the transaction cannot name the queue's waiters before it has

@@ -748,6 +748,80 @@ fn a_semaphore_status_reads_the_live_holders_of_any_state() {
     }
 }
 
+/// A read-write lock's status read (one `MULTI`/`EXEC`), from `readers` and `writers` (their
+/// ends, ms from the server's now) written first; `foreign`: the readers' key holds a string.
+async fn rw_status(
+    nodes: &Nodes,
+    readers: &[i64],
+    writers: &[i64],
+    foreign: bool,
+) -> Result<Vec<u64>, String> {
+    let (readers_key, writers_key) = ("diff:{rw}:readers", "diff:{rw}:writers");
+    let mut raw = nodes.raw.clone();
+    let (secs, micros): (i64, i64) = redis::cmd("TIME").query_async(&mut raw).await.unwrap();
+    let now = secs * 1000 + micros / 1000;
+    let mut pipe = redis::pipe();
+    pipe.cmd("DEL").arg(&[readers_key, writers_key]).ignore();
+    if foreign {
+        pipe.cmd("SET").arg(readers_key).arg("x").ignore();
+    }
+    for (key, ends) in [(readers_key, readers), (writers_key, writers)] {
+        for (i, end) in ends.iter().enumerate() {
+            if !(foreign && key == readers_key) {
+                pipe.cmd("ZADD")
+                    .arg(key)
+                    .arg(now + end)
+                    .arg(format!("m{i}"))
+                    .ignore();
+            }
+        }
+    }
+    let () = pipe.query_async(&mut raw).await.unwrap();
+    let reads = [
+        redis::cmd("TIME"),
+        super::reads::zrange_all(readers_key),
+        super::reads::zrange_all(writers_key),
+    ];
+    nodes
+        .scriptless
+        .read("rw status", &reads, super::reads::rw_status)
+        .await
+        .map_err(|e| match e {
+            Error::WrongType { key, .. } => format!("wrong type: {key}"),
+            e => e.to_string(),
+        })
+}
+
+#[test]
+fn a_read_write_locks_status_counts_the_live_readers_and_writers_of_any_state() {
+    let (_server, runtime, nodes) = lab();
+    let ends = || {
+        let end = prop_oneof![Just(-5_000i64), Just(-1_000), Just(3_000), Just(20_000)];
+        proptest::collection::vec(end, 0..6)
+    };
+    let cases = (ends(), ends(), proptest::bool::weighted(0.1));
+    let result = runner(150).run(&cases, |(readers, writers, foreign)| {
+        let read = runtime.block_on(rw_status(&nodes, &readers, &writers, foreign));
+        let live = |ends: &[i64]| ends.iter().filter(|end| **end > 0).count() as u64;
+        let expected = if foreign {
+            Err("wrong type: diff:{rw}:readers".to_string())
+        } else {
+            Ok(vec![live(&readers), live(&writers)])
+        };
+        prop_assert_eq!(
+            &read,
+            &expected,
+            "readers {:?}, writers {:?}",
+            readers,
+            writers
+        );
+        Ok(())
+    });
+    if let Err(e) = result {
+        panic!("{e}");
+    }
+}
+
 #[test]
 fn the_type_check_after_a_refusal_leaves_a_held_lease_alone_every_way() {
     let (_server, runtime, nodes) = lab();

@@ -198,3 +198,14 @@ pub(crate) fn semaphore_status(replies: &[redis::Value]) -> Option<Vec<i64>> {
     let first = live.first().map_or(-1, |(_, end)| end - now);
     Some(vec![held, live.len() as i64, first])
 }
+
+/// A read-write lock's status from its reads (`TIME`, the readers' lease ends, the waiting
+/// writers' registration ends): how many of each end after the server's now.
+pub(crate) fn rw_status(replies: &[Value]) -> Option<Vec<u64>> {
+    let [time, readers, writers] = replies else {
+        return None;
+    };
+    let now = server_ms(time)?;
+    let live = |zset: &Value| Some(live(zset, now)?.len() as u64);
+    Some(vec![live(readers)?, live(writers)?])
+}

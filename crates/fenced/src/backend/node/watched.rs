@@ -21,11 +21,10 @@
 //!    connection may still deliver a step already written to it; its `WATCH` still guards
 //!    it. Behind Sentinel, a connection is used only while its master is the master, and
 //!    its errors tell the client to ask Sentinel again, as the main connection's do.
-//! 5. Only the lock's steps have a twin: renewal, release, abandon, force release, and the
-//!    type check of a refusal (the grant is a transaction of its own, `grant.rs`). Every other call
-//!    is refused with [`Error::Unsupported`] before anything is sent, saying why; a status a
-//!    script reads is read by a transaction of the same reads instead (`reads.rs`). One server
-//!    or Sentinel only: a Redis Cluster's and Redlock's nodes have no pool here.
+//! 5. Only the lock's steps have a twin: renewal, release, abandon and force release (the
+//!    grant is a transaction of its own, `grant.rs`; reads are no script, `reads.rs`). Every
+//!    other call is refused with [`Error::Unsupported`] before anything is sent, saying why.
+//!    One server or Sentinel only: a Redis Cluster's and Redlock's nodes have no pool here.
 //! 6. Chosen by the client (`ClientBuilder::without_scripts`) or learned from the first
 //!    refusal of a script of a call that has a twin: the executor loop decides (`exec.rs`,
 //!    invariant 2), and the node's record keeps it (`allows.rs`).
