@@ -1,6 +1,7 @@
 //! [`Client`]: the connection to Redis and the background tasks shared by every lock.
 
 use std::fmt;
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -14,16 +15,22 @@ use crate::core::renew::RenewalStats;
 use crate::election::Election;
 use crate::error::{Error, Result};
 use crate::fair::FairLock;
+use crate::guard::LockGuard;
+use crate::inspect::{self, Listing};
 use crate::latch::Latch;
 use crate::lock::Lock;
 use crate::multi::MultiLock;
 use crate::notes::ServerNote;
+use crate::optimistic::{self, CasOutcome, Stock, Tx, Versioned, VersionedWrite};
 use crate::reentrant::ReentrantLock;
 use crate::resource::FencedResource;
 use crate::rwlock::RwLock;
 use crate::semaphore::Semaphore;
 use crate::striped::StripedLock;
+use crate::ticket;
 use crate::token::hex;
+use crate::unfenced::UnfencedGuard;
+use crate::wait::WaitPolicy;
 
 /// A handle on one Redis server: cheap to clone, `Send + Sync`, and meant to be shared by a
 /// whole process.
@@ -292,16 +299,6 @@ impl Client {
         FencedResource::new(&self.core, name.into())
     }
 
-    /// The lease core: the primitives' only way into the client.
-    pub(crate) fn core(&self) -> &Arc<Core> {
-        &self.core
-    }
-
-    /// The transactions' connection pool.
-    pub(crate) fn tx_pool(&self) -> &Arc<TxPool> {
-        &self.tx_pool
-    }
-
     /// Waits until the background clean-ups handed over so far are done: releases of guards
     /// dropped without `release`, and acquire attempts cancelled or timed out mid-flight.
     /// Call it before a short-lived process exits, so it does not leave a lock behind to
@@ -354,6 +351,317 @@ impl Client {
 #[derive(Clone, Debug)]
 pub struct ClientBuilder {
     connect: Connect,
+}
+
+/// Listing: what the namespace holds (`inspect.rs`).
+impl Client {
+    /// Everything of this client's namespace whose name matches the glob `pattern` (`*` for
+    /// all): held locks, semaphores, read-write locks, fair queues, latches and recent grants,
+    /// found in one `SCAN` pass (never `KEYS`; on a cluster, one walk per master) and then
+    /// read in batches.
+    ///
+    /// A key that holds another type of data than `fenced` keeps there (another program wrote
+    /// it) is named in [`Listing::unreadable`], and the listing goes on with the rest.
+    ///
+    /// Every kind is read with or without scripts
+    /// ([`ClientBuilder::without_scripts`](crate::ClientBuilder::without_scripts)): a status
+    /// (a semaphore's, a read-write lock's, an election's) is its read commands in one
+    /// `MULTI`/`EXEC`, never a script.
+    ///
+    /// # Errors
+    ///
+    /// Transport errors. Each `SCAN` step is bounded by the timeout; a namespace with millions
+    /// of keys takes many steps. On Redlock, [`Error::Unsupported`](crate::Error::Unsupported).
+    pub async fn list(&self, pattern: &str) -> Result<Listing> {
+        inspect::list(&self.core, pattern).await
+    }
+}
+
+/// Tickets: a held lease handed to another process (`ticket.rs`).
+impl Client {
+    /// Takes over a [`Lock`](crate::Lock) or [`FairLock`](crate::FairLock) lease from a
+    /// ticket written by [`LockGuard::into_ticket`], in this process or another: the guard
+    /// renews, extends, signals loss and releases like the original. A ticket is taken over
+    /// once: resuming it again (a queue that delivers a message twice) answers
+    /// [`Error::NotHeld`], so two workers never hold one lease. A ticket carries no minimum
+    /// or maximum hold: set them again on the resumed lease's work if it needs them.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for text that is not a ticket (a truncated or altered one),
+    /// a ticket of another kind or another namespace, before anything is sent;
+    /// [`Error::NotHeld`] when the lease is no longer held by the ticket's owner: it expired
+    /// or was released and granted again since (a stale ticket), the owner is made up, or the
+    /// ticket was taken over already. Nothing is changed then. Transport errors as usual.
+    ///
+    /// After an error whose outcome is unknown (a timeout, a lost reply,
+    /// [`Error::NotReplicated`]) the take-over may have happened: resuming the same ticket on
+    /// this client again repeats it and succeeds if it did. A process that gives up instead
+    /// hands [`retry_ticket`](Self::retry_ticket) on, so the lease never stays held by nobody.
+    ///
+    /// ```
+    /// # fenced_testkit::doctest(|test_url| async move {
+    /// let url = "redis://127.0.0.1:6379"; // your server
+    /// # let url = test_url;
+    /// let client = fenced::Client::connect(&url).await?;
+    /// let ticket = client.lock("order:7").acquire().await?.into_ticket();
+    /// // ... queue the work with the ticket; a worker, with a client of its own:
+    /// let worker = fenced::Client::connect(&url).await?;
+    /// let guard = worker.resume(&ticket).await?;
+    /// guard.release().await?;
+    /// # Ok(()) });
+    /// ```
+    pub async fn resume(&self, ticket: &str) -> Result<LockGuard> {
+        ticket::resume(&self.core, ticket).await
+    }
+
+    /// [`resume`](Self::resume) for a ticket written by [`UnfencedGuard::into_ticket`].
+    ///
+    /// # Errors
+    ///
+    /// As [`resume`](Self::resume).
+    pub async fn resume_unfenced(&self, ticket: &str) -> Result<UnfencedGuard> {
+        ticket::resume_unfenced(&self.core, ticket).await
+    }
+
+    /// After [`resume`](Self::resume) (or [`resume_unfenced`](Self::resume_unfenced)) of
+    /// `ticket` failed with an outcome that is unknown, the text that repeats that very
+    /// take-over from any process: the take-over may have happened, and then the original
+    /// ticket is refused from now on. `None` when this client has no such take-over of the
+    /// ticket (it was answered, or its ttl has passed). Once handed out, resuming the original
+    /// ticket here no longer repeats it: only the retry ticket does, once.
+    ///
+    /// For a process that cannot retry itself (a command that exits): print or queue the
+    /// retry ticket in place of the original.
+    pub fn retry_ticket(&self, ticket: &str) -> Option<String> {
+        ticket::retry_ticket(&self.core, ticket)
+    }
+}
+
+/// Optimistic concurrency: transactions and atomic updates (`optimistic/`).
+impl Client {
+    /// Runs `step` as an optimistic transaction over `keys`, with the default policy ([`WaitPolicy::TRANSACTION`]).
+    /// See [`transaction_with`](Self::transaction_with).
+    ///
+    /// # Examples
+    ///
+    /// The flash-sale purchase: buy one item if any is left.
+    ///
+    /// ```
+    /// # fenced_testkit::doctest(|test_url| async move {
+    /// let url = "redis://127.0.0.1:6379"; // your server
+    /// # let url = test_url;
+    /// let client = fenced::Client::connect(&url).await?;
+    /// # let mut c = fenced::redis::Client::open(url.as_str())?.get_multiplexed_async_connection().await?;
+    /// # let _: () = fenced::redis::cmd("SET").arg("stock:42").arg(20).query_async(&mut c).await?;
+    /// let bought = client
+    ///     .transaction(&["stock:42"], |tx| async move {
+    ///         let stock: i64 = tx.get("stock:42").await?.unwrap_or(0);
+    ///         if stock <= 0 {
+    ///             return Ok::<_, fenced::Error>(false); // sold out: nothing is written
+    ///         }
+    ///         tx.set("stock:42", stock - 1);
+    ///         Ok(true)
+    ///     })
+    ///     .await?;
+    /// assert!(bought);
+    /// # Ok(()) });
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`transaction_with`](Self::transaction_with).
+    pub async fn transaction<T, E, F, Fut>(&self, keys: &[&str], step: F) -> Result<T, E>
+    where
+        F: FnMut(Tx) -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+        E: From<Error>,
+    {
+        self.transaction_with(keys, WaitPolicy::TRANSACTION, step)
+            .await
+    }
+
+    /// Runs `step` as an optimistic transaction over `keys`.
+    ///
+    /// Each attempt: `WATCH keys` on a dedicated connection (never the shared multiplexed
+    /// one); run `step`, which reads through its [`Tx`](crate::optimistic::Tx) and queues writes; then
+    /// - `step` returned `Err(e)`: `UNWATCH`, and `Err(e)` is returned as it is;
+    /// - `Ok` with nothing queued: `UNWATCH`, and its value is returned (a decision to write
+    ///   nothing, like "sold out");
+    /// - `Ok` with writes queued: `MULTI`, the writes, `EXEC`. If a watched key changed since
+    ///   the `WATCH`, Redis refuses the whole `EXEC`, and the step runs again after a backoff.
+    ///
+    /// `step` may therefore run several times: keep side effects other than `Tx` writes out
+    /// of it. Keys are used as given (no namespace prefix). With
+    /// [`replica_acks`](crate::ClientBuilder::replica_acks) a transaction does not wait for the
+    /// replicas (the atomic helpers do): a failover right after `EXEC` may lose its writes.
+    ///
+    /// On a Redis Cluster the keys must share one hash slot (one hash tag, like
+    /// `{order:42}:stock` and `{order:42}:paid`), and the transaction runs on that slot's
+    /// master. When the slot moves (`MOVED`), the attempt writes nothing and the next one
+    /// runs on the new master; while it is being migrated (`ASK`, `TRYAGAIN`), attempts back
+    /// off as after a conflict.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Conflict`] (converted into `E`) with the number of attempts when the policy's
+    /// limit or deadline is reached; [`Error::InvalidArgument`] for a bad policy, no keys, or
+    /// keys of several slots on a cluster;
+    /// transport errors. After a timeout of the `EXEC` itself the outcome is unknown.
+    ///
+    /// A queued command that fails *inside* `EXEC` (say, `INCRBY` on a key holding text) does
+    /// not undo the others: Redis has no rollback. That error is returned as
+    /// [`Error::Redis`] and the step is not run again, since the other writes did happen.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future mid-way closes its connection, which makes the server drop the
+    /// `WATCH` and any open `MULTI`: nothing is committed that `EXEC` did not already commit,
+    /// and no dirty connection goes back to the pool.
+    pub async fn transaction_with<T, E, F, Fut>(
+        &self,
+        keys: &[&str],
+        policy: WaitPolicy,
+        step: F,
+    ) -> Result<T, E>
+    where
+        F: FnMut(Tx) -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+        E: From<Error>,
+    {
+        optimistic::transaction(&self.core, &self.tx_pool, keys, policy, step).await
+    }
+
+    /// Sets `key` to `new` if it holds `expected` (`None`: if it does not exist), in one
+    /// step. Any ttl on the key is kept. Keys are used as given (no namespace prefix).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fenced_testkit::doctest(|test_url| async move {
+    /// let url = "redis://127.0.0.1:6379"; // your server
+    /// # let url = test_url;
+    /// use fenced::optimistic::CasOutcome;
+    ///
+    /// let client = fenced::Client::connect(&url).await?;
+    /// assert_eq!(client.compare_and_set("config", None, b"v1").await?, CasOutcome::Swapped);
+    /// assert_eq!(
+    ///     client.compare_and_set("config", None, b"v2").await?,
+    ///     CasOutcome::Mismatch { current: Some(b"v1".to_vec()) }
+    /// );
+    /// assert_eq!(client.compare_and_set("config", Some(b"v1"), b"v2").await?, CasOutcome::Swapped);
+    /// # Ok(()) });
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for an empty or too long key; [`Error::Redis`] if the key
+    /// holds another type; transport errors.
+    pub async fn compare_and_set(
+        &self,
+        key: &str,
+        expected: Option<&[u8]>,
+        new: &[u8],
+    ) -> Result<CasOutcome> {
+        optimistic::compare_and_set(&self.core, key, expected, new).await
+    }
+
+    /// Reads a versioned value (written by [`set_if_version`](Self::set_if_version)).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for a bad key; [`Error::Redis`] if the key holds another
+    /// type; transport errors.
+    pub async fn get_versioned(&self, key: &str) -> Result<Option<Versioned>> {
+        optimistic::get_versioned(&self.core, key).await
+    }
+
+    /// Writes `value` if the stored version is still `expected` (0: the key must not exist);
+    /// the version then goes up by one. The optimistic read-modify-write: read with
+    /// [`get_versioned`](Self::get_versioned), compute, write with the version you read, and
+    /// start over on [`VersionedWrite::Stale`].
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for a bad key; [`Error::Redis`] if the key holds another
+    /// type; transport errors.
+    pub async fn set_if_version(
+        &self,
+        key: &str,
+        expected: u64,
+        value: &[u8],
+    ) -> Result<VersionedWrite> {
+        optimistic::set_if_version(&self.core, key, expected, value).await
+    }
+
+    /// Stores `value` if it is larger than the stored integer (or the key does not exist),
+    /// and returns the value stored afterwards: the maximum of everything ever offered.
+    ///
+    /// Unlike the `GETSET` retry loop (write yours, read back the old one, write that back if
+    /// it was larger), there is no moment at which a smaller value is stored, and no retry
+    /// limit to run out of under contention.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fenced_testkit::doctest(|test_url| async move {
+    /// let url = "redis://127.0.0.1:6379"; // your server
+    /// # let url = test_url;
+    /// let client = fenced::Client::connect(&url).await?;
+    /// assert_eq!(client.set_max("high-score", 40).await?, 40);
+    /// assert_eq!(client.set_max("high-score", 12).await?, 40);
+    /// assert_eq!(client.set_max("high-score", 99).await?, 99);
+    /// # Ok(()) });
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for a bad key; [`Error::Redis`] if the key holds something
+    /// other than a decimal integer; transport errors.
+    pub async fn set_max(&self, key: &str, value: i64) -> Result<i64> {
+        optimistic::set_extreme(&self.core, key, value, "max").await
+    }
+
+    /// Like [`set_max`](Self::set_max), keeping the minimum.
+    ///
+    /// # Errors
+    ///
+    /// As [`set_max`](Self::set_max).
+    pub async fn set_min(&self, key: &str, value: i64) -> Result<i64> {
+        optimistic::set_extreme(&self.core, key, value, "min").await
+    }
+
+    /// Takes `n` from the integer stock at `key` if at least `n` are left, in one step:
+    /// [`Stock::Left`] with what remains, or [`Stock::SoldOut`] (nothing taken). A missing
+    /// key is a stock of 0. The seckill purchase without a lock or a retry.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fenced_testkit::doctest(|test_url| async move {
+    /// let url = "redis://127.0.0.1:6379"; // your server
+    /// # let url = test_url;
+    /// use fenced::optimistic::Stock;
+    ///
+    /// let client = fenced::Client::connect(&url).await?;
+    /// # let mut c = fenced::redis::Client::open(url.as_str())?.get_multiplexed_async_connection().await?;
+    /// # let _: () = fenced::redis::cmd("SET").arg("stock:7").arg(2).query_async(&mut c).await?;
+    /// assert_eq!(client.decrement_if_at_least("stock:7", 1).await?, Stock::Left(1));
+    /// assert_eq!(client.decrement_if_at_least("stock:7", 1).await?, Stock::Left(0));
+    /// assert_eq!(client.decrement_if_at_least("stock:7", 1).await?, Stock::SoldOut { left: 0 });
+    /// # Ok(()) });
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for a bad key or `n` of 0 or above [`MAX_STOCK`](crate::limits::MAX_STOCK);
+    /// [`Error::Redis`] if the key holds something other than a decimal integer within
+    /// ±[`MAX_STOCK`](crate::limits::MAX_STOCK); transport errors. With replica
+    /// acknowledgements, [`Error::NotReplicated`](crate::Error::NotReplicated) means the
+    /// decrement WAS applied on the master if the stock allowed it: do not repeat it blindly.
+    pub async fn decrement_if_at_least(&self, key: &str, n: u64) -> Result<Stock> {
+        optimistic::decrement_if_at_least(&self.core, key, n).await
+    }
 }
 
 impl ClientBuilder {

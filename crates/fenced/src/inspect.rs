@@ -2,6 +2,7 @@
 //! force. For operators and tools (the `fenced` command uses these); a program that wants a
 //! lock should simply acquire it. The status types of every primitive live here.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 #[cfg(feature = "cluster")]
@@ -9,20 +10,25 @@ use redis::cluster_routing::Slot;
 use redis::{RedisError, Value};
 
 use crate::backend::Node;
-use crate::client::Client;
+use crate::core::Core;
+use crate::election::Election;
 use crate::error::{Error, Result};
+use crate::fair::FairLock;
 use crate::keys::{LockKeys, validate_name};
 use crate::kind::Wake;
 use crate::kind::permits::SemaphoreKeys;
 use crate::kind::unexpected;
+use crate::latch::Latch;
 use crate::lock::Lock;
+use crate::rwlock::RwLock;
 use crate::scripts::{FORCE_RELEASE, ScriptCall};
+use crate::semaphore::Semaphore;
 use crate::token::{FenceId, FencingToken};
 
 pub use crate::rwlock::RwStatus;
 pub use crate::semaphore::SemaphoreStatus;
 
-/// How many locks [`Client::list`] inspects per round trip.
+/// How many locks [`Client::list`](crate::Client::list) inspects per round trip.
 const INSPECT_BATCH: usize = 256;
 
 /// How many characters of a holder's owner token are shown. Enough to tell holders apart;
@@ -48,7 +54,7 @@ pub struct LockStatus {
     /// How many holds a [`ReentrantLock`](crate::ReentrantLock) holder has (0 for a plain
     /// lock).
     pub holds: u64,
-    /// Waiters in a [`FairLock`](crate::FairLock)'s queue (0 for the other locks, whose
+    /// Waiters in a [`FairLock`]'s queue (0 for the other locks, whose
     /// waiters are counted by `waiting_clients`).
     pub queued: u64,
 }
@@ -352,7 +358,7 @@ impl Lock {
 }
 
 /// Everything of this client's namespace whose name matches a pattern, as
-/// [`Client::list`] finds it in one `SCAN` pass, each kind sorted by name.
+/// [`Client::list`](crate::Client::list) finds it in one `SCAN` pass, each kind sorted by name.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Listing {
@@ -376,7 +382,7 @@ pub struct Listing {
     pub unreadable: Vec<Unreadable>,
 }
 
-/// A key of the namespace that [`Client::list`] could not read: it holds another type of
+/// A key of the namespace that [`Client::list`](crate::Client::list) could not read: it holds another type of
 /// data than `fenced` keeps there (Redis' `WRONGTYPE`), written by another program.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -412,91 +418,71 @@ fn readable<T>(
     }
 }
 
-impl Client {
-    /// Everything of this client's namespace whose name matches the glob `pattern` (`*` for
-    /// all): held locks, semaphores, read-write locks, fair queues, latches and recent grants,
-    /// found in one `SCAN` pass (never `KEYS`; on a cluster, one walk per master) and then
-    /// read in batches.
-    ///
-    /// A key that holds another type of data than `fenced` keeps there (another program wrote
-    /// it) is named in [`Listing::unreadable`], and the listing goes on with the rest.
-    ///
-    /// Every kind is read with or without scripts
-    /// ([`ClientBuilder::without_scripts`](crate::ClientBuilder::without_scripts)): a status
-    /// (a semaphore's, a read-write lock's, an election's) is its read commands in one
-    /// `MULTI`/`EXEC`, never a script.
-    ///
-    /// # Errors
-    ///
-    /// Transport errors. Each `SCAN` step is bounded by the timeout; a namespace with millions
-    /// of keys takes many steps. On Redlock, [`Error::Unsupported`](crate::Error::Unsupported).
-    pub async fn list(&self, pattern: &str) -> Result<Listing> {
-        let ns = &self.core().options().namespace;
-        let found = scan(self.core().backend().node_for("listing")?, ns, pattern).await?;
-        let mut unreadable = Vec::new();
-        let u = &mut unreadable;
-        Ok(Listing {
-            locks: self.locks(&found.locks, u).await?,
-            semaphores: self.semaphores(found.semaphores, u).await?,
-            rw_locks: self.rw_locks(found.rw_locks, u).await?,
-            fair_queues: self.fair_queues(found.fair_queues, u).await?,
-            latches: self.latches(found.latches, u).await?,
-            elections: self.elections(found.elections, u).await?,
-            grants: self.grants(&found.fences, &found.permit_fences).await?,
-            unreadable,
-        })
-    }
-
-    /// The held ones among `names`.
-    async fn locks(
-        &self,
-        names: &[String],
-        unreadable: &mut Vec<Unreadable>,
-    ) -> Result<Vec<LockStatus>> {
-        let ns = &self.core().options().namespace;
-        let node = self.core().node()?;
-        let mut out = Vec::with_capacity(names.len());
-        // One round trip per batch of names, not one per name; on a cluster a batch (one
-        // pipeline) stays within one slot.
-        for batch in batches(node, ns, names) {
-            let keys: Vec<LockKeys> = batch.iter().map(|name| LockKeys::new(ns, name)).collect();
-            let seen = inspect(node, &keys, "list").await?;
-            for (name, seen) in batch.iter().zip(seen) {
-                let Some(seen) = readable(seen, name, "lock", unreadable)? else {
-                    continue;
-                };
-                // Released between the scan and now: not held any more.
-                if seen.owner.is_some() {
-                    out.push(status((*name).clone(), seen));
-                }
-            }
-        }
-        Ok(out)
-    }
+/// [`Client::list`](crate::Client::list).
+pub(crate) async fn list(core: &Arc<Core>, pattern: &str) -> Result<Listing> {
+    let ns = &core.options().namespace;
+    let found = scan(core.backend().node_for("listing")?, ns, pattern).await?;
+    let mut unreadable = Vec::new();
+    let u = &mut unreadable;
+    Ok(Listing {
+        locks: locks(core, &found.locks, u).await?,
+        semaphores: semaphores(core, found.semaphores, u).await?,
+        rw_locks: rw_locks(core, found.rw_locks, u).await?,
+        fair_queues: fair_queues(core, found.fair_queues, u).await?,
+        latches: latches(core, found.latches, u).await?,
+        elections: elections(core, found.elections, u).await?,
+        grants: grants(core, &found.fences, &found.permit_fences).await?,
+        unreadable,
+    })
 }
 
-impl Client {
-    /// The semaphores among `names` with live holders.
-    async fn semaphores(
-        &self,
-        names: Vec<String>,
-        unreadable: &mut Vec<Unreadable>,
-    ) -> Result<Vec<SemaphoreStatus>> {
-        let mut out = Vec::with_capacity(names.len());
-        for name in names {
-            let status = self.semaphore(name.clone(), 1).status().await;
-            let Some(status) = readable(status, &name, "semaphore", unreadable)? else {
+/// The held ones among `names`.
+async fn locks(
+    core: &Arc<Core>,
+    names: &[String],
+    unreadable: &mut Vec<Unreadable>,
+) -> Result<Vec<LockStatus>> {
+    let ns = &core.options().namespace;
+    let node = core.node()?;
+    let mut out = Vec::with_capacity(names.len());
+    // One round trip per batch of names, not one per name; on a cluster a batch (one
+    // pipeline) stays within one slot.
+    for batch in batches(node, ns, names) {
+        let keys: Vec<LockKeys> = batch.iter().map(|name| LockKeys::new(ns, name)).collect();
+        let seen = inspect(node, &keys, "list").await?;
+        for (name, seen) in batch.iter().zip(seen) {
+            let Some(seen) = readable(seen, name, "lock", unreadable)? else {
                 continue;
             };
-            if status.holders > 0 {
-                out.push(status);
+            // Released between the scan and now: not held any more.
+            if seen.owner.is_some() {
+                out.push(status((*name).clone(), seen));
             }
         }
-        Ok(out)
     }
+    Ok(out)
 }
 
-/// A read-write lock with live readers or waiting writers, as [`Client::list`] finds it.
+/// The semaphores among `names` with live holders.
+async fn semaphores(
+    core: &Arc<Core>,
+    names: Vec<String>,
+    unreadable: &mut Vec<Unreadable>,
+) -> Result<Vec<SemaphoreStatus>> {
+    let mut out = Vec::with_capacity(names.len());
+    for name in names {
+        let status = Semaphore::new(core, name.clone(), 1).status().await;
+        let Some(status) = readable(status, &name, "semaphore", unreadable)? else {
+            continue;
+        };
+        if status.holders > 0 {
+            out.push(status);
+        }
+    }
+    Ok(out)
+}
+
+/// A read-write lock with live readers or waiting writers, as [`Client::list`](crate::Client::list) finds it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct RwLockStatus {
@@ -508,7 +494,7 @@ pub struct RwLockStatus {
     pub waiting_writers: u64,
 }
 
-/// A countdown latch, as [`Client::list`] finds it.
+/// A countdown latch, as [`Client::list`](crate::Client::list) finds it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct LatchStatus {
@@ -518,7 +504,7 @@ pub struct LatchStatus {
     pub count: u64,
 }
 
-/// An election with a leader or candidates, as [`Client::list`] finds it.
+/// An election with a leader or candidates, as [`Client::list`](crate::Client::list) finds it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ElectionListing {
@@ -528,7 +514,7 @@ pub struct ElectionListing {
     pub status: crate::election::ElectionStatus,
 }
 
-/// A fair lock's queue of waiters, as [`Client::list`] finds it.
+/// A fair lock's queue of waiters, as [`Client::list`](crate::Client::list) finds it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct FairQueueStatus {
@@ -538,136 +524,136 @@ pub struct FairQueueStatus {
     pub queued: u64,
 }
 
-impl Client {
-    /// The read-write locks among `names` with live readers or waiting writers. (A writer
-    /// holds the lock's plain key: it is listed among the locks.)
-    async fn rw_locks(
-        &self,
-        names: Vec<String>,
-        unreadable: &mut Vec<Unreadable>,
-    ) -> Result<Vec<RwLockStatus>> {
-        let mut out = Vec::with_capacity(names.len());
-        for name in names {
-            let seen = self.rw_lock(&name).status().await;
-            let Some(seen) = readable(seen, &name, "rw_lock", unreadable)? else {
-                continue;
-            };
-            if seen.readers > 0 || seen.waiting_writers > 0 {
-                out.push(RwLockStatus {
-                    name,
-                    readers: seen.readers,
-                    waiting_writers: seen.waiting_writers,
+/// The read-write locks among `names` with live readers or waiting writers. (A writer
+/// holds the lock's plain key: it is listed among the locks.)
+async fn rw_locks(
+    core: &Arc<Core>,
+    names: Vec<String>,
+    unreadable: &mut Vec<Unreadable>,
+) -> Result<Vec<RwLockStatus>> {
+    let mut out = Vec::with_capacity(names.len());
+    for name in names {
+        let seen = RwLock::new(core, name.clone()).status().await;
+        let Some(seen) = readable(seen, &name, "rw_lock", unreadable)? else {
+            continue;
+        };
+        if seen.readers > 0 || seen.waiting_writers > 0 {
+            out.push(RwLockStatus {
+                name,
+                readers: seen.readers,
+                waiting_writers: seen.waiting_writers,
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// The latches among `names` that still exist.
+async fn latches(
+    core: &Arc<Core>,
+    names: Vec<String>,
+    unreadable: &mut Vec<Unreadable>,
+) -> Result<Vec<LatchStatus>> {
+    let mut out = Vec::with_capacity(names.len());
+    for name in names {
+        let count = Latch::new(core, name.clone()).count().await;
+        if let Some(Some(count)) = readable(count, &name, "latch", unreadable)? {
+            out.push(LatchStatus { name, count });
+        }
+    }
+    Ok(out)
+}
+
+/// The elections among `names` with a leader or candidates.
+async fn elections(
+    core: &Arc<Core>,
+    names: Vec<String>,
+    unreadable: &mut Vec<Unreadable>,
+) -> Result<Vec<ElectionListing>> {
+    let mut out = Vec::with_capacity(names.len());
+    for name in names {
+        let status = Election::new(core, name.clone()).status().await;
+        let Some(status) = readable(status, &name, "election", unreadable)? else {
+            continue;
+        };
+        if status.leader.is_some() || status.candidates > 0 {
+            out.push(ElectionListing { name, status });
+        }
+    }
+    Ok(out)
+}
+
+/// The fair locks among `names` with waiters in their queue.
+async fn fair_queues(
+    core: &Arc<Core>,
+    names: Vec<String>,
+    unreadable: &mut Vec<Unreadable>,
+) -> Result<Vec<FairQueueStatus>> {
+    let mut out = Vec::with_capacity(names.len());
+    for name in names {
+        let queued = FairLock::new(core, name.clone()).queued().await;
+        let Some(queued) = readable(queued, &name, "fair_queue", unreadable)? else {
+            continue;
+        };
+        if queued > 0 {
+            out.push(FairQueueStatus { name, queued });
+        }
+    }
+    Ok(out)
+}
+
+/// The fence of each of `names` that still exists (a lock,
+/// reentrant, read-write, fair or multi grant within the fence retention), then of each
+/// semaphore of `semaphores` (its permits count their own tokens).
+async fn grants(
+    core: &Arc<Core>,
+    names: &[String],
+    semaphores: &[String],
+) -> Result<Vec<GrantStatus>> {
+    let ns = &core.options().namespace;
+    let node = core.node()?;
+    let mut out = Vec::with_capacity(names.len() + semaphores.len());
+    let fences = batches(node, ns, names)
+        .into_iter()
+        .map(|batch| {
+            let fences = batch.iter().map(|name| LockKeys::new(ns, name).fence);
+            batch
+                .iter()
+                .copied()
+                .zip(fences)
+                .map(|(n, f)| (n, f, false))
+                .collect::<Vec<_>>()
+        })
+        .chain(batches(node, ns, semaphores).into_iter().map(|batch| {
+            let fences = batch.iter().map(|name| SemaphoreKeys::new(ns, name).fence);
+            batch
+                .iter()
+                .copied()
+                .zip(fences)
+                .map(|(n, f)| (n, f, true))
+                .collect()
+        }));
+    // One pipeline a batch (on a cluster, a batch is one slot's).
+    for chunk in fences {
+        let mut pipe = redis::pipe();
+        pipe.ignore_errors();
+        for (_, fence, _) in &chunk {
+            pipe.cmd("XINFO").arg("STREAM").arg(fence);
+        }
+        let replies: Vec<std::result::Result<Value, RedisError>> =
+            node.query_pipe("grants", &pipe).await?;
+        for ((name, _, semaphore), reply) in chunk.iter().zip(&replies) {
+            // Gone since the scan (its retention ended), or not a fence: not listed.
+            if let Some(fence) = fence_token(reply) {
+                out.push(GrantStatus {
+                    name: (*name).clone(),
+                    fence,
+                    semaphore: *semaphore,
                 });
             }
         }
-        Ok(out)
     }
-
-    /// The latches among `names` that still exist.
-    async fn latches(
-        &self,
-        names: Vec<String>,
-        unreadable: &mut Vec<Unreadable>,
-    ) -> Result<Vec<LatchStatus>> {
-        let mut out = Vec::with_capacity(names.len());
-        for name in names {
-            let count = self.latch(&name).count().await;
-            if let Some(Some(count)) = readable(count, &name, "latch", unreadable)? {
-                out.push(LatchStatus { name, count });
-            }
-        }
-        Ok(out)
-    }
-
-    /// The elections among `names` with a leader or candidates.
-    async fn elections(
-        &self,
-        names: Vec<String>,
-        unreadable: &mut Vec<Unreadable>,
-    ) -> Result<Vec<ElectionListing>> {
-        let mut out = Vec::with_capacity(names.len());
-        for name in names {
-            let status = self.election(&name).status().await;
-            let Some(status) = readable(status, &name, "election", unreadable)? else {
-                continue;
-            };
-            if status.leader.is_some() || status.candidates > 0 {
-                out.push(ElectionListing { name, status });
-            }
-        }
-        Ok(out)
-    }
-
-    /// The fair locks among `names` with waiters in their queue.
-    async fn fair_queues(
-        &self,
-        names: Vec<String>,
-        unreadable: &mut Vec<Unreadable>,
-    ) -> Result<Vec<FairQueueStatus>> {
-        let mut out = Vec::with_capacity(names.len());
-        for name in names {
-            let queued = self.fair_lock(&name).queued().await;
-            let Some(queued) = readable(queued, &name, "fair_queue", unreadable)? else {
-                continue;
-            };
-            if queued > 0 {
-                out.push(FairQueueStatus { name, queued });
-            }
-        }
-        Ok(out)
-    }
-}
-
-impl Client {
-    /// The fence of each of `names` that still exists (a lock,
-    /// reentrant, read-write, fair or multi grant within the fence retention), then of each
-    /// semaphore of `semaphores` (its permits count their own tokens).
-    async fn grants(&self, names: &[String], semaphores: &[String]) -> Result<Vec<GrantStatus>> {
-        let ns = &self.core().options().namespace;
-        let node = self.core().node()?;
-        let mut out = Vec::with_capacity(names.len() + semaphores.len());
-        let fences = batches(node, ns, names)
-            .into_iter()
-            .map(|batch| {
-                let fences = batch.iter().map(|name| LockKeys::new(ns, name).fence);
-                batch
-                    .iter()
-                    .copied()
-                    .zip(fences)
-                    .map(|(n, f)| (n, f, false))
-                    .collect::<Vec<_>>()
-            })
-            .chain(batches(node, ns, semaphores).into_iter().map(|batch| {
-                let fences = batch.iter().map(|name| SemaphoreKeys::new(ns, name).fence);
-                batch
-                    .iter()
-                    .copied()
-                    .zip(fences)
-                    .map(|(n, f)| (n, f, true))
-                    .collect()
-            }));
-        // One pipeline a batch (on a cluster, a batch is one slot's).
-        for chunk in fences {
-            let mut pipe = redis::pipe();
-            pipe.ignore_errors();
-            for (_, fence, _) in &chunk {
-                pipe.cmd("XINFO").arg("STREAM").arg(fence);
-            }
-            let replies: Vec<std::result::Result<Value, RedisError>> =
-                node.query_pipe("grants", &pipe).await?;
-            for ((name, _, semaphore), reply) in chunk.iter().zip(&replies) {
-                // Gone since the scan (its retention ended), or not a fence: not listed.
-                if let Some(fence) = fence_token(reply) {
-                    out.push(GrantStatus {
-                        name: (*name).clone(),
-                        fence,
-                        semaphore: *semaphore,
-                    });
-                }
-            }
-        }
-        Ok(out)
-    }
+    Ok(out)
 }
 
 /// The token of a fence's last ID, from `XINFO STREAM`'s reply (`scripts/fence.lua`); `None`
@@ -698,7 +684,7 @@ fn fence_token(reply: &std::result::Result<Value, RedisError>) -> Option<Fencing
     }
 }
 
-/// A name's fence, as [`Client::list`] finds it.
+/// A name's fence, as [`Client::list`](crate::Client::list) finds it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct GrantStatus {

@@ -11,14 +11,17 @@
 //! A retry ticket has one more field after the owner, the marks a take-over of unknown outcome
 //! may have left, joined by `-`: `fenced1.<kind>.<ttl ms>.<epoch>.<token>.<owner>.<marks>.<hex
 //! namespace>.<hex name>`. It repeats that very take-over, which the original ticket no longer
-//! can ([`Client::retry_ticket`]).
+//! can ([`Client::retry_ticket`](crate::Client::retry_ticket)).
 
-use crate::client::Client;
-use crate::core::Held;
+use std::sync::Arc;
+
+use crate::core::{Core, Held};
 use crate::error::{Error, Result};
+use crate::fair::FairLock;
 use crate::guard::LockGuard;
 use crate::keys::validate_name;
 use crate::kind::LeaseKind;
+use crate::lock::Lock;
 use crate::token::{FencingToken, OwnerToken, hex};
 use crate::unfenced::UnfencedGuard;
 
@@ -159,120 +162,71 @@ fn parse(text: &str) -> Result<Ticket> {
     })
 }
 
-impl Client {
-    /// Takes over a [`Lock`](crate::Lock) or [`FairLock`](crate::FairLock) lease from a
-    /// ticket written by [`LockGuard::into_ticket`], in this process or another: the guard
-    /// renews, extends, signals loss and releases like the original. A ticket is taken over
-    /// once: resuming it again (a queue that delivers a message twice) answers
-    /// [`Error::NotHeld`], so two workers never hold one lease. A ticket carries no minimum
-    /// or maximum hold: set them again on the resumed lease's work if it needs them.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::InvalidArgument`] for text that is not a ticket (a truncated or altered one),
-    /// a ticket of another kind or another namespace, before anything is sent;
-    /// [`Error::NotHeld`] when the lease is no longer held by the ticket's owner: it expired
-    /// or was released and granted again since (a stale ticket), the owner is made up, or the
-    /// ticket was taken over already. Nothing is changed then. Transport errors as usual.
-    ///
-    /// After an error whose outcome is unknown (a timeout, a lost reply,
-    /// [`Error::NotReplicated`]) the take-over may have happened: resuming the same ticket on
-    /// this client again repeats it and succeeds if it did. A process that gives up instead
-    /// hands [`retry_ticket`](Self::retry_ticket) on, so the lease never stays held by nobody.
-    ///
-    /// ```
-    /// # fenced_testkit::doctest(|test_url| async move {
-    /// let url = "redis://127.0.0.1:6379"; // your server
-    /// # let url = test_url;
-    /// let client = fenced::Client::connect(&url).await?;
-    /// let ticket = client.lock("order:7").acquire().await?.into_ticket();
-    /// // ... queue the work with the ticket; a worker, with a client of its own:
-    /// let worker = fenced::Client::connect(&url).await?;
-    /// let guard = worker.resume(&ticket).await?;
-    /// guard.release().await?;
-    /// # Ok(()) });
-    /// ```
-    pub async fn resume(&self, ticket: &str) -> Result<LockGuard> {
-        let ticket = self.parse_ticket(ticket, &["lock", "fair"])?;
-        let kind: std::sync::Arc<dyn LeaseKind> = match ticket.kind.as_str() {
-            "fair" => std::sync::Arc::new(self.fair_lock(ticket.name.clone()).ticket_kind()),
-            _ => std::sync::Arc::new(self.lock(ticket.name.clone()).exclusive_kind()),
-        };
-        self.resume_held(kind, ticket).await.map(LockGuard::new)
-    }
+/// [`Client::resume`](crate::Client::resume).
+pub(crate) async fn resume(core: &Arc<Core>, ticket: &str) -> Result<LockGuard> {
+    let ticket = parse_for(core, ticket, &["lock", "fair"])?;
+    let kind: Arc<dyn LeaseKind> = match ticket.kind.as_str() {
+        "fair" => Arc::new(FairLock::new(core, ticket.name.clone()).ticket_kind()),
+        _ => Arc::new(Lock::new(core, ticket.name.clone()).exclusive_kind()),
+    };
+    resume_held(core, kind, ticket).await.map(LockGuard::new)
+}
 
-    /// [`resume`](Self::resume) for a ticket written by [`UnfencedGuard::into_ticket`].
-    ///
-    /// # Errors
-    ///
-    /// As [`resume`](Self::resume).
-    pub async fn resume_unfenced(&self, ticket: &str) -> Result<UnfencedGuard> {
-        let ticket = self.parse_ticket(ticket, &["unfenced"])?;
-        let kind = self.lock(ticket.name.clone()).unfenced().kind();
-        self.resume_held(std::sync::Arc::new(kind), ticket)
-            .await
-            .map(UnfencedGuard::new)
-    }
+/// [`Client::resume_unfenced`](crate::Client::resume_unfenced).
+pub(crate) async fn resume_unfenced(core: &Arc<Core>, ticket: &str) -> Result<UnfencedGuard> {
+    let ticket = parse_for(core, ticket, &["unfenced"])?;
+    let kind = Lock::new(core, ticket.name.clone()).unfenced().kind();
+    resume_held(core, Arc::new(kind), ticket)
+        .await
+        .map(UnfencedGuard::new)
+}
 
-    fn parse_ticket(&self, text: &str, kinds: &[&str]) -> Result<Ticket> {
-        let ticket = parse(text)?;
-        if !kinds.contains(&ticket.kind.as_str()) {
-            return Err(Error::invalid(format!(
-                "this is a ticket of a {} lease; resume it with {}",
-                ticket.kind,
-                if ticket.kind == "unfenced" {
-                    "resume_unfenced"
-                } else {
-                    "resume"
-                }
-            )));
-        }
-        if ticket.namespace != self.namespace() {
-            return Err(Error::invalid(format!(
-                "the ticket is for namespace {:?}, this client's is {:?}",
-                ticket.namespace,
-                self.namespace()
-            )));
-        }
-        validate_name("lock", &ticket.name)?;
-        Ok(ticket)
+/// `text` parsed, if it is a ticket of one of `kinds` in this client's namespace.
+fn parse_for(core: &Core, text: &str, kinds: &[&str]) -> Result<Ticket> {
+    let ticket = parse(text)?;
+    if !kinds.contains(&ticket.kind.as_str()) {
+        return Err(Error::invalid(format!(
+            "this is a ticket of a {} lease; resume it with {}",
+            ticket.kind,
+            if ticket.kind == "unfenced" {
+                "resume_unfenced"
+            } else {
+                "resume"
+            }
+        )));
     }
+    let namespace = &core.options().namespace;
+    if &ticket.namespace != namespace {
+        return Err(Error::invalid(format!(
+            "the ticket is for namespace {:?}, this client's is {:?}",
+            ticket.namespace, namespace
+        )));
+    }
+    validate_name("lock", &ticket.name)?;
+    Ok(ticket)
+}
 
-    async fn resume_held(
-        &self,
-        kind: std::sync::Arc<dyn LeaseKind>,
-        ticket: Ticket,
-    ) -> Result<Held> {
-        self.core()
-            .resume(
-                kind,
-                (ticket.owner, ticket.token),
-                ticket.ttl,
-                ticket.epoch,
-                ticket.marks,
-            )
-            .await
-    }
+async fn resume_held(core: &Arc<Core>, kind: Arc<dyn LeaseKind>, ticket: Ticket) -> Result<Held> {
+    core.resume(
+        kind,
+        (ticket.owner, ticket.token),
+        ticket.ttl,
+        ticket.epoch,
+        ticket.marks,
+    )
+    .await
+}
 
-    /// After [`resume`](Self::resume) (or [`resume_unfenced`](Self::resume_unfenced)) of
-    /// `ticket` failed with an outcome that is unknown, the text that repeats that very
-    /// take-over from any process: the take-over may have happened, and then the original
-    /// ticket is refused from now on. `None` when this client has no such take-over of the
-    /// ticket (it was answered, or its ttl has passed). Once handed out, resuming the original
-    /// ticket here no longer repeats it: only the retry ticket does, once.
-    ///
-    /// For a process that cannot retry itself (a command that exits): print or queue the
-    /// retry ticket in place of the original.
-    pub fn retry_ticket(&self, ticket: &str) -> Option<String> {
-        let ticket = parse(ticket).ok()?;
-        let marks = self.core().retry_take_over(&ticket.owner, ticket.epoch)?;
-        Some(ticket.text(&marks))
-    }
+/// [`Client::retry_ticket`](crate::Client::retry_ticket).
+pub(crate) fn retry_ticket(core: &Core, ticket: &str) -> Option<String> {
+    let ticket = parse(ticket).ok()?;
+    let marks = core.retry_take_over(&ticket.owner, ticket.epoch)?;
+    Some(ticket.text(&marks))
 }
 
 impl LockGuard {
     /// Hands this lease to another process: the text to pass on (a queue message, a job's
-    /// arguments), from which [`Client::resume`] takes it over. From now on this process
+    /// arguments), from which [`Client::resume`](crate::Client::resume) takes it over. From now on this process
     /// neither renews nor releases it, and its [`Lease`](crate::Lease) clones say it ended;
     /// the lease lives on for its ttl, in which the other process must resume it.
     ///
@@ -286,7 +240,7 @@ impl LockGuard {
 
 impl UnfencedGuard {
     /// [`LockGuard::into_ticket`] for an unfenced lease; resume it with
-    /// [`Client::resume_unfenced`].
+    /// [`Client::resume_unfenced`](crate::Client::resume_unfenced).
     pub fn into_ticket(self) -> String {
         let namespace = self.held().core_namespace();
         write(&namespace, self.into_held())

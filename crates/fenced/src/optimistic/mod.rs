@@ -23,4 +23,9 @@ mod transaction;
 pub use atomic::{CasOutcome, MAX_KEY_LEN, MAX_STOCK, Stock, Versioned, VersionedWrite};
 pub use transaction::Tx;
 
+pub(crate) use atomic::{
+    compare_and_set, decrement_if_at_least, get_versioned, set_extreme, set_if_version,
+};
+pub(crate) use transaction::transaction;
+
 pub(crate) use crate::backend::pool::Slot;

@@ -10,8 +10,8 @@ use redis::aio::MultiplexedConnection;
 use redis::{Cmd, FromRedisValue, RedisError, ToRedisArgs, Value};
 use tokio::time::Instant;
 
-use crate::backend::pool::{Addr, Pooled};
-use crate::client::Client;
+use crate::backend::pool::{Addr, Pooled, TxPool};
+use crate::core::Core;
 use crate::error::bounded;
 use crate::error::{Error, Result};
 use crate::util::Backoff;
@@ -132,224 +132,144 @@ impl Tx {
     }
 }
 
-impl Client {
-    /// Runs `step` as an optimistic transaction over `keys`, with the default policy ([`WaitPolicy::TRANSACTION`]).
-    /// See [`transaction_with`](Self::transaction_with).
-    ///
-    /// # Examples
-    ///
-    /// The flash-sale purchase: buy one item if any is left.
-    ///
-    /// ```
-    /// # fenced_testkit::doctest(|test_url| async move {
-    /// let url = "redis://127.0.0.1:6379"; // your server
-    /// # let url = test_url;
-    /// let client = fenced::Client::connect(&url).await?;
-    /// # let mut c = fenced::redis::Client::open(url.as_str())?.get_multiplexed_async_connection().await?;
-    /// # let _: () = fenced::redis::cmd("SET").arg("stock:42").arg(20).query_async(&mut c).await?;
-    /// let bought = client
-    ///     .transaction(&["stock:42"], |tx| async move {
-    ///         let stock: i64 = tx.get("stock:42").await?.unwrap_or(0);
-    ///         if stock <= 0 {
-    ///             return Ok::<_, fenced::Error>(false); // sold out: nothing is written
-    ///         }
-    ///         tx.set("stock:42", stock - 1);
-    ///         Ok(true)
-    ///     })
-    ///     .await?;
-    /// assert!(bought);
-    /// # Ok(()) });
-    /// ```
-    ///
-    /// # Errors
-    ///
-    /// As [`transaction_with`](Self::transaction_with).
-    pub async fn transaction<T, E, F, Fut>(&self, keys: &[&str], step: F) -> Result<T, E>
-    where
-        F: FnMut(Tx) -> Fut,
-        Fut: Future<Output = Result<T, E>>,
-        E: From<Error>,
-    {
-        self.transaction_with(keys, WaitPolicy::TRANSACTION, step)
-            .await
+/// [`Client::transaction_with`](crate::Client::transaction_with): `WATCH`, the step, `MULTI` … `EXEC`, until one attempt
+/// commits or the policy runs out.
+pub(crate) async fn transaction<T, E, F, Fut>(
+    core: &Core,
+    pool: &Arc<TxPool>,
+    keys: &[&str],
+    policy: WaitPolicy,
+    mut step: F,
+) -> Result<T, E>
+where
+    F: FnMut(Tx) -> Fut,
+    Fut: Future<Output = Result<T, E>>,
+    E: From<Error>,
+{
+    policy.validate()?;
+    if keys.is_empty() {
+        return Err(Error::invalid("a transaction needs at least one key to watch").into());
     }
-
-    /// Runs `step` as an optimistic transaction over `keys`.
-    ///
-    /// Each attempt: `WATCH keys` on a dedicated connection (never the shared multiplexed
-    /// one); run `step`, which reads through its [`Tx`](crate::optimistic::Tx) and queues writes; then
-    /// - `step` returned `Err(e)`: `UNWATCH`, and `Err(e)` is returned as it is;
-    /// - `Ok` with nothing queued: `UNWATCH`, and its value is returned (a decision to write
-    ///   nothing, like "sold out");
-    /// - `Ok` with writes queued: `MULTI`, the writes, `EXEC`. If a watched key changed since
-    ///   the `WATCH`, Redis refuses the whole `EXEC`, and the step runs again after a backoff.
-    ///
-    /// `step` may therefore run several times: keep side effects other than `Tx` writes out
-    /// of it. Keys are used as given (no namespace prefix). With
-    /// [`replica_acks`](crate::ClientBuilder::replica_acks) a transaction does not wait for the
-    /// replicas (the atomic helpers do): a failover right after `EXEC` may lose its writes.
-    ///
-    /// On a Redis Cluster the keys must share one hash slot (one hash tag, like
-    /// `{order:42}:stock` and `{order:42}:paid`), and the transaction runs on that slot's
-    /// master. When the slot moves (`MOVED`), the attempt writes nothing and the next one
-    /// runs on the new master; while it is being migrated (`ASK`, `TRYAGAIN`), attempts back
-    /// off as after a conflict.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::Conflict`] (converted into `E`) with the number of attempts when the policy's
-    /// limit or deadline is reached; [`Error::InvalidArgument`] for a bad policy, no keys, or
-    /// keys of several slots on a cluster;
-    /// transport errors. After a timeout of the `EXEC` itself the outcome is unknown.
-    ///
-    /// A queued command that fails *inside* `EXEC` (say, `INCRBY` on a key holding text) does
-    /// not undo the others: Redis has no rollback. That error is returned as
-    /// [`Error::Redis`] and the step is not run again, since the other writes did happen.
-    ///
-    /// # Cancel safety
-    ///
-    /// Dropping the future mid-way closes its connection, which makes the server drop the
-    /// `WATCH` and any open `MULTI`: nothing is committed that `EXEC` did not already commit,
-    /// and no dirty connection goes back to the pool.
-    pub async fn transaction_with<T, E, F, Fut>(
-        &self,
-        keys: &[&str],
-        policy: WaitPolicy,
-        mut step: F,
-    ) -> Result<T, E>
-    where
-        F: FnMut(Tx) -> Fut,
-        Fut: Future<Output = Result<T, E>>,
-        E: From<Error>,
-    {
-        policy.validate()?;
-        if keys.is_empty() {
-            return Err(Error::invalid("a transaction needs at least one key to watch").into());
-        }
-        for key in keys {
-            super::atomic::check_key(key)?;
-        }
-        let started = Instant::now();
-        let deadline = match policy.deadline() {
-            Some(d) => Some(started.checked_add(d).ok_or_else(|| {
-                Error::invalid(format!("transaction deadline {d:?} overflows the clock"))
-            })?),
-            None => None,
-        };
-        // One node: a transaction's WATCH lives on one connection. On a cluster, that is the
-        // master of the keys' one slot.
-        self.core().backend().node_for("a transaction")?;
-        #[cfg(feature = "cluster")]
-        let slot = if self.core().backend().is_cluster() {
-            Some(one_slot(keys)?)
-        } else {
-            None
-        };
-        #[cfg(not(feature = "cluster"))]
-        let slot: Option<Slot> = None;
-        let pool = self.tx_pool();
-        let timeout = self.timeout();
-        let (min, max) = policy.backoff().unwrap_or(DEFAULT_BACKOFF);
-        let mut backoff = Backoff::new(min, max);
-        let mut attempt = 0u32;
-        loop {
-            attempt = attempt.saturating_add(1);
-            if attempt > 1 && deadline.is_some_and(|d| Instant::now() >= d) {
-                // The backoff ran into the deadline: the conflicts are what stopped us.
-                return Err(Error::Conflict {
-                    attempts: attempt - 1,
-                    waited: started.elapsed(),
-                }
-                .into());
+    for key in keys {
+        super::atomic::check_key(key)?;
+    }
+    let started = Instant::now();
+    let deadline = match policy.deadline() {
+        Some(d) => Some(started.checked_add(d).ok_or_else(|| {
+            Error::invalid(format!("transaction deadline {d:?} overflows the clock"))
+        })?),
+        None => None,
+    };
+    // One node: a transaction's WATCH lives on one connection. On a cluster, that is the
+    // master of the keys' one slot.
+    core.backend().node_for("a transaction")?;
+    #[cfg(feature = "cluster")]
+    let slot = if core.backend().is_cluster() {
+        Some(one_slot(keys)?)
+    } else {
+        None
+    };
+    #[cfg(not(feature = "cluster"))]
+    let slot: Option<Slot> = None;
+    let timeout = core.options().timeout;
+    let (min, max) = policy.backoff().unwrap_or(DEFAULT_BACKOFF);
+    let mut backoff = Backoff::new(min, max);
+    let mut attempt = 0u32;
+    loop {
+        attempt = attempt.saturating_add(1);
+        if attempt > 1 && deadline.is_some_and(|d| Instant::now() >= d) {
+            // The backoff ran into the deadline: the conflicts are what stopped us.
+            return Err(Error::Conflict {
+                attempts: attempt - 1,
+                waited: started.elapsed(),
             }
-            // Waiting for a free pooled connection counts against the deadline too.
-            let watched = match deadline {
-                Some(d) => match tokio::time::timeout_at(d, watch(pool, keys, timeout, slot)).await
-                {
-                    Ok(watched) => watched?,
-                    Err(_) => {
-                        return Err(Error::Timeout {
-                            operation: "transaction (waiting for a pooled connection)",
-                            after: started.elapsed(),
-                        }
-                        .into());
+            .into());
+        }
+        // Waiting for a free pooled connection counts against the deadline too.
+        let watched = match deadline {
+            Some(d) => match tokio::time::timeout_at(d, watch(pool, keys, timeout, slot)).await {
+                Ok(watched) => watched?,
+                Err(_) => {
+                    return Err(Error::Timeout {
+                        operation: "transaction (waiting for a pooled connection)",
+                        after: started.elapsed(),
                     }
-                },
-                None => watch(pool, keys, timeout, slot).await?,
-            };
-            let retry = match watched {
-                // The slot is being migrated: like a conflict, try again after a pause.
-                Watched::Busy => Retry::AfterPause,
-                Watched::Ready(mut pooled) => {
-                    let tx = Tx {
-                        conn: pooled.conn(),
-                        state: Arc::new(TxState {
-                            live: AtomicBool::new(true),
-                            queued: Mutex::new(Vec::new()),
-                            attempt,
-                            timeout,
-                            slot,
-                            redirect: Mutex::new(None),
-                        }),
-                    };
-                    let outcome = step(tx.clone()).await;
-                    tx.state.live.store(false, Ordering::Release);
-                    let writes = std::mem::take(&mut *tx.state.queued());
-                    let redirected = crate::util::lock_unpoisoned(&tx.state.redirect).take();
-                    if let Some(r) = redirected {
-                        // The step read from a node that no longer serves the slot (or not
-                        // yet): whatever it decided rests on a failed read. Run it again.
-                        unwatch(&mut pooled, timeout).await;
-                        Retry::Redirected(r, pooled.at().cloned())
-                    } else {
-                        let value = match outcome {
-                            Err(e) => {
-                                unwatch(&mut pooled, timeout).await;
-                                return Err(e);
-                            }
-                            Ok(value) => value,
-                        };
-                        if writes.is_empty() {
+                    .into());
+                }
+            },
+            None => watch(pool, keys, timeout, slot).await?,
+        };
+        let retry = match watched {
+            // The slot is being migrated: like a conflict, try again after a pause.
+            Watched::Busy => Retry::AfterPause,
+            Watched::Ready(mut pooled) => {
+                let tx = Tx {
+                    conn: pooled.conn(),
+                    state: Arc::new(TxState {
+                        live: AtomicBool::new(true),
+                        queued: Mutex::new(Vec::new()),
+                        attempt,
+                        timeout,
+                        slot,
+                        redirect: Mutex::new(None),
+                    }),
+                };
+                let outcome = step(tx.clone()).await;
+                tx.state.live.store(false, Ordering::Release);
+                let writes = std::mem::take(&mut *tx.state.queued());
+                let redirected = crate::util::lock_unpoisoned(&tx.state.redirect).take();
+                if let Some(r) = redirected {
+                    // The step read from a node that no longer serves the slot (or not
+                    // yet): whatever it decided rests on a failed read. Run it again.
+                    unwatch(&mut pooled, timeout).await;
+                    Retry::Redirected(r, pooled.at().cloned())
+                } else {
+                    let value = match outcome {
+                        Err(e) => {
                             unwatch(&mut pooled, timeout).await;
-                            return Ok(value);
+                            return Err(e);
                         }
-                        match exec(&mut pooled, &writes, timeout, slot).await? {
-                            Exec::Committed => return Ok(value),
-                            Exec::Conflict => {
-                                // A watched key changed: EXEC was refused and the connection
-                                // is clean again.
-                                crate::core::metrics::transaction_conflict();
-                                Retry::AfterPause
-                            }
-                            Exec::Redirected(r) => Retry::Redirected(r, pooled.at().cloned()),
+                        Ok(value) => value,
+                    };
+                    if writes.is_empty() {
+                        unwatch(&mut pooled, timeout).await;
+                        return Ok(value);
+                    }
+                    match exec(&mut pooled, &writes, timeout, slot).await? {
+                        Exec::Committed => return Ok(value),
+                        Exec::Conflict => {
+                            // A watched key changed: EXEC was refused and the connection
+                            // is clean again.
+                            crate::core::metrics::transaction_conflict();
+                            Retry::AfterPause
                         }
+                        Exec::Redirected(r) => Retry::Redirected(r, pooled.at().cloned()),
                     }
                 }
-            };
-            let now = Instant::now();
-            if policy.max_attempts().is_some_and(|n| attempt >= n)
-                || deadline.is_some_and(|d| now >= d)
-            {
-                return Err(Error::Conflict {
-                    attempts: attempt,
-                    waited: started.elapsed(),
-                }
-                .into());
             }
-            if let Retry::Redirected(Redirect::Moved(moved_slot, addr), answered_by) = &retry
-                && pool.moved(*moved_slot, addr, answered_by.as_ref())
-            {
-                // The slot's new master is known: go there at once.
-                tracing::debug!(node = %addr, "fenced: a transaction's slot moved; running it on its new master");
-                continue;
+        };
+        let now = Instant::now();
+        if policy.max_attempts().is_some_and(|n| attempt >= n) || deadline.is_some_and(|d| now >= d)
+        {
+            return Err(Error::Conflict {
+                attempts: attempt,
+                waited: started.elapsed(),
             }
-            let mut pause = backoff.next_full_jitter();
-            if let Some(d) = deadline {
-                pause = pause.min(d.saturating_duration_since(now));
-            }
-            tracing::trace!(attempt, ?pause, "fenced: transaction conflict; retrying");
-            tokio::time::sleep(pause).await;
+            .into());
         }
+        if let Retry::Redirected(Redirect::Moved(moved_slot, addr), answered_by) = &retry
+            && pool.moved(*moved_slot, addr, answered_by.as_ref())
+        {
+            // The slot's new master is known: go there at once.
+            tracing::debug!(node = %addr, "fenced: a transaction's slot moved; running it on its new master");
+            continue;
+        }
+        let mut pause = backoff.next_full_jitter();
+        if let Some(d) = deadline {
+            pause = pause.min(d.saturating_duration_since(now));
+        }
+        tracing::trace!(attempt, ?pause, "fenced: transaction conflict; retrying");
+        tokio::time::sleep(pause).await;
     }
 }
 
