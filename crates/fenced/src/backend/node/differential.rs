@@ -124,9 +124,9 @@ fn step() -> impl Strategy<Value = Step> {
 }
 
 /// The two nodes on one server: one sends scripts, one sends none.
-struct Nodes {
+pub(super) struct Nodes {
     scripted: Node,
-    scriptless: Node,
+    pub(super) scriptless: Node,
     raw: ConnectionManager,
 }
 
@@ -151,7 +151,7 @@ async fn nodes(url: &str) -> Nodes {
 
 /// A server of its own, a runtime to drive the nodes from a property's closure, and the two
 /// nodes on that server.
-fn lab() -> (fenced_testkit::RedisServer, tokio::runtime::Runtime, Nodes) {
+pub(super) fn lab() -> (fenced_testkit::RedisServer, tokio::runtime::Runtime, Nodes) {
     let server =
         fenced_testkit::RedisServer::start().unwrap_or_else(|e| panic!("needs redis-server: {e}"));
     let runtime = tokio::runtime::Builder::new_current_thread()

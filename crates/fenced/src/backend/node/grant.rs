@@ -551,7 +551,107 @@ fn legacy_floor(text: &[u8]) -> Option<u64> {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+    use super::super::differential::lab;
+    use super::super::watched::INTERLOPER;
     use super::*;
+    use crate::keys::LockKeys;
+    use crate::kind::LeaseKind;
+    use crate::kind::exclusive::Exclusive;
+    use crate::token::OwnerToken;
+
+    /// The ID past a fence the mint started is owed until a round is written: when another
+    /// grant's ID voids the round that appends it (invariant 2), the next round appends that
+    /// ID still, not `*`, which the clock, two ms on by then, would answer above it: a token
+    /// in a later ms than the one past the start, and, had the clock not moved on, one inside
+    /// the start's ms, where a grant from the lost fence may have handed out as much.
+    #[test]
+    fn a_mint_whose_round_another_grant_voided_still_appends_the_id_past_the_fence_it_started() {
+        let (server, runtime, nodes) = lab();
+        let lock = Exclusive {
+            name: "m".into(),
+            keys: Arc::new(LockKeys::new("mint:", "m")),
+            fence_retention_ms: 60_000,
+            counted: true,
+        };
+        let owner = OwnerToken::generate().unwrap();
+        let (lock_key, fence) = (lock.keys.lock.clone(), lock.keys.fence.clone());
+        let mut raw = redis::Client::open(server.url())
+            .unwrap()
+            .get_connection()
+            .unwrap();
+        // Held by the owner, and no fence: the mint starts one, then appends the ID past it.
+        let () = redis::cmd("SET")
+            .arg(&lock_key)
+            .arg(owner.as_str())
+            .arg("PX")
+            .arg(30_000)
+            .query(&mut raw)
+            .unwrap();
+        let started_ms = Arc::new(AtomicU64::new(0));
+        let rounds = Arc::new(AtomicUsize::new(0));
+        let (seen, counted) = (started_ms.clone(), rounds.clone());
+        let write = move || {
+            // The second round, the one that appends the ID past the start: another grant
+            // burns an ID inside the start's ms, and the clock moves two ms on.
+            if counted.fetch_add(1, Ordering::SeqCst) != 1 {
+                return;
+            }
+            let info: Vec<Value> = redis::cmd("XINFO")
+                .arg("STREAM")
+                .arg(&fence)
+                .query(&mut raw)
+                .unwrap();
+            let last = info
+                .chunks(2)
+                .find_map(|pair| match pair {
+                    [Value::BulkString(k), Value::BulkString(id)]
+                        if k.as_slice() == b"last-generated-id" =>
+                    {
+                        Some(String::from_utf8(id.clone()).unwrap())
+                    }
+                    _ => None,
+                })
+                .unwrap();
+            let ms: u64 = last.strip_suffix("-0").unwrap().parse().unwrap();
+            seen.store(ms, Ordering::SeqCst);
+            let _: String = redis::cmd("XADD")
+                .arg(&fence)
+                .arg("MAXLEN")
+                .arg(0)
+                .arg(format!("{ms}-5"))
+                .arg("f")
+                .arg(1)
+                .query(&mut raw)
+                .unwrap();
+            loop {
+                let (secs, micros): (u64, u64) = redis::cmd("TIME").query(&mut raw).unwrap();
+                if secs * 1000 + micros / 1000 >= ms + 2 {
+                    break;
+                }
+            }
+        };
+        *INTERLOPER.lock().unwrap() = Some((lock_key.clone().into_bytes(), Box::new(write)));
+        let call = lock.acquire(&owner, 30_000);
+        let answer = runtime.block_on(nodes.scriptless.mint(&call, None, None, None));
+        *INTERLOPER.lock().unwrap() = None;
+        let (token, _) = answer.unwrap();
+        assert_eq!(
+            rounds.load(Ordering::SeqCst),
+            3,
+            "start, voided round, append"
+        );
+        let ms = started_ms.load(Ordering::SeqCst);
+        assert_eq!(
+            token,
+            Value::BulkString(((ms + 1) * 1000).to_string().into_bytes()),
+            "the fence started at {ms}-0"
+        );
+    }
 
     #[test]
     fn a_legacy_fence_gives_the_id_just_past_its_token() {

@@ -503,6 +503,8 @@ impl Node {
             Err(e) => return Err(failed(e)),
         };
         let writes = decide(&replies)?;
+        #[cfg(test)]
+        interlope(keys);
         // Only writes wait for replicas; an answer's empty EXEC vouches for its reads.
         let wait = wait.filter(|_| !writes.is_empty());
         let mut pipe = redis::pipe();
@@ -547,5 +549,25 @@ impl Node {
                 })
             }
         }
+    }
+}
+
+/// A test's write between a round's reads and its `EXEC`, as another client's would come:
+/// the round's first watched key, and the write, run (blocking) before each `EXEC` of a round
+/// watching that key.
+#[cfg(test)]
+pub(super) type Interloper = (Vec<u8>, Box<dyn FnMut() + Send>);
+
+/// The interloper of a test, if any (each test that sets one watches keys of its own).
+#[cfg(test)]
+pub(super) static INTERLOPER: std::sync::Mutex<Option<Interloper>> = std::sync::Mutex::new(None);
+
+#[cfg(test)]
+fn interlope(keys: &[&[u8]]) {
+    if let Ok(mut interloper) = INTERLOPER.lock()
+        && let Some((key, write)) = interloper.as_mut()
+        && keys.first() == Some(&key.as_slice())
+    {
+        write();
     }
 }
