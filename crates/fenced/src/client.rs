@@ -353,7 +353,7 @@ pub struct ClientBuilder {
     connect: Connect,
 }
 
-/// Listing: what the namespace holds (`inspect.rs`).
+// Listing: what the namespace holds (`inspect.rs`).
 impl Client {
     /// Everything of this client's namespace whose name matches the glob `pattern` (`*` for
     /// all): held locks, semaphores, read-write locks, fair queues, latches and recent grants,
@@ -377,7 +377,7 @@ impl Client {
     }
 }
 
-/// Tickets: a held lease handed to another process (`ticket.rs`).
+// Tickets: a held lease handed to another process (`ticket.rs`).
 impl Client {
     /// Takes over a [`Lock`](crate::Lock) or [`FairLock`](crate::FairLock) lease from a
     /// ticket written by [`LockGuard::into_ticket`], in this process or another: the guard
@@ -438,7 +438,7 @@ impl Client {
     }
 }
 
-/// Optimistic concurrency: transactions and atomic updates (`optimistic/`).
+// Optimistic concurrency: transactions and atomic updates (`optimistic/`).
 impl Client {
     /// Runs `step` as an optimistic transaction over `keys`, with the default policy ([`WaitPolicy::TRANSACTION`]).
     /// See [`transaction_with`](Self::transaction_with).
