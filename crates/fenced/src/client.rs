@@ -1,7 +1,6 @@
 //! [`Client`]: the connection to Redis and the background tasks shared by every lock.
 
 use std::fmt;
-use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 

@@ -382,8 +382,8 @@ pub struct Listing {
     pub unreadable: Vec<Unreadable>,
 }
 
-/// A key of the namespace that [`Client::list`](crate::Client::list) could not read: it holds another type of
-/// data than `fenced` keeps there (Redis' `WRONGTYPE`), written by another program.
+/// A key of the namespace that [`Client::list`](crate::Client::list) could not read: it holds
+/// another type of data than `fenced` keeps there (Redis' `WRONGTYPE`), written by another program.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Unreadable {
@@ -482,7 +482,8 @@ async fn semaphores(
     Ok(out)
 }
 
-/// A read-write lock with live readers or waiting writers, as [`Client::list`](crate::Client::list) finds it.
+/// A read-write lock with live readers or waiting writers, as [`Client::list`](crate::Client::list)
+/// finds it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct RwLockStatus {

@@ -226,9 +226,9 @@ pub(crate) fn retry_ticket(core: &Core, ticket: &str) -> Option<String> {
 
 impl LockGuard {
     /// Hands this lease to another process: the text to pass on (a queue message, a job's
-    /// arguments), from which [`Client::resume`](crate::Client::resume) takes it over. From now on this process
-    /// neither renews nor releases it, and its [`Lease`](crate::Lease) clones say it ended;
-    /// the lease lives on for its ttl, in which the other process must resume it.
+    /// arguments), from which [`Client::resume`](crate::Client::resume) takes it over. From now on
+    /// this process neither renews nor releases it, and its [`Lease`](crate::Lease) clones say it
+    /// ended; the lease lives on for its ttl, in which the other process must resume it.
     ///
     /// The ticket holds the lease's owner token: whoever has it can release or extend the
     /// lease. Keep it as secret as the work's own credentials.

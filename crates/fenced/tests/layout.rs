@@ -30,7 +30,8 @@ fn modules(root: &Path) -> BTreeMap<String, String> {
             let code: String = std::fs::read_to_string(&path)
                 .unwrap()
                 .lines()
-                .take_while(|l| !(l.starts_with("#[cfg(") && l.contains("test")))
+                // A file's tests sit at its end (`#[cfg(test)]`); `feature = "testing"` is code.
+                .take_while(|l| !(l.starts_with("#[cfg(test)]") || l.starts_with("#[cfg(all(test")))
                 .filter(|l| !l.trim_start().starts_with("//"))
                 .collect::<Vec<_>>()
                 .join("\n");
@@ -124,7 +125,8 @@ fn import_edges(modules: &BTreeMap<String, String>) -> Vec<(String, String)> {
     }
     let resolve = |path: &str| -> Option<String> {
         let parts: Vec<&str> = path.split("::").collect();
-        for i in (1..parts.len()).rev() {
+        // From the longest prefix down to the crate root's own re-exports (`crate::Client`).
+        for i in (0..parts.len()).rev() {
             if let Some(child) = aliases.get(&(parts[..i].join("::"), parts[i].to_owned())) {
                 return Some(child.clone());
             }

@@ -49,7 +49,8 @@ pub enum VersionedWrite {
     },
 }
 
-/// The largest stock (and `n`) [`Client::decrement_if_at_least`](crate::Client::decrement_if_at_least) works with: 10^15, well
+/// The largest stock (and `n`)
+/// [`Client::decrement_if_at_least`](crate::Client::decrement_if_at_least) works with: 10^15, well
 /// inside the integers Lua's numbers hold exactly.
 pub const MAX_STOCK: u64 = 1_000_000_000_000_000;
 
@@ -153,7 +154,8 @@ pub(crate) async fn set_if_version(
     })
 }
 
-/// [`Client::set_max`](crate::Client::set_max) (`which`: `max`) and [`Client::set_min`](crate::Client::set_min) (`min`).
+/// [`Client::set_max`](crate::Client::set_max) (`which`: `max`) and
+/// [`Client::set_min`](crate::Client::set_min) (`min`).
 pub(crate) async fn set_extreme(
     core: &Core,
     key: &str,

@@ -13,9 +13,12 @@
 //! [`Client::set_if_version`]): one round trip, no retries, nothing to conflict with. Use a
 //! transaction when the decision needs your own code between the read and the write.
 //! `docs/benchmarks.md` measures all three on the flash sale and a contended counter.
-
-#[cfg(doc)]
-use crate::Client;
+//!
+//! [`Client::transaction`]: crate::Client::transaction
+//! [`Client::set_max`]: crate::Client::set_max
+//! [`Client::decrement_if_at_least`]: crate::Client::decrement_if_at_least
+//! [`Client::compare_and_set`]: crate::Client::compare_and_set
+//! [`Client::set_if_version`]: crate::Client::set_if_version
 
 mod atomic;
 mod transaction;

@@ -132,8 +132,8 @@ impl Tx {
     }
 }
 
-/// [`Client::transaction_with`](crate::Client::transaction_with): `WATCH`, the step, `MULTI` … `EXEC`, until one attempt
-/// commits or the policy runs out.
+/// [`Client::transaction_with`](crate::Client::transaction_with): `WATCH`, the step, `MULTI` …
+/// `EXEC`, until one attempt commits or the policy runs out.
 pub(crate) async fn transaction<T, E, F, Fut>(
     core: &Core,
     pool: &Arc<TxPool>,

@@ -584,6 +584,10 @@ mod tests {
             .unwrap()
             .get_connection()
             .unwrap();
+        // The write runs under the interloper's lock, which every lib test's `WATCH` round
+        // takes: bounded, so a stalled server fails this test rather than holding the others.
+        raw.set_read_timeout(Some(std::time::Duration::from_secs(2)))
+            .unwrap();
         // Held by the owner, and no fence: the mint starts one, then appends the ID past it.
         let () = redis::cmd("SET")
             .arg(&lock_key)
@@ -628,11 +632,16 @@ mod tests {
                 .arg(1)
                 .query(&mut raw)
                 .unwrap();
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
             loop {
                 let (secs, micros): (u64, u64) = redis::cmd("TIME").query(&mut raw).unwrap();
                 if secs * 1000 + micros / 1000 >= ms + 2 {
                     break;
                 }
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "the server clock stood still"
+                );
             }
         };
         *INTERLOPER.lock().unwrap() = Some((lock_key.clone().into_bytes(), Box::new(write)));
