@@ -161,7 +161,8 @@ pub enum Error {
     /// - a handle asking for a write lease while it (or a clone) holds a read lease of the
     ///   same lock;
     /// - a task waiting, in [`Lock::acquire`](crate::Lock::acquire),
-    ///   [`FairLock::acquire`](crate::FairLock::acquire) or
+    ///   [`FairLock::acquire`](crate::FairLock::acquire),
+    ///   [`MultiLock::acquire`](crate::MultiLock::acquire) or
     ///   [`Semaphore::acquire_many`](crate::Semaphore::acquire_many), for a name that guards it
     ///   acquired itself hold, or for more permits than those guards leave.
     ///

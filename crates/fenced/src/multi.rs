@@ -128,13 +128,20 @@ impl MultiLock {
     ///
     /// # Errors
     ///
-    /// As [`Lock::acquire`](crate::Lock::acquire).
+    /// As [`Lock::acquire`](crate::Lock::acquire): [`Error::WouldDeadlock`], before anything
+    /// is sent, when a guard this task acquired holds any of the names (any lock of it,
+    /// another multi-lock's included).
     ///
     /// # Cancel safety
     ///
     /// As [`Lock::acquire`](crate::Lock::acquire).
     pub async fn acquire(&self) -> Result<MultiGuard> {
         let ttl = self.checked_ttl()?;
+        for (name, keys) in self.names.iter().zip(self.keys.iter()) {
+            self.core
+                .refuse_waiting_for_itself("lock", name, &keys.lock, 1, 1)
+                .await?;
+        }
         let mut req = self.opts.request(&self.name, &self.queue, ttl, 1);
         req.also = &self.channels;
         let span = tracing::debug_span!("fenced.acquire", fenced.name = %self.name, fenced.primitive = "multi_lock", fenced.token = tracing::field::Empty);

@@ -243,3 +243,56 @@ async fn every_lock_a_task_holds_is_refused_to_it_again_at_once() {
     held.release().await.unwrap();
     assert!(unfenced.acquire().await.is_ok());
 }
+
+#[tokio::test]
+async fn a_multi_lock_over_a_name_the_task_holds_fails_at_once_and_others_wait_for_it() {
+    let server = server();
+    let c = client(&server).await;
+    let started = Instant::now();
+    // A plain lock held, then a multi-lock over it and another name.
+    let plain = c.lock("b").acquire().await.unwrap();
+    let both = c.multi_lock(["a", "b"]).unwrap();
+    let at_once = Duration::from_secs(5);
+    let over = tokio::time::timeout(at_once, both.acquire())
+        .await
+        .expect("refused, not waited for");
+    assert!(would_deadlock(&over), "{over:?}");
+    // Refused before anything was sent: the other name is not taken.
+    let a = c.lock("a").try_acquire().await.unwrap().expect("a is free");
+    a.release().await.unwrap();
+    plain.release().await.unwrap();
+
+    // A multi-lock held, then another that shares a name, and a plain lock of a name in it.
+    let held = both.acquire().await.unwrap();
+    let overlapping = tokio::time::timeout(at_once, c.multi_lock(["b", "c"]).unwrap().acquire())
+        .await
+        .expect("refused, not waited for");
+    assert!(would_deadlock(&overlapping), "{overlapping:?}");
+    let inside = c.lock("a").acquire().await;
+    assert!(would_deadlock(&inside), "{inside:?}");
+    // A disjoint one is granted.
+    let apart = c.multi_lock(["c", "d"]).unwrap().acquire().await.unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "refused at once"
+    );
+    // A try never waits: it answers as before.
+    assert!(both.try_acquire().await.unwrap().is_none());
+
+    // Another task waits for the holder, and gets the names at its release.
+    let waiter = tokio::spawn({
+        let both = both.clone();
+        async move { both.acquire().await.map(|g| g.fencing_token()) }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!waiter.is_finished(), "another task waits for the holder");
+    let first = held.fencing_token();
+    held.release().await.unwrap();
+    let next = tokio::time::timeout(Duration::from_secs(5), waiter)
+        .await
+        .expect("woken by the release")
+        .unwrap()
+        .unwrap();
+    assert!(next > first);
+    apart.release().await.unwrap();
+}
