@@ -4,13 +4,31 @@
 
 use std::time::Duration;
 
-use fenced::{Error, WaitPolicy};
+use fenced::{Error, FencingToken, WaitPolicy};
 use tokio::time::Instant;
 
 use crate::support::{client, server};
 
 fn would_deadlock<T>(r: &Result<T, Error>) -> bool {
     matches!(r, Err(Error::WouldDeadlock(_)))
+}
+
+/// `waiter`, another task's acquire, waits while the holder of token `first` holds, and is
+/// granted, with a later token, once `release` gives the lease back.
+async fn granted_at_the_release(
+    waiter: tokio::task::JoinHandle<Result<FencingToken, Error>>,
+    first: FencingToken,
+    release: impl Future<Output = Result<(), Error>>,
+) {
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!waiter.is_finished(), "another task waits for the holder");
+    release.await.unwrap();
+    let next = tokio::time::timeout(Duration::from_secs(5), waiter)
+        .await
+        .expect("woken by the release")
+        .unwrap()
+        .unwrap();
+    assert!(next > first);
 }
 
 #[tokio::test]
@@ -57,16 +75,8 @@ async fn acquiring_a_lock_the_task_already_holds_fails_at_once_with_would_deadlo
         let lock = lock.clone();
         async move { lock.acquire().await.map(|g| g.fencing_token()) }
     });
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    assert!(!waiter.is_finished(), "another task waits for the holder");
     let first = guard.fencing_token();
-    guard.release().await.unwrap();
-    let next = tokio::time::timeout(Duration::from_secs(5), waiter)
-        .await
-        .expect("woken by the release")
-        .unwrap()
-        .unwrap();
-    assert!(next > first);
+    granted_at_the_release(waiter, first, guard.release()).await;
     // Given back, the guard no longer counts.
     lock.acquire().await.unwrap().release().await.unwrap();
 }
@@ -284,15 +294,7 @@ async fn a_multi_lock_over_a_name_the_task_holds_fails_at_once_and_others_wait_f
         let both = both.clone();
         async move { both.acquire().await.map(|g| g.fencing_token()) }
     });
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    assert!(!waiter.is_finished(), "another task waits for the holder");
     let first = held.fencing_token();
-    held.release().await.unwrap();
-    let next = tokio::time::timeout(Duration::from_secs(5), waiter)
-        .await
-        .expect("woken by the release")
-        .unwrap()
-        .unwrap();
-    assert!(next > first);
+    granted_at_the_release(waiter, first, held.release()).await;
     apart.release().await.unwrap();
 }
