@@ -27,18 +27,36 @@ fn modules(root: &Path) -> BTreeMap<String, String> {
             if parts.last().is_some_and(|p| p == "mod" || p == "lib") {
                 parts.pop();
             }
-            let code: String = std::fs::read_to_string(&path)
-                .unwrap()
-                .lines()
-                // A file's tests sit at its end (`#[cfg(test)]`); `feature = "testing"` is code.
-                .take_while(|l| !(l.starts_with("#[cfg(test)]") || l.starts_with("#[cfg(all(test")))
-                .filter(|l| !l.trim_start().starts_with("//"))
-                .collect::<Vec<_>>()
-                .join("\n");
+            let code = without_tests(&std::fs::read_to_string(&path).unwrap());
             out.insert(parts.join("::"), code);
         }
     }
     out
+}
+
+/// A file's code without its comments and its tests: a one-line test item where it stands
+/// (`#[cfg(test)] mod differential;`, whose file is read on its own, or a test helper's
+/// re-export) is skipped, a test module written out (`#[cfg(test)] mod tests { … }`, at the
+/// end) ends the code. `#[cfg(feature =
+/// "testing")]` is code.
+fn without_tests(text: &str) -> String {
+    let mut lines = text.lines().peekable();
+    let mut code = Vec::new();
+    while let Some(line) = lines.next() {
+        if line.starts_with("#[cfg(test)]") || line.starts_with("#[cfg(all(test") {
+            match lines.peek() {
+                Some(next) if next.trim_end().ends_with(';') => {
+                    lines.next();
+                    continue;
+                }
+                _ => break,
+            }
+        }
+        if !line.trim_start().starts_with("//") {
+            code.push(line);
+        }
+    }
+    code.join("\n")
 }
 
 /// Every `use` statement of `code`, whole (over several lines), with what precedes `use`.

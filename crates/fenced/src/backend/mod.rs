@@ -22,6 +22,8 @@ use redis::Value;
 use tokio::time::Instant;
 
 pub(crate) use node::{Conn, Node, reads};
+#[cfg(test)]
+pub(crate) use node::{runner, server_and_runtime};
 #[cfg(feature = "redlock")]
 pub(crate) use redlock::Redlock;
 #[cfg(feature = "sentinel")]

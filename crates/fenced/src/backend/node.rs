@@ -49,6 +49,8 @@ mod watched;
 
 #[cfg(test)]
 mod differential;
+#[cfg(test)]
+pub(crate) use differential::{runner, server_and_runtime};
 
 use std::sync::Arc;
 use std::time::Duration;

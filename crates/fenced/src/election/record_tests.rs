@@ -7,11 +7,10 @@
 use std::time::{Duration, SystemTime};
 
 use proptest::prelude::*;
-use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
 use redis::aio::ConnectionManager;
 
 use super::record::{ElectionReads, ElectionStatus};
-use crate::backend::{Conn, Node};
+use crate::backend::{Conn, Node, runner, server_and_runtime};
 
 /// Who holds the leader key, and whose record is there.
 #[derive(Clone, Copy, Debug)]
@@ -188,12 +187,7 @@ fn agrees(read: &ElectionStatus, state: &State) -> Result<(), String> {
 
 #[test]
 fn an_elections_read_answers_what_its_keys_hold_in_any_state() {
-    let server =
-        fenced_testkit::RedisServer::start().unwrap_or_else(|e| panic!("needs redis-server: {e}"));
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let (server, runtime) = server_and_runtime();
     let (node, raw) = runtime.block_on(async {
         let client = redis::Client::open(server.url()).unwrap();
         let node = Node::new(
@@ -202,13 +196,7 @@ fn an_elections_read_answers_what_its_keys_hold_in_any_state() {
         );
         (node, ConnectionManager::new(client).await.unwrap())
     });
-    let config = Config {
-        cases: 200,
-        failure_persistence: None,
-        ..Config::default()
-    };
-    let mut runner =
-        TestRunner::new_with_rng(config, TestRng::deterministic_rng(RngAlgorithm::ChaCha));
+    let mut runner = runner(200);
     let result = runner.run(&state(), |state| {
         let reads = ElectionReads::of(LOCK, RECORD, QUEUE, TRANSITIONS, VALUES, state.list);
         let read = runtime.block_on(async {

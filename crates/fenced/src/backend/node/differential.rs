@@ -149,15 +149,21 @@ async fn nodes(url: &str) -> Nodes {
     }
 }
 
-/// A server of its own, a runtime to drive the nodes from a property's closure, and the two
-/// nodes on that server.
-pub(super) fn lab() -> (fenced_testkit::RedisServer, tokio::runtime::Runtime, Nodes) {
+/// A server of its own, and a runtime to drive a node from a property's closure: the set-up
+/// of every generated-state test on a real server (the election's read's too).
+pub(crate) fn server_and_runtime() -> (fenced_testkit::RedisServer, tokio::runtime::Runtime) {
     let server =
         fenced_testkit::RedisServer::start().unwrap_or_else(|e| panic!("needs redis-server: {e}"));
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
+    (server, runtime)
+}
+
+/// [`server_and_runtime`], and the two nodes on that server.
+pub(super) fn lab() -> (fenced_testkit::RedisServer, tokio::runtime::Runtime, Nodes) {
+    let (server, runtime) = server_and_runtime();
     let nodes = runtime.block_on(nodes(&server.url()));
     (server, runtime, nodes)
 }
@@ -564,7 +570,8 @@ fn every_way_of_a_lock_step_answers_and_writes_what_its_script_does() {
 }
 
 /// The runner of both tests: a fixed seed, no file of past failures.
-fn runner(cases: u32) -> TestRunner {
+/// A runner of `cases` generated cases with a fixed seed, so that a run is repeatable.
+pub(crate) fn runner(cases: u32) -> TestRunner {
     let config = Config {
         cases,
         failure_persistence: None,
