@@ -104,10 +104,9 @@ async fn masters_that_agree_on_the_proposed_token_need_no_write_back() {
         .connect()
         .await
         .expect("a majority answers");
-    // A first cycle loads the scripts (the NOSCRIPT attempt counts as a call). The grant is
-    // handed out once a majority answered, and the last master's attempt, resent after its
-    // NOSCRIPT, may run after the release: it would hold the name there for a ttl. So the
-    // release waits until every master ran the grant's script.
+    // A first cycle loads the scripts. The grant is handed out once a majority answered, and
+    // the last master's attempt may run after the release, which then voids it there with a
+    // script more: the release waits until every master ran the grant's script.
     let before: Vec<u64> = futures_util::future::join_all(s.iter().map(scripts_run)).await;
     let first = c.lock("report").acquire().await.unwrap();
     let mut last = first.fencing_token().get();
@@ -289,6 +288,44 @@ async fn flush_waits_for_the_releases_still_on_their_way_to_the_slow_master() {
         "flush returned after {:?}, before the slow master answered",
         started.elapsed()
     );
+}
+
+#[tokio::test]
+async fn a_grant_that_reaches_a_master_after_the_release_does_not_keep_the_name_there() {
+    let s = servers(3);
+    let proxy = Proxy::start(s[2].addr()).unwrap();
+    let urls = vec![s[0].url(), s[1].url(), proxy.url()];
+    // Every reply of the slow master comes back within the timeout.
+    let c = Client::redlock_builder(&urls)
+        .timeout(Duration::from_secs(3))
+        .connect()
+        .await
+        .expect("a majority answers");
+    // An unfenced lock's cycle: the release's way is known on every master, the fenced
+    // grant's script is not loaded anywhere yet.
+    let warm = c.lock("warm-up").unfenced().acquire().await.unwrap();
+    warm.release().await.unwrap();
+    c.flush().await;
+    // The third master answers 400 ms late: the grant's script is loaded there first, and
+    // runs only once that reply came back, long after the two fast masters granted and the
+    // release (whose way needs no load) ran there and found nothing.
+    proxy.set(Fault::DelayReplies(Duration::from_millis(400)));
+    let g = c.lock("report").acquire().await.unwrap();
+    let owner = get(&mut raw(&s[0]).await, KEY)
+        .await
+        .expect("held on the first master");
+    g.release().await.unwrap();
+    c.flush().await;
+    // The late grant took the name on the third master, or found it voided: either way it
+    // is free there, and not held for a ttl in every later holder's way.
+    assert_eq!(get(&mut raw(&s[2]).await, KEY).await, None, "owner {owner}");
+    proxy.set(Fault::Pass);
+    let again = c.lock("report").acquire().await.unwrap();
+    c.flush().await;
+    for server in &s {
+        assert!(get(&mut raw(server).await, KEY).await.is_some());
+    }
+    again.release().await.unwrap();
 }
 
 #[tokio::test]

@@ -416,19 +416,21 @@ impl Backend {
     }
 
     /// Gives a lease of `kind` back; `announce` (channel, message) is what the release
-    /// publishes.
+    /// publishes. On Redlock, `void` (the lease's abandon) goes where the release found
+    /// nothing: the grant's attempt may still be on its way there.
     pub(crate) async fn release(
         &self,
         call: &ScriptCall,
         announce: (&str, &str),
         kind: &dyn LeaseKind,
+        void: &(dyn Fn() -> ScriptCall + Sync),
     ) -> Result<ReleaseReply> {
         match self.route() {
             Route::One(node) => release_reply(node.run(call).await?),
             #[cfg(feature = "redlock")]
             Route::Quorum(r) => {
-                r.release(call, announce, crate::kind::quorum(kind, r.nodes()))
-                    .await
+                let needed = crate::kind::quorum(kind, r.nodes());
+                r.release(call, announce, needed, void()).await
             }
         }
     }

@@ -33,6 +33,10 @@
 //!    acquire asks every node for its `run_id` alongside the attempt (no extra round trip),
 //!    so a restart is seen by the first attempt after it. A node first met after its restart
 //!    cannot be told apart: give it the grace by delaying its restart (the Redlock rule).
+//! 7. A grant is handed out once a majority granted; its attempts on the other masters run
+//!    on, and one may run after the lease's release (a master slow to answer, a script it had
+//!    to load first). So a release voids the lease where it did not release it, as an abandon
+//!    does: deleted if the late attempt ran already, a tombstone it refuses itself on if not.
 
 use std::sync::Mutex;
 use std::time::Duration;
@@ -454,20 +458,25 @@ impl Redlock {
     }
 
     /// Gives a lease back everywhere. `Released` needs a majority that released it (a retry
-    /// reads "not held" by the core's rule). Waiters subscribe on any one master (the first
-    /// that answers), so every master hears the release once: from the script where it
-    /// released the lease, from an explicit `PUBLISH` elsewhere (`announce`: the channel and
-    /// message), sent in the background as the last replies come in.
+    /// reads "not held" by the core's rule). Then, in the background, as the last replies come
+    /// in, every master that did not release it gets `void` (the lease's abandon, invariant 7):
+    /// the grant was handed out once a majority granted, and its attempt on a slower master
+    /// may run there after this release, where it would hold the name for a ttl; the void
+    /// frees it, or leaves the tombstone the late attempt refuses itself on. Waiters subscribe
+    /// on any one master (the first that answers), so every master hears the release once:
+    /// from the script where it released the lease, from an explicit `PUBLISH` elsewhere
+    /// (`announce`: the channel and message) where the void did not release it either.
     pub(crate) async fn release(
         &self,
         call: &ScriptCall,
         announce: (&str, &str),
         needed: usize,
+        void: ScriptCall,
     ) -> Result<ReleaseReply> {
         let n = self.n();
         let mut replies = self.fan_out(call);
         let (mut released, mut not_held, mut tally) = (0, 0, Tally::default());
-        let mut published = vec![false; n];
+        let mut freed = vec![false; n];
         while tally.answered < n && released < needed && not_held < needed {
             let Some((i, reply)) = replies.recv().await else {
                 break;
@@ -476,39 +485,34 @@ impl Redlock {
             match reply.and_then(release_reply) {
                 Ok(ReleaseReply::Released | ReleaseReply::AlreadyReleased) => {
                     released += 1;
-                    published[i] = true;
+                    freed[i] = true;
                 }
                 Ok(ReleaseReply::NotHeld | ReleaseReply::Retained) => not_held += 1,
                 Err(e) => tally.fail(e),
             }
         }
-        if released >= needed {
-            let nodes = self.nodes.clone();
-            let mut publish = redis::cmd("PUBLISH");
-            publish.arg(announce.0).arg(announce.1);
-            let tails = self.tails.clone();
-            self.tails.spawn(async move {
-                let announce = |i: usize| {
-                    let (node, publish) = (nodes[i].clone(), publish.clone());
-                    tails.spawn(async move {
+        let mut publish = redis::cmd("PUBLISH");
+        publish.arg(announce.0).arg(announce.1);
+        let publish = (released >= needed).then_some(publish);
+        let (nodes, tails) = (self.nodes.clone(), self.tails.clone());
+        self.tails.spawn(async move {
+            // Each reply is bounded by the timeout.
+            while let Some((i, reply)) = replies.recv().await {
+                if matches!(reply.and_then(release_reply), Ok(ReleaseReply::Released)) {
+                    freed[i] = true;
+                }
+            }
+            for (node, _) in nodes.into_iter().zip(freed).filter(|(_, freed)| !freed) {
+                let (void, publish) = (void.clone(), publish.clone());
+                tails.spawn(async move {
+                    let voided = node.run::<Value>(&void).await.and_then(abandon_reply);
+                    if let (Some(publish), false) = (publish, matches!(voided, Ok(true))) {
                         let _ = node.query::<i64>("release", &publish).await;
-                    });
-                };
-                // Every node not known to have published: those that answered otherwise,
-                // now; the others once they answer (each reply is bounded by the timeout).
-                let mut pending: Vec<bool> = published.iter().map(|p| !p).collect();
-                while let Some((i, reply)) = replies.recv().await {
-                    if matches!(
-                        reply.and_then(release_reply),
-                        Ok(ReleaseReply::Released | ReleaseReply::AlreadyReleased)
-                    ) {
-                        pending[i] = false;
                     }
-                }
-                for (i, _) in pending.iter().enumerate().filter(|(_, p)| **p) {
-                    announce(i);
-                }
-            });
+                });
+            }
+        });
+        if released >= needed {
             Ok(ReleaseReply::Released)
         } else if not_held >= needed || (tally.failed == 0 && tally.answered == n) {
             Ok(ReleaseReply::NotHeld)

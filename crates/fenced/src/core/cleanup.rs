@@ -24,6 +24,9 @@
 //!    late is refused (`extend.lua`) and cannot push the end back. Once the moment has passed
 //!    the lease is released instead. A shortfall of replica acknowledgements means the master
 //!    applied the change: it is not sent again.
+//! 5. On Redlock, a release voids the lease's grant where it found nothing (`abandon`'s
+//!    tombstone): the grant was handed out once a majority granted, and its attempt on a
+//!    slower master may run there after the release, where it would hold the name for a ttl.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -37,7 +40,6 @@ use crate::core::notify::LocalWaiters;
 use crate::error::{Error, Result};
 use crate::kind::{LeaseKind, ReleaseReply};
 use crate::options::ttl_millis;
-use crate::scripts::ScriptCall;
 use crate::token::OwnerToken;
 use crate::util::{Backoff, retry_transient};
 
@@ -78,12 +80,12 @@ pub(crate) async fn run(backend: Backend, local: Arc<LocalWaiters>, job: Job) {
     let release = || async {
         release_until(
             &backend,
-            &kind.release(&owner, &message),
-            (kind.channels().first().map_or("", String::as_str), &message),
+            &*kind,
+            (&owner, &message),
             give_up_at,
             None,
             false,
-            &*kind,
+            patience,
         )
         .await
         .map(ReleaseReply::freed)
@@ -160,43 +162,49 @@ fn wakes_local_waiters(freed: &Result<bool>) -> bool {
 /// was before the release began: a retry answered "not held" before it is "already released"
 /// (invariant 2), never a false "not held". `after_unknown`: a step that may have freed the
 /// lease already ran (a handover of unknown outcome), so even the first attempt is a retry.
+/// `ttl`: the lease's, for how long a late attempt of its grant is voided (invariant 5).
 pub(crate) async fn release_with_retry(
     (backend, timeout): (&Backend, Duration),
     kind: &dyn LeaseKind,
-    owner: &OwnerToken,
-    message: &str,
+    (owner, message): (&OwnerToken, &str),
     valid_until: Instant,
     after_unknown: bool,
+    ttl: Duration,
 ) -> Result<ReleaseReply> {
     let give_up_at = Instant::now() + timeout * 2;
-    let call = kind.release(owner, message);
+    let patience = ttl.max(timeout * 10);
+    let owner_message = (owner, message);
     release_until(
         backend,
-        &call,
-        (kind.channels().first().map_or("", String::as_str), message),
+        kind,
+        owner_message,
         give_up_at,
         Some(valid_until),
         after_unknown,
-        kind,
+        patience,
     )
     .await
 }
 
-/// Runs `call` (a release) until it answers or `give_up_at`, and reads a retry's "not held" by
-/// invariant 2; with no deadline known, such a retry counts as "already released".
+/// Releases until it answers or `give_up_at`, and reads a retry's "not held" by invariant 2;
+/// with no deadline known, such a retry counts as "already released". `patience`: how long a
+/// late attempt of the lease's grant is voided where the release found nothing (invariant 5).
 async fn release_until(
     backend: &Backend,
-    call: &ScriptCall,
-    announce: (&str, &str),
+    kind: &dyn LeaseKind,
+    (owner, message): (&OwnerToken, &str),
     give_up_at: Instant,
     valid_until: Option<Instant>,
     after_unknown: bool,
-    kind: &dyn LeaseKind,
+    patience: Duration,
 ) -> Result<ReleaseReply> {
+    let call = kind.release(owner, message);
+    let announce = (kind.channels().first().map_or("", String::as_str), message);
+    let void = || kind.abandon(owner, message, ttl_millis(patience));
     let attempts = AtomicU32::new(u32::from(after_unknown));
     retry_transient(give_up_at, || async {
         let retry = attempts.fetch_add(1, Ordering::Relaxed) > 0;
-        let reply = backend.release(call, announce, kind).await?;
+        let reply = backend.release(&call, announce, kind, &void).await?;
         let answered = Instant::now();
         Ok(read_release(
             reply,

@@ -215,10 +215,10 @@ impl Held {
         let release = release_with_retry(
             (core.backend(), core.timeout()),
             &*self.kind,
-            &owner,
-            &message,
+            (&owner, &message),
             valid_until,
             after_unknown,
+            self.lease.state.ttl(),
         );
         let outcome = release.await;
         *self.live.get_mut() = false;
