@@ -31,10 +31,6 @@ use crate::error::{Error, Result};
 use crate::notes::{self, ServerNote};
 use crate::options::ClientOptions;
 
-/// Makes a client of the node at `host:port` with a topology's settings.
-pub(crate) type NodeClients =
-    Arc<dyn Fn(&str, u16) -> redis::RedisResult<redis::Client> + Send + Sync>;
-
 /// The deployment a client talks to.
 #[derive(Clone, Debug)]
 pub(crate) enum Topology {
@@ -100,23 +96,12 @@ impl Connect {
         match &self.topology {
             Topology::Single(url) => {
                 let (node, client) = self.node(url)?;
-                let node = node
-                    .with_acks(self.options.replica_acks)
-                    .with_counted_grants(self.options.counted_grants)
-                    .with_scripts_forbidden(self.options.without_scripts);
+                let node = self.one_server(node);
                 if let Err(e) = check_server(&node).await {
                     return Err(self.unwanted_password(url, e).await);
                 }
                 let label = client.get_connection_info().addr().to_string();
-                let notes: Vec<ServerNote> =
-                    notes::eviction(&node, &label).await.into_iter().collect();
-                Ok((
-                    Backend::Single {
-                        node,
-                        client: Dedicated::Fixed(client),
-                    },
-                    notes,
-                ))
+                Ok(noted(node, Dedicated::Fixed(client), &label).await)
             }
             #[cfg(feature = "redlock")]
             Topology::Redlock(urls) => {
@@ -240,7 +225,7 @@ impl Connect {
 
     /// On a cluster, a maker of clients for the node at `host:port` (named by a `MOVED`
     /// reply), with the seeds' settings: where transactions go. `None` elsewhere.
-    pub(crate) fn node_clients(&self) -> Option<NodeClients> {
+    pub(crate) fn node_clients(&self) -> Option<super::pool::NodeClient> {
         #[cfg(feature = "cluster")]
         if let Topology::Cluster(seeds) = &self.topology {
             let me = self.clone();
@@ -253,20 +238,35 @@ impl Connect {
     }
 }
 
+/// One server's backend (alone or behind Sentinel), with the notes on that server.
+async fn noted(node: Node, client: Dedicated, label: &str) -> (Backend, Vec<ServerNote>) {
+    let notes = notes::eviction(&node, label).await.into_iter().collect();
+    (Backend::Single { node, client }, notes)
+}
+
 impl Connect {
-    /// A reconnecting connection to `url`, not connected yet.
-    fn node(&self, url: &str) -> Result<(Node, redis::Client)> {
-        let timeout = self.options.timeout;
-        let (conn, redis_client) = self.manager(url).map_err(|e| {
-            Error::invalid(format!("Redis URL {:?} is not usable: {e}", redact(url)))
-        })?;
-        Ok((Node::new(Conn::Single(conn), timeout), redis_client))
+    /// `node` with the client's settings for one server or Sentinel: replica
+    /// acknowledgements, the grant by transaction, scripts or none (a cluster takes only the
+    /// first, Redlock's masters none).
+    fn one_server(&self, node: Node) -> Node {
+        node.with_acks(self.options.replica_acks)
+            .with_counted_grants(self.options.counted_grants)
+            .with_scripts_forbidden(self.options.without_scripts)
     }
 
-    /// A reconnecting connection manager for `url` (lazy: it connects on first use), and a
-    /// client for dedicated connections to the same server.
-    fn manager(&self, url: &str) -> redis::RedisResult<(ConnectionManager, redis::Client)> {
-        self.manager_of(self.redis_client(url)?)
+    /// A reconnecting connection to `url`, not connected yet (it connects on first use), and
+    /// a client for dedicated connections to the same server.
+    fn node(&self, url: &str) -> Result<(Node, redis::Client)> {
+        let (conn, redis_client) = self
+            .redis_client(url)
+            .and_then(|client| self.manager_of(client))
+            .map_err(|e| {
+                Error::invalid(format!("Redis URL {:?} is not usable: {e}", redact(url)))
+            })?;
+        Ok((
+            Node::new(Conn::Single(conn), self.options.timeout),
+            redis_client,
+        ))
     }
 
     /// A reconnecting connection manager for `redis_client`'s server (lazy).
@@ -320,24 +320,14 @@ impl Connect {
             me.manager_of(me.client_at(&template, host, port)?)
         });
         let failover = Failover::start(service.to_owned(), clients, connect, timeout);
-        let node = Node::new(Conn::Sentinel(failover.clone()), timeout)
-            .with_acks(self.options.replica_acks)
-            .with_counted_grants(self.options.counted_grants)
-            .with_scripts_forbidden(self.options.without_scripts);
+        let node = self.one_server(Node::new(Conn::Sentinel(failover.clone()), timeout));
         check_server(&node).await?;
         // The master as located for the check just made (kept, so no call is sent here).
         let label = match failover.conn().await {
             Ok((_, (host, port))) => format!("{host}:{port} (master of {service})"),
             Err(_) => format!("the master of {service}"),
         };
-        let notes: Vec<ServerNote> = notes::eviction(&node, &label).await.into_iter().collect();
-        Ok((
-            Backend::Single {
-                node,
-                client: Dedicated::Sentinel(failover),
-            },
-            notes,
-        ))
+        Ok(noted(node, Dedicated::Sentinel(failover), &label).await)
     }
 
     #[cfg(feature = "cluster")]

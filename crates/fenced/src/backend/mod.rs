@@ -153,7 +153,6 @@ impl Backend {
     }
 
     /// [`node`](Self::node), refused on Redlock in the words of what needs it (`"a latch"`).
-    #[cfg_attr(not(feature = "redlock"), allow(unused_variables))]
     pub(crate) fn node_for(&self, what: &str) -> Result<&Node> {
         match self.route() {
             Route::One(node) => Ok(node),
@@ -387,32 +386,20 @@ impl Backend {
             .map(|range| {
                 let (backend, calls, quorums) = (self.clone(), calls.clone(), quorums.clone());
                 let part: RenewPart = Box::pin(async move {
-                    let replies = backend.renew_part(&calls[range.clone()], &quorums).await;
+                    let calls = &calls[range.clone()];
+                    let replies = match backend.route() {
+                        Route::One(node) => node
+                            .run_batch_routed("renew", calls)
+                            .await
+                            .map(|r| r.into_iter().map(|r| r.and_then(expiry_reply)).collect()),
+                        #[cfg(feature = "redlock")]
+                        Route::Quorum(r) => r.renew(calls, &quorums).await,
+                    };
                     (range, replies)
                 });
                 part
             })
             .collect()
-    }
-
-    /// One part of [`renew`](Self::renew).
-    async fn renew_part(
-        &self,
-        calls: &[ScriptCall],
-        quorums: &[usize],
-    ) -> Result<Vec<Result<ExpiryReply>>> {
-        #[cfg(not(feature = "redlock"))]
-        let _ = quorums;
-        match self.route() {
-            Route::One(node) => Ok(node
-                .run_batch_routed("renew", calls)
-                .await?
-                .into_iter()
-                .map(|r| r.and_then(expiry_reply))
-                .collect()),
-            #[cfg(feature = "redlock")]
-            Route::Quorum(r) => r.renew(calls, quorums).await,
-        }
     }
 
     /// Gives a lease of `kind` back; `announce` (channel, message) is what the release

@@ -323,17 +323,12 @@ impl Node {
             self.resending(|mut conn| async move { cmd.query_async(&mut conn).await }),
         )
         .await
-        .map_err(|e| {
-            if !e.is_raw_wrong_type() {
-                return e;
-            }
-            match cmd.args_iter().nth(1) {
-                Some(redis::Arg::Simple(key)) => Error::WrongType {
-                    key: String::from_utf8_lossy(key).into_owned(),
-                    operation,
-                },
-                _ => e,
-            }
+        .map_err(|e| match cmd.args_iter().nth(1) {
+            Some(redis::Arg::Simple(key)) if e.is_raw_wrong_type() => Error::WrongType {
+                key: String::from_utf8_lossy(key).into_owned(),
+                operation,
+            },
+            _ => e,
         })
     }
 
@@ -561,13 +556,9 @@ fn raise_not_run(cluster: bool, replies: &[Result<Value, RedisError>]) -> Result
     }
 }
 
-/// Errors by which a cluster says it did NOT run the command: a redirect (`MOVED`, `ASK`), a
-/// slot in the middle of a migration (`TRYAGAIN`), a cluster that cannot serve the slot
-/// (`CLUSTERDOWN`), or no connection to the slot's node yet; and a script the node does not
-/// have (`NOSCRIPT`) where the caller has reloaded it already: the slot's master changed
-/// between the load and the call (a failover), and the next try loads it there. Only these
-/// are sent again; a command whose connection broke may have run, and goes back to the
-/// caller as unknown.
+/// Errors by which a cluster says it did NOT run the command (invariant 4), and no connection
+/// to the slot's node yet. Only these are sent again; a command whose connection broke may
+/// have run, and goes back to the caller as unknown.
 fn not_run(e: &RedisError) -> bool {
     use redis::ServerErrorKind as S;
     matches!(

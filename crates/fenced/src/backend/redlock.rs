@@ -202,10 +202,6 @@ impl Redlock {
         &self.clients
     }
 
-    fn n(&self) -> usize {
-        self.nodes.len()
-    }
-
     /// How many masters there are.
     pub(crate) fn nodes(&self) -> usize {
         self.nodes.len()
@@ -213,7 +209,7 @@ impl Redlock {
 
     /// A strict majority.
     fn needed(&self) -> usize {
-        self.n() / 2 + 1
+        self.nodes() / 2 + 1
     }
 
     fn no_quorum(&self, granted: usize) -> Error {
@@ -224,7 +220,7 @@ impl Redlock {
         Error::NoQuorum {
             granted,
             needed,
-            nodes: self.n(),
+            nodes: self.nodes(),
         }
     }
 
@@ -262,7 +258,7 @@ impl Redlock {
         sent_at: Instant,
     ) -> Result<(AcquireReply, bool)> {
         self.supports(kind)?;
-        let (n, needed) = (self.n(), crate::kind::quorum(kind, self.n()));
+        let (n, needed) = (self.nodes(), crate::kind::quorum(kind, self.nodes()));
         // Propose a token, so that a quorum may agree on it without a write-back
         // (invariant 3).
         let proposed = kind
@@ -372,7 +368,7 @@ impl Redlock {
     /// still held this lease (`fence_raise.lua` answers 1), decided once a majority did. Only
     /// those count: a later grant on such a node comes after the raise (invariant 3).
     async fn count_raised(&self, call: &ScriptCall) -> Result<usize> {
-        let (n, needed) = (self.n(), self.needed());
+        let (n, needed) = (self.nodes(), self.needed());
         let mut replies = self.fan_out(call);
         let (mut ok, mut tally) = (0, Tally::default());
         while tally.answered < n && ok < needed {
@@ -396,7 +392,7 @@ impl Redlock {
     pub(crate) async fn extend(&self, call: &ScriptCall, needed: usize) -> Result<ExpiryReply> {
         let mut replies = self.fan_out(call);
         let mut votes = Votes::default();
-        while votes.tally.answered < self.n() && !votes.decided(needed) {
+        while votes.tally.answered < self.nodes() && !votes.decided(needed) {
             let Some((_, reply)) = replies.recv().await else {
                 break;
             };
@@ -422,7 +418,7 @@ impl Redlock {
         drop(tx);
         let mut votes: Vec<Votes> = calls.iter().map(|_| Votes::default()).collect();
         let (mut answered, mut whole_failures) = (0, None);
-        while answered < self.n() {
+        while answered < self.nodes() {
             let Some(batch) = rx.recv().await else {
                 break;
             };
@@ -473,7 +469,7 @@ impl Redlock {
         needed: usize,
         void: ScriptCall,
     ) -> Result<ReleaseReply> {
-        let n = self.n();
+        let n = self.nodes();
         let mut replies = self.fan_out(call);
         let (mut released, mut not_held, mut tally) = (0, 0, Tally::default());
         let mut freed = vec![false; n];
@@ -525,7 +521,7 @@ impl Redlock {
     pub(crate) async fn abandon(&self, call: &ScriptCall) -> Result<bool> {
         let mut replies = self.fan_out(call);
         let (mut took, mut ok, mut tally) = (false, 0, Tally::default());
-        while tally.answered < self.n() {
+        while tally.answered < self.nodes() {
             let Some((_, reply)) = replies.recv().await else {
                 break;
             };
@@ -639,7 +635,7 @@ impl Votes {
             Ok(ExpiryReply::Applied)
         } else if self.applied + self.superseded >= needed {
             Ok(ExpiryReply::Superseded)
-        } else if self.not_held > redlock.n() - needed {
+        } else if self.not_held > redlock.nodes() - needed {
             // A majority can no longer hold it for us: lost.
             Ok(ExpiryReply::NotHeld)
         } else if let Some(e) = self.tally.permanent {

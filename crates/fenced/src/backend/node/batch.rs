@@ -22,19 +22,10 @@ impl Node {
         operation: &'static str,
         calls: &[ScriptCall],
     ) -> Result<Vec<Result<Value>>> {
-        if !self.is_cluster() || calls.len() < 2 {
-            return self.run_batch(operation, calls).await;
+        #[cfg(feature = "cluster")]
+        if self.is_cluster() && calls.len() >= 2 {
+            return self.run_batch_by_slot(operation, calls).await;
         }
-        self.run_batch_by_slot(operation, calls).await
-    }
-
-    /// [`run_batch_routed`](Self::run_batch_routed) on a cluster.
-    #[cfg(not(feature = "cluster"))]
-    async fn run_batch_by_slot(
-        &self,
-        operation: &'static str,
-        calls: &[ScriptCall],
-    ) -> Result<Vec<Result<Value>>> {
         self.run_batch(operation, calls).await
     }
 
@@ -197,20 +188,21 @@ impl Node {
                 operation,
                 self.resending(|mut conn| async move {
                     let pipe = self.batch_pipe(&conn, calls, wait_cmd, key, false).await?;
-                    let first: Vec<Result<Value, RedisError>> = pipe.query_async(&mut conn).await?;
-                    if first.iter().any(|r| matches!(r, Err(e) if is_noscript(e))) {
+                    let mut replies: Vec<Result<Value, RedisError>> =
+                        pipe.query_async(&mut conn).await?;
+                    if replies
+                        .iter()
+                        .any(|r| matches!(r, Err(e) if is_noscript(e)))
+                    {
                         // The script cache was emptied (restart, failover, SCRIPT FLUSH): a
                         // pipeline cannot fall back by itself, so load its scripts and resend.
                         let pipe = self.batch_pipe(&conn, calls, wait_cmd, key, true).await?;
-                        let again: Vec<Result<Value, RedisError>> =
-                            pipe.query_async(&mut conn).await?;
-                        raise_not_run(cluster, &again)?;
-                        return Ok(again);
+                        replies = pipe.query_async(&mut conn).await?;
                     }
                     // A slot that moved answers every call with a redirect: the calls did not
                     // run, and renewals may be sent again (invariant 4).
-                    raise_not_run(cluster, &first)?;
-                    Ok(first)
+                    raise_not_run(cluster, &replies)?;
+                    Ok(replies)
                 }),
             )
             .await?;

@@ -115,7 +115,7 @@ impl Node {
         call: &ScriptCall,
         acked: bool,
     ) -> Result<Option<Answer>> {
-        let wait = self.wait_if(acked);
+        let wait = if acked { self.wait() } else { None };
         let wait = wait.as_ref();
         match way {
             Executor::Native => self.run_native(call, wait).await,
@@ -123,10 +123,6 @@ impl Node {
             Executor::Script => self.run_script(call, wait).await.map(Some),
             Executor::Watched => self.run_watched(call, wait).await,
         }
-    }
-
-    fn wait_if(&self, acked: bool) -> Option<Wait> {
-        if acked { self.wait() } else { None }
     }
 
     /// Whether the loop tries `way` for `call` before its script (invariant 1).
@@ -354,13 +350,12 @@ impl Node {
         &self,
         operation: &'static str,
         pipe: &redis::Pipeline,
-    ) -> Result<Vec<std::result::Result<Value, RedisError>>> {
+    ) -> Result<Vec<Result<Value, RedisError>>> {
         let cluster = self.is_cluster();
         self.bounded(
             operation,
             self.resending(|mut conn| async move {
-                let replies: Vec<std::result::Result<Value, RedisError>> =
-                    pipe.query_async(&mut conn).await?;
+                let replies: Vec<Result<Value, RedisError>> = pipe.query_async(&mut conn).await?;
                 super::raise_not_run(cluster, &replies)?;
                 Ok(replies)
             }),
@@ -369,6 +364,9 @@ impl Node {
     }
 }
 
+/// One command's reply in a pipeline: its value, or its own error.
+type Reply = Result<Value, RedisError>;
+
 /// `EVALSHA` of `call` under `hash`, alone or with `WAIT` after it: the call's reply, and
 /// `WAIT`'s. The outer error is the round trip's (a lone command's error is its reply).
 async fn evalsha(
@@ -376,13 +374,7 @@ async fn evalsha(
     call: &ScriptCall,
     hash: &str,
     wait: Option<&Wait>,
-) -> std::result::Result<
-    (
-        std::result::Result<Value, RedisError>,
-        Option<std::result::Result<Value, RedisError>>,
-    ),
-    RedisError,
-> {
+) -> Result<(Reply, Option<Reply>), RedisError> {
     let Some(wait) = wait else {
         return Ok((call.evalsha(hash).query_async(conn).await, None));
     };
@@ -390,7 +382,7 @@ async fn evalsha(
     pipe.ignore_errors()
         .add_command(call.evalsha(hash))
         .add_command(wait.cmd.clone());
-    let replies: Vec<std::result::Result<Value, RedisError>> = pipe.query_async(conn).await?;
+    let replies: Vec<Reply> = pipe.query_async(conn).await?;
     let mut replies = replies.into_iter();
     match (replies.next(), replies.next()) {
         (Some(reply), Some(acked)) => Ok((reply, Some(acked))),

@@ -113,20 +113,19 @@ impl Node {
                 tracing::warn!(error = %e, "fenced: MULTI refused; granting by script from now on");
                 self.allows.transactions.learned(false);
             }
-            return match (replies.get(1), replies.get(2)) {
+            let added = match replies.get(2) {
+                Some(Ok(Value::BulkString(id))) => FenceId::parse(id),
+                _ => FenceId::Foreign,
+            };
+            return match (replies.get(1), added) {
                 // The lock was taken, and the fence appended to right after it on the same
-                // connection, while the lease was this owner's: that ID is its token. Any other
-                // answer, a missing fence's nil included, is minted below.
-                (Some(Ok(Value::Okay)), Some(Ok(Value::BulkString(id))))
-                    if matches!(FenceId::parse(id), FenceId::Token(_)) =>
-                {
-                    let FenceId::Token(token) = FenceId::parse(id) else {
-                        return Ok(None);
-                    };
+                // connection, while the lease was this owner's: that ID is its token.
+                (Some(Ok(Value::Okay)), FenceId::Token(token)) => {
                     let token = Value::BulkString(token.to_string().into_bytes());
                     Ok(Some((token, None)))
                 }
-                // Otherwise minted, while the lease is this owner's.
+                // Any other answer, a missing fence's nil included, is minted while the lease
+                // is this owner's.
                 (Some(Ok(Value::Okay)), _) => self.mint(call, None, None, wait).await.map(Some),
                 // Not taken, or unknown: the script decides (and sees the lock held).
                 _ => Ok(None),
@@ -462,71 +461,68 @@ impl Node {
     /// next one probes again. Without scripts there is nothing to fall back on: a grant waits
     /// for the probe running, and a refusal is the grant's error, naming the command to allow.
     fn transactions_allowed<'a>(&'a self, call: &'a ScriptCall) -> BoxFuture<'a, Result<bool>> {
-        Box::pin(self.probe_transactions(call))
-    }
-
-    /// [`transactions_allowed`](Self::transactions_allowed), unboxed.
-    async fn probe_transactions(&self, call: &ScriptCall) -> Result<bool> {
-        let Some(pool) = &self.pool else {
-            self.allows.transactions.learned(false);
-            return Ok(false);
-        };
-        // While another grant probes, this one goes by script rather than wait its turn;
-        // without scripts there is no other way, and it waits for the probe's answer (the
-        // probe's steps are bounded by the call's timeout).
-        let _one = if self.allows.scripts_refused() {
-            self.allows.transactions_probe.lock().await
-        } else {
-            let Ok(one) = self.allows.transactions_probe.try_lock() else {
+        Box::pin(async move {
+            let Some(pool) = &self.pool else {
+                self.allows.transactions.learned(false);
                 return Ok(false);
             };
-            one
-        };
-        if !self.allows.transactions.unknown() {
-            return Ok(self.allows.transactions.worth_trying());
-        }
-        let checkout = tokio::time::timeout(self.timeout, pool.checkout(true, None)).await;
-        let mut pooled = match checkout {
-            Ok(Ok(pooled)) => pooled,
-            // `MULTI` or `EXEC` refused, or unknown (a proxy): that connection is closed
-            // already.
-            Ok(Err(e @ Error::Permission { .. })) if self.allows.scripts_refused() => {
-                return Err(e);
+            // While another grant probes, this one goes by script rather than wait its turn;
+            // without scripts there is no other way, and it waits for the probe's answer (the
+            // probe's steps are bounded by the call's timeout).
+            let _one = if self.allows.scripts_refused() {
+                self.allows.transactions_probe.lock().await
+            } else {
+                let Ok(one) = self.allows.transactions_probe.try_lock() else {
+                    return Ok(false);
+                };
+                one
+            };
+            if !self.allows.transactions.unknown() {
+                return Ok(self.allows.transactions.worth_trying());
             }
-            Ok(Err(Error::Permission { .. })) => return Ok(self.refused()),
-            Ok(Err(Error::Redis(e))) if lacks_command(&e) => return Ok(self.refused()),
-            // Without scripts there is no other way: a probe that could not run (the server
-            // down, say) is the grant's error, transient, and the next grant probes again.
-            Ok(Err(e)) if self.allows.scripts_refused() => return Err(e),
-            Err(_) if self.allows.scripts_refused() => {
-                return Err(Error::Timeout {
-                    operation: call.operation(),
-                    after: self.timeout,
-                });
+            let checkout = tokio::time::timeout(self.timeout, pool.checkout(true, None)).await;
+            let mut pooled = match checkout {
+                Ok(Ok(pooled)) => pooled,
+                // `MULTI` or `EXEC` refused, or unknown (a proxy): that connection is closed
+                // already.
+                Ok(Err(e @ Error::Permission { .. })) if self.allows.scripts_refused() => {
+                    return Err(e);
+                }
+                Ok(Err(Error::Permission { .. })) => return Ok(self.refused()),
+                Ok(Err(Error::Redis(e))) if lacks_command(&e) => return Ok(self.refused()),
+                // Without scripts there is no other way: a probe that could not run (the server
+                // down, say) is the grant's error, transient, and the next grant probes again.
+                Ok(Err(e)) if self.allows.scripts_refused() => return Err(e),
+                Err(_) if self.allows.scripts_refused() => {
+                    return Err(Error::Timeout {
+                        operation: call.operation(),
+                        after: self.timeout,
+                    });
+                }
+                Ok(Err(_)) | Err(_) => return Ok(false),
+            };
+            let Some(fence) = call.key_at(2) else {
+                return Ok(false);
+            };
+            // Closed after the probe: the `WATCH` is not undone.
+            pooled.dirty();
+            let mut conn = pooled.conn();
+            let mut watch = redis::cmd("WATCH");
+            watch.arg(&fence);
+            match self
+                .bounded(call.operation(), watch.query_async::<()>(&mut conn))
+                .await
+            {
+                Ok(()) => {
+                    self.allows.transactions.learned(true);
+                    Ok(true)
+                }
+                Err(e @ Error::Permission { .. }) if self.allows.scripts_refused() => Err(e),
+                Err(Error::Permission { .. }) => Ok(self.refused()),
+                Err(e) if self.allows.scripts_refused() => Err(e),
+                Err(_) => Ok(false),
             }
-            Ok(Err(_)) | Err(_) => return Ok(false),
-        };
-        let Some(fence) = call.key_at(2) else {
-            return Ok(false);
-        };
-        // Closed after the probe: the `WATCH` is not undone.
-        pooled.dirty();
-        let mut conn = pooled.conn();
-        let mut watch = redis::cmd("WATCH");
-        watch.arg(&fence);
-        match self
-            .bounded(call.operation(), watch.query_async::<()>(&mut conn))
-            .await
-        {
-            Ok(()) => {
-                self.allows.transactions.learned(true);
-                Ok(true)
-            }
-            Err(e @ Error::Permission { .. }) if self.allows.scripts_refused() => Err(e),
-            Err(Error::Permission { .. }) => Ok(self.refused()),
-            Err(e) if self.allows.scripts_refused() => Err(e),
-            Err(_) => Ok(false),
-        }
+        })
     }
 
     /// The server or the ACL refuses the transaction: grants go by script from now on.

@@ -122,7 +122,7 @@ impl Node {
         &self,
         operation: &'static str,
         reads: &[Cmd],
-        replies: Vec<std::result::Result<Value, RedisError>>,
+        replies: Vec<Result<Value, RedisError>>,
     ) -> Result<Vec<Value>> {
         if replies.len() != reads.len() {
             return Err(unexpected(operation, format!("{replies:?}")));

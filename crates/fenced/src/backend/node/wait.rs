@@ -21,7 +21,7 @@ impl Wait {
     /// What `WAIT`'s reply says: the shortfall, when too few replicas acknowledged in time.
     pub(super) fn read(
         &self,
-        reply: Option<std::result::Result<Value, RedisError>>,
+        reply: Option<Result<Value, RedisError>>,
         timeout: Duration,
     ) -> Result<Option<Shortfall>> {
         match reply {
@@ -39,7 +39,7 @@ impl Wait {
     /// called otherwise (it may take the reply before it).
     pub(super) fn read_if(
         wait: Option<&Wait>,
-        reply: impl FnOnce() -> Option<std::result::Result<Value, RedisError>>,
+        reply: impl FnOnce() -> Option<Result<Value, RedisError>>,
         timeout: Duration,
     ) -> Result<Option<Shortfall>> {
         wait.map_or(Ok(None), |wait| wait.read(reply(), timeout))

@@ -246,7 +246,7 @@ pub(super) fn strings<const N: usize>(reply: &Value) -> Option<[Option<Vec<u8>>;
 
 /// The lock key as `MGET` and `PTTL` read it: its string (or none, when free), or
 /// [`Reply::WrongType`] for a key of another type.
-fn string_key(reads: &[Value]) -> Option<std::result::Result<Option<Vec<u8>>, Decision>> {
+fn string_key(reads: &[Value]) -> Option<Result<Option<Vec<u8>>, Decision>> {
     let [seen, Value::Int(pttl)] = reads else {
         return None;
     };
@@ -352,12 +352,8 @@ impl Node {
     }
 
     /// Runs `calls` as their twins in ONE `WATCH` transaction on one dedicated connection
-    /// (invariants 1, 2 and 8): `WATCH` every key they read and their reads in one round
-    /// trip, then every write they decide on in one `MULTI`/`EXEC` (and `WAIT`, when the
-    /// client asks for replica acknowledgements and anything was written). A change to any
-    /// watched key voids the whole `EXEC`, and every call reads again. Each call answers as
-    /// its script would, or its own error (no twin, a key of another type); the outer error
-    /// is the round trip's.
+    /// (invariants 1, 2 and 8). Each call answers as its script would, or its own error (no
+    /// twin, a key of another type); the outer error is the round trip's.
     async fn watched_steps(
         &self,
         calls: &[ScriptCall],
@@ -472,15 +468,11 @@ impl Node {
         decide: impl FnOnce(&[Value]) -> Result<Vec<Cmd>>,
         wait: Option<&Wait>,
     ) -> Result<Round> {
-        let mut pooled = match pool.checkout(*fresh, None).await {
-            Ok(pooled) => pooled,
-            Err(e) => {
-                if e.is_transient() {
-                    pool.clear_idle();
-                }
-                return Err(e);
+        let mut pooled = pool.checkout(*fresh, None).await.inspect_err(|e| {
+            if e.is_transient() {
+                pool.clear_idle();
             }
-        };
+        })?;
         let at = pooled.at().cloned();
         let failed = |e: RedisError| {
             self.dedicated_failed(pool, at.as_ref(), &e);
