@@ -271,3 +271,62 @@ async fn a_released_name_is_granted_at_once_despite_a_lock_delay() {
     );
     next.release().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_hold_of_a_reentrant_lock_lives_by_its_own_heartbeat_and_the_name_by_any_hold() {
+    let server = server();
+    let (c, other) = (client(&server).await, client(&server).await);
+    let (ttl, silence) = (Duration::from_millis(600), Duration::from_millis(300));
+    for inner_beats in [false, true] {
+        let name = format!("account-{inner_beats}");
+        let lock = c
+            .reentrant_lock(&name)
+            .with_ttl(ttl)
+            .with_heartbeat(silence);
+        let outer = lock.acquire().await.unwrap();
+        let inner = outer.reenter().await.unwrap();
+        let (beating, silent) = if inner_beats {
+            (inner, outer)
+        } else {
+            (outer, inner)
+        };
+        let lease = beating.lease();
+        let work = tokio::spawn(async move {
+            loop {
+                lease.beat();
+                tokio::time::sleep(silence / 4).await;
+            }
+        });
+        tokio::time::timeout(silence + ttl + Duration::from_secs(2), silent.lost())
+            .await
+            .expect("the silent hold is given up");
+        assert!(
+            matches!(silent.lease().lost_cause(), Some(LostCause::Silent { .. })),
+            "inner beats: {inner_beats}: {:?}",
+            silent.lease().lost_cause()
+        );
+        // The beating hold keeps the name, renewal after renewal.
+        let kept_until = Instant::now() + 2 * ttl;
+        while Instant::now() < kept_until {
+            assert!(!beating.is_lost(), "inner beats: {inner_beats}");
+            assert!(other.lock(&name).try_acquire().await.unwrap().is_none());
+            tokio::time::sleep(ttl / 4).await;
+        }
+        work.abort();
+        beating.release().await.unwrap();
+        assert!(matches!(
+            silent.release().await,
+            Err(Error::LeaseLost { .. })
+        ));
+        // The silent hold's work may still be writing: its hold is not deleted, and the name
+        // is free once its lease runs out.
+        let free = eventually(ttl + Duration::from_secs(2), || async {
+            match other.lock(&name).try_acquire().await.unwrap() {
+                Some(g) => g.release().await.is_ok(),
+                None => false,
+            }
+        })
+        .await;
+        assert!(free, "inner beats: {inner_beats}: the name stayed taken");
+    }
+}
