@@ -301,7 +301,7 @@ impl Client {
     /// Waits until the background clean-ups handed over so far are done: releases of guards
     /// dropped without `release`, and acquire attempts cancelled or timed out mid-flight.
     /// Call it before a short-lived process exits, so it does not leave a lock behind to
-    /// expire by its ttl. Bounded by twice the client's timeout.
+    /// expire by its ttl. Bounded by three times the client's timeout.
     pub async fn flush(&self) {
         self.core.flush().await;
     }

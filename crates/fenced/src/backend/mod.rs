@@ -252,6 +252,15 @@ impl Backend {
         false
     }
 
+    /// The per-call timeout, the client's, which every node keeps.
+    pub(crate) fn timeout(&self) -> Duration {
+        match self.route() {
+            Route::One(node) => node.timeout(),
+            #[cfg(feature = "redlock")]
+            Route::Quorum(r) => r.timeout(),
+        }
+    }
+
     /// Whether this is a Redis Cluster (its keys live on several nodes).
     pub(crate) fn is_cluster(&self) -> bool {
         #[cfg(feature = "cluster")]

@@ -37,6 +37,7 @@
 //!    on, and one may run after the lease's release (a master slow to answer, a script it had
 //!    to load first). So a release voids the lease where it did not release it, as an abandon
 //!    does: deleted if the late attempt ran already, a tombstone it refuses itself on if not.
+//!    An unfenced lock's grant (`SET NX PX`) reads no tombstone: its void is a release again.
 
 use std::sync::Mutex;
 use std::time::Duration;
@@ -200,6 +201,11 @@ impl Redlock {
     /// release is announced on every node), transactions' connections to the first.
     pub(crate) fn clients(&self) -> &[redis::Client] {
         &self.clients
+    }
+
+    /// The per-call timeout, the client's, which every master keeps.
+    pub(crate) fn timeout(&self) -> Duration {
+        self.nodes.first().map_or(Duration::ZERO, Node::timeout)
     }
 
     /// How many masters there are.

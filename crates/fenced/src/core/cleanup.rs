@@ -162,7 +162,7 @@ fn wakes_local_waiters(freed: &Result<bool>) -> bool {
 /// was before the release began: a retry answered "not held" before it is "already released"
 /// (invariant 2), never a false "not held". `after_unknown`: a step that may have freed the
 /// lease already ran (a handover of unknown outcome), so even the first attempt is a retry.
-/// `ttl`: the lease's, for how long a late attempt of its grant is voided (invariant 5).
+/// `ttl`: the lease's, at least how long a late attempt of its grant is voided (invariant 5).
 pub(crate) async fn release_with_retry(
     (backend, timeout): (&Backend, Duration),
     kind: &dyn LeaseKind,
@@ -172,7 +172,6 @@ pub(crate) async fn release_with_retry(
     ttl: Duration,
 ) -> Result<ReleaseReply> {
     let give_up_at = Instant::now() + timeout * 2;
-    let patience = ttl.max(timeout * 10);
     let owner_message = (owner, message);
     release_until(
         backend,
@@ -181,14 +180,15 @@ pub(crate) async fn release_with_retry(
         give_up_at,
         Some(valid_until),
         after_unknown,
-        patience,
+        ttl,
     )
     .await
 }
 
 /// Releases until it answers or `give_up_at`, and reads a retry's "not held" by invariant 2;
-/// with no deadline known, such a retry counts as "already released". `patience`: how long a
-/// late attempt of the lease's grant is voided where the release found nothing (invariant 5).
+/// with no deadline known, such a retry counts as "already released". A late attempt of the
+/// lease's grant is voided where the release found nothing (invariant 5) for as long as an
+/// abandoned attempt is: `patience`, at least ten timeouts.
 async fn release_until(
     backend: &Backend,
     kind: &dyn LeaseKind,
@@ -200,7 +200,8 @@ async fn release_until(
 ) -> Result<ReleaseReply> {
     let call = kind.release(owner, message);
     let announce = (kind.channels().first().map_or("", String::as_str), message);
-    let void = || kind.abandon(owner, message, ttl_millis(patience));
+    let patience = ttl_millis(patience.max(backend.timeout() * 10));
+    let void = || kind.abandon(owner, message, patience);
     let attempts = AtomicU32::new(u32::from(after_unknown));
     retry_transient(give_up_at, || async {
         let retry = attempts.fetch_add(1, Ordering::Relaxed) > 0;

@@ -197,10 +197,11 @@ impl Core {
         ttl_millis(self.options.fence_retention)
     }
 
-    /// Waits until the background clean-ups handed over so far are done, bounded by twice the
-    /// timeout.
+    /// Waits until the background clean-ups handed over so far are done, bounded by three
+    /// times the timeout: on Redlock a release's last step on a slow master comes after two
+    /// round trips there (its reply, then the void of a late grant, `redlock.rs` invariant 7).
     pub(crate) async fn flush(&self) {
-        let bound = self.options.timeout * 2;
+        let bound = self.options.timeout * 3;
         let flush = async {
             self.renewer.flush().await;
             // Then what the clean-ups and releases left running on other nodes (Redlock).
