@@ -172,11 +172,10 @@ pub(crate) async fn release_with_retry(
     ttl: Duration,
 ) -> Result<ReleaseReply> {
     let give_up_at = Instant::now() + timeout * 2;
-    let owner_message = (owner, message);
     release_until(
         backend,
         kind,
-        owner_message,
+        (owner, message),
         give_up_at,
         Some(valid_until),
         after_unknown,
