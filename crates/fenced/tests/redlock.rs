@@ -290,8 +290,14 @@ async fn flush_waits_for_the_releases_still_on_their_way_to_the_slow_master() {
     );
 }
 
-#[tokio::test]
-async fn a_grant_that_reaches_a_master_after_the_release_does_not_keep_the_name_there() {
+/// Three masters, the third behind a proxy that delays its replies by 400 ms, and a client
+/// that knows the release's and the expiry change's ways on every master (an unfenced lock's
+/// cycle ran, whose grant needs no script) but has loaded the fenced grant's script nowhere
+/// yet. A grant's attempt on
+/// the third master then loads the script first, and runs only once that reply came back:
+/// long after the two fast masters granted and a release or expiry change, which needs no
+/// load, ran there and found nothing.
+async fn a_slow_third_master() -> (Vec<RedisServer>, Proxy, Client) {
     let s = servers(3);
     let proxy = Proxy::start(s[2].addr()).unwrap();
     let urls = vec![s[0].url(), s[1].url(), proxy.url()];
@@ -301,15 +307,17 @@ async fn a_grant_that_reaches_a_master_after_the_release_does_not_keep_the_name_
         .connect()
         .await
         .expect("a majority answers");
-    // An unfenced lock's cycle: the release's way is known on every master, the fenced
-    // grant's script is not loaded anywhere yet.
     let warm = c.lock("warm-up").unfenced().acquire().await.unwrap();
+    warm.extend(Duration::from_secs(30)).await.unwrap();
     warm.release().await.unwrap();
     c.flush().await;
-    // The third master answers 400 ms late: the grant's script is loaded there first, and
-    // runs only once that reply came back, long after the two fast masters granted and the
-    // release (whose way needs no load) ran there and found nothing.
     proxy.set(Fault::DelayReplies(Duration::from_millis(400)));
+    (s, proxy, c)
+}
+
+#[tokio::test]
+async fn a_grant_that_reaches_a_master_after_the_release_does_not_keep_the_name_there() {
+    let (s, proxy, c) = a_slow_third_master().await;
     let g = c.lock("report").acquire().await.unwrap();
     let owner = get(&mut raw(&s[0]).await, KEY)
         .await
@@ -326,6 +334,32 @@ async fn a_grant_that_reaches_a_master_after_the_release_does_not_keep_the_name_
         assert!(get(&mut raw(server).await, KEY).await.is_some());
     }
     again.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_grant_that_reaches_a_master_during_a_minimum_hold_does_not_outlive_it() {
+    let (s, _proxy, c) = a_slow_third_master().await;
+    let min = Duration::from_millis(300);
+    let g = c.lock("report").with_min_hold(min).acquire().await.unwrap();
+    let given_back = Instant::now();
+    // Given back before the hold ends: set to expire when it does, not released.
+    g.release().await.unwrap();
+    c.flush().await;
+    // Free on every master once the hold has ended, the late grant on the third included
+    // (held for the default ttl of 30 s otherwise).
+    let free = eventually(Duration::from_secs(5), || async {
+        let mut free = true;
+        for server in &s {
+            free &= get(&mut raw(server).await, KEY).await.is_none();
+        }
+        free
+    })
+    .await;
+    assert!(
+        free,
+        "still held {:?} after the release",
+        given_back.elapsed()
+    );
 }
 
 #[tokio::test]

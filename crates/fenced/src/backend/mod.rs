@@ -363,7 +363,30 @@ impl Backend {
                 }
             }
             #[cfg(feature = "redlock")]
-            Route::Quorum(r) => r.extend(call, crate::kind::quorum(kind, r.nodes())).await,
+            Route::Quorum(r) => {
+                r.extend(call, crate::kind::quorum(kind, r.nodes()), None)
+                    .await
+            }
+        }
+    }
+
+    /// Sets a lease given back before its minimum hold to expire when the hold ends (`call`,
+    /// an expiry change), as [`extend`](Self::extend) does. On Redlock, `void` (the lease's
+    /// abandon, announcing nothing) then goes to every master that did not hold it, as after a
+    /// release: a late grant there would outlive the hold by a ttl.
+    pub(crate) async fn expire(
+        &self,
+        call: &ScriptCall,
+        kind: &dyn LeaseKind,
+        void: &(dyn Fn() -> ScriptCall + Sync),
+    ) -> Result<ExpiryReply> {
+        match self.route() {
+            Route::One(_) => self.extend("release", call, kind).await,
+            #[cfg(feature = "redlock")]
+            Route::Quorum(r) => {
+                let needed = crate::kind::quorum(kind, r.nodes());
+                r.extend(call, needed, Some(void())).await
+            }
         }
     }
 

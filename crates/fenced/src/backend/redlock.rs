@@ -37,7 +37,9 @@
 //!    on, and one may run after the lease's release (a master slow to answer, a script it had
 //!    to load first). So a release voids the lease where it did not release it, as an abandon
 //!    does: deleted if the late attempt ran already, a tombstone it refuses itself on if not.
-//!    An unfenced lock's grant (`SET NX PX`) reads no tombstone: its void is a release again.
+//!    So does the expiry change of a lease given back before its minimum hold, where the
+//!    lease was not held. An unfenced lock's grant (`SET NX PX`) reads no tombstone: its void
+//!    is a release again.
 
 use std::sync::Mutex;
 use std::time::Duration;
@@ -394,17 +396,43 @@ impl Redlock {
         }
     }
 
-    /// Renews (or re-times) one lease everywhere: applied on a majority, or not.
-    pub(crate) async fn extend(&self, call: &ScriptCall, needed: usize) -> Result<ExpiryReply> {
+    /// Renews (or re-times) one lease everywhere: applied on a majority, or not. With `void`
+    /// (a lease given back before its minimum hold, set to expire then), once applied, every
+    /// master that answered it did not hold the lease gets `void`, as after a release
+    /// (invariant 7), in the background.
+    pub(crate) async fn extend(
+        &self,
+        call: &ScriptCall,
+        needed: usize,
+        void: Option<ScriptCall>,
+    ) -> Result<ExpiryReply> {
         let mut replies = self.fan_out(call);
         let mut votes = Votes::default();
+        let mut not_held = vec![false; self.nodes()];
         while votes.tally.answered < self.nodes() && !votes.decided(needed) {
-            let Some((_, reply)) = replies.recv().await else {
+            let Some((i, reply)) = replies.recv().await else {
                 break;
             };
-            votes.count(reply.and_then(expiry_reply));
+            let reply = reply.and_then(expiry_reply);
+            not_held[i] = matches!(reply, Ok(ExpiryReply::NotHeld));
+            votes.count(reply);
         }
-        votes.verdict(self, needed)
+        let verdict = votes.verdict(self, needed);
+        if let (Some(void), Ok(ExpiryReply::Applied)) = (void, &verdict) {
+            let (nodes, tails) = (self.nodes.clone(), self.tails.clone());
+            self.tails.spawn(async move {
+                while let Some((i, reply)) = replies.recv().await {
+                    not_held[i] = matches!(reply.and_then(expiry_reply), Ok(ExpiryReply::NotHeld));
+                }
+                for (node, _) in nodes.into_iter().zip(not_held).filter(|(_, n)| *n) {
+                    let void = void.clone();
+                    tails.spawn(async move {
+                        let _ = node.run::<Value>(&void).await;
+                    });
+                }
+            });
+        }
+        verdict
     }
 
     /// Renews a batch of leases: one pipeline per node, all nodes at once; each lease decided

@@ -25,8 +25,9 @@
 //!    the lease is released instead. A shortfall of replica acknowledgements means the master
 //!    applied the change: it is not sent again.
 //! 5. On Redlock, a release voids the lease's grant where it found nothing (`abandon`'s
-//!    tombstone): the grant was handed out once a majority granted, and its attempt on a
-//!    slower master may run there after the release, where it would hold the name for a ttl.
+//!    tombstone), and so does the expiry change that ends a minimum hold: the grant was handed
+//!    out once a majority granted, and its attempt on a slower master may run there after
+//!    either, where it would hold the name for a ttl.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -135,7 +136,10 @@ async fn expire_at(
             return Ok(false);
         };
         let call = kind.extend(owner, ttl_millis(left).max(1), epoch);
-        match backend.extend("release", &call, kind).await {
+        let patience = ttl_millis(give_up_at.saturating_duration_since(Instant::now()));
+        let patience = patience.max(ttl_millis(backend.timeout() * 10));
+        let void = || kind.abandon(owner, "", patience);
+        match backend.expire(&call, kind, &void).await {
             Ok(_) | Err(Error::NotReplicated { .. }) => return Ok(true),
             Err(e) if e.is_transient() => {
                 let pause = backoff.next_wait();

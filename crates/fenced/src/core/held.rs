@@ -267,7 +267,9 @@ impl Held {
         self.lease.state.end();
         // Still `live` while the change is in flight: should this future be dropped, `Drop`
         // sends it again in the background, in a newer epoch aiming at the same end.
-        let outcome = core.backend().extend("release", &call, &*self.kind).await;
+        let patience = ttl_millis(ttl.max(core.timeout() * 10));
+        let void = || self.kind.abandon(&self.owner, "", patience);
+        let outcome = core.backend().expire(&call, &*self.kind, &void).await;
         *self.live.get_mut() = false;
         match outcome {
             Ok(ExpiryReply::Applied | ExpiryReply::Superseded) => {
