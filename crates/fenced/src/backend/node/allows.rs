@@ -11,7 +11,10 @@
 //!    learned on their first use.
 //! 3. Refusals are forgotten when the node's connection is lost: the next connection may
 //!    reach another server (a failover, an upgrade, a restart with another ACL), which may
-//!    allow them. What was allowed is kept (its refusal would be learned on use). The client's
+//!    allow them. What was allowed is kept (its refusal would be learned on use), but for the
+//!    native compare-and-delete, which is forgotten too: a use that finds it unknown sends
+//!    the command without its announcement (`exec.rs`), so a server reached after a failover
+//!    that lacks it wakes no waiter for a release that has not happened yet. The client's
 //!    own choice (`without_scripts`) is never forgotten.
 //! 4. Scripts refused: the reason is kept, the first one, for the messages of the steps that
 //!    cannot run without them.
@@ -122,9 +125,11 @@ impl Allows {
     /// Forgets the refusals learned (invariant 3): the connection was lost, and the next one
     /// may reach another server. What was allowed is kept: a way refused from now on is
     /// learned by its refusal, which ran nothing; and a way kept while the server is down
-    /// fails as a transient error, where one forgotten would be probed, and could not be.
+    /// fails as a transient error, where one forgotten would be probed, and could not be. The
+    /// native command is forgotten either way: its probe is its next use, which costs a round
+    /// trip more and needs nothing else.
     pub(crate) fn forget(&self) {
-        self.native.forget_refusal();
+        self.native.forget();
         self.transactions.forget_refusal();
         self.multi.forget_refusal();
         if self.scripts_refused() {
@@ -138,7 +143,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_lost_connection_forgets_the_refusals_but_not_what_was_allowed_nor_the_clients_choice() {
+    fn a_lost_connection_forgets_the_refusals_and_the_native_command_but_not_the_other_ways_allowed_nor_the_clients_choice()
+     {
         let learned = Allows::default();
         learned.native.learned(false);
         learned.transactions.learned(true);
@@ -151,6 +157,12 @@ mod tests {
             "what was allowed is kept"
         );
         assert!(!learned.scripts_refused());
+
+        // The native command, allowed or not, is proved again by its next use.
+        let native = Allows::default();
+        native.native.learned(true);
+        native.forget();
+        assert!(native.native.unknown());
 
         let chosen = Allows::default();
         chosen.choose_no_scripts();
