@@ -175,12 +175,24 @@ impl Shortfall {
 
 impl Node {
     pub(crate) fn new(conn: Conn, timeout: Duration) -> Self {
+        let allows: Arc<allows::Allows> = Arc::default();
+        // Behind Sentinel, a master forgotten (switched, demoted, unreachable) takes what was
+        // learned of it along (`allows.rs`, invariant 3).
+        #[cfg(feature = "sentinel")]
+        if let Conn::Sentinel(failover) = &conn {
+            let learned = Arc::downgrade(&allows);
+            failover.on_forget(move || {
+                if let Some(learned) = learned.upgrade() {
+                    learned.forget();
+                }
+            });
+        }
         Node {
             conn,
             timeout,
             acks: None,
             sharded: false,
-            allows: Arc::default(),
+            allows,
             counted: false,
             hashes: Arc::default(),
             pool: None,

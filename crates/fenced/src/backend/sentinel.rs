@@ -16,6 +16,8 @@
 //!    been told yet keeps taking this client's renewals, which the new master never sees:
 //!    the lease would expire there while its holder believes it renewed. On (re)subscribing,
 //!    the master is forgotten too, since a switch may have been missed meanwhile.
+//! 5. A master forgotten takes along what the node learned of its commands (`on_forget`,
+//!    `node/allows.rs` invariant 3): the next master may lack one the old one ran.
 
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
@@ -39,6 +41,9 @@ pub(crate) struct Failover {
     connect: Connector,
     timeout: Duration,
     current: Mutex<Option<Master>>,
+    /// Called whenever the master is forgotten: what the client learned of the old one's
+    /// commands may not hold for the next (`node/allows.rs`).
+    on_forget: std::sync::OnceLock<Box<dyn Fn() + Send + Sync>>,
     /// Ends the `+switch-master` listener when the client is gone.
     stop: CancellationToken,
 }
@@ -70,6 +75,7 @@ impl Failover {
             connect,
             timeout,
             current: Mutex::new(None),
+            on_forget: std::sync::OnceLock::new(),
             stop: CancellationToken::new(),
         });
         tokio::spawn(listen(Arc::downgrade(&me), me.stop.clone()));
@@ -79,6 +85,18 @@ impl Failover {
     /// Forgets the master: the next command locates it again.
     fn forget(&self) {
         *lock_unpoisoned(&self.current) = None;
+        self.forgotten();
+    }
+
+    /// Calls `f` whenever the master is forgotten (one hook; a second is ignored).
+    pub(crate) fn on_forget(&self, f: impl Fn() + Send + Sync + 'static) {
+        let _ = self.on_forget.set(Box::new(f));
+    }
+
+    fn forgotten(&self) {
+        if let Some(f) = self.on_forget.get() {
+            f();
+        }
     }
 
     /// Where the master is now, by the first sentinel that answers (invariant 1).
@@ -164,6 +182,8 @@ impl Failover {
             if current.as_ref().is_some_and(|m| &m.addr == addr) {
                 tracing::debug!(error = %e, host = %addr.0, port = addr.1, "fenced: the master may have changed; asking Sentinel again");
                 *current = None;
+                drop(current);
+                self.forgotten();
             }
         }
     }

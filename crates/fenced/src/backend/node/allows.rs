@@ -9,9 +9,10 @@
 //!    has the native compare-and-delete (`Node::probe`). Scripts and transactions have no
 //!    probe that costs nothing (an ACL's rules are not readable by every user), and are
 //!    learned on their first use.
-//! 3. Refusals are forgotten when the node's connection is lost: the next connection may
-//!    reach another server (a failover, an upgrade, a restart with another ACL), which may
-//!    allow them. What was allowed is kept (its refusal would be learned on use), but for the
+//! 3. Refusals are forgotten when the node's connection is lost, and behind Sentinel when the
+//!    master is forgotten (switched, demoted, unreachable: `sentinel.rs`): the next
+//!    connection may reach another server (a failover, an upgrade, a restart with another
+//!    ACL), which may allow them. What was allowed is kept (its refusal would be learned on use), but for the
 //!    native compare-and-delete, which is forgotten too: a use that finds it unknown sends
 //!    the command without its announcement (`exec.rs`), so a server reached after a failover
 //!    that lacks it wakes no waiter for a release that has not happened yet. The client's
