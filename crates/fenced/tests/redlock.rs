@@ -248,15 +248,7 @@ async fn five_nodes_grant_with_two_down_and_answer_no_quorum_with_three_down() {
 
 #[tokio::test]
 async fn a_slow_node_does_not_slow_the_grant() {
-    let s = servers(3);
-    let proxy = Proxy::start(s[2].addr()).unwrap();
-    let urls = vec![s[0].url(), s[1].url(), proxy.url()];
-    // The slow master answers within the timeout.
-    let c = Client::redlock_builder(&urls)
-        .timeout(Duration::from_secs(3))
-        .connect()
-        .await
-        .expect("a majority answers");
+    let (_s, proxy, c) = three_masters_the_third_behind_a_proxy().await;
     let slow = Duration::from_secs(1);
     proxy.set(Fault::DelayReplies(slow));
     let lock = c.lock("report");
@@ -273,15 +265,7 @@ async fn a_slow_node_does_not_slow_the_grant() {
 
 #[tokio::test]
 async fn flush_waits_for_the_releases_still_on_their_way_to_the_slow_master() {
-    let s = servers(3);
-    let proxy = Proxy::start(s[2].addr()).unwrap();
-    let urls = vec![s[0].url(), s[1].url(), proxy.url()];
-    // The slow master's reply comes back within the timeout.
-    let c = Client::redlock_builder(&urls)
-        .timeout(Duration::from_secs(3))
-        .connect()
-        .await
-        .expect("a majority answers");
+    let (_s, proxy, c) = three_masters_the_third_behind_a_proxy().await;
     let g = c.lock("report").acquire().await.unwrap();
     let slow = Duration::from_secs(1);
     proxy.set(Fault::DelayReplies(slow));
@@ -303,23 +287,29 @@ async fn flush_waits_for_the_releases_still_on_their_way_to_the_slow_master() {
     );
 }
 
-/// Three masters, the third behind a proxy that delays its replies by 400 ms, and a client
-/// that knows the release's and the expiry change's ways on every master (an unfenced lock's
-/// cycle ran, whose grant needs no script) but has loaded the fenced grant's script nowhere
-/// yet. A grant's attempt on
-/// the third master then loads the script first, and runs only once that reply came back:
-/// long after the two fast masters granted and a release or expiry change, which needs no
-/// load, ran there and found nothing.
-async fn a_slow_third_master() -> (Vec<RedisServer>, Proxy, Client) {
+/// Three masters, the third behind a proxy (passing everything for now), and a client of
+/// them whose timeout (3 s) outlasts the delays the tests give that proxy: the slow master
+/// answers late, but answers.
+async fn three_masters_the_third_behind_a_proxy() -> (Vec<RedisServer>, Proxy, Client) {
     let s = servers(3);
     let proxy = Proxy::start(s[2].addr()).unwrap();
     let urls = vec![s[0].url(), s[1].url(), proxy.url()];
-    // Every reply of the slow master comes back within the timeout.
     let c = Client::redlock_builder(&urls)
         .timeout(Duration::from_secs(3))
         .connect()
         .await
         .expect("a majority answers");
+    (s, proxy, c)
+}
+
+/// [`three_masters_the_third_behind_a_proxy`], the third's replies delayed by 400 ms, and a
+/// client that knows the release's and the expiry change's ways on every master (an unfenced
+/// lock's cycle ran, whose grant needs no script) but has loaded the fenced grant's script
+/// nowhere yet. A grant's attempt on the third master then loads the script first, and runs
+/// only once that reply came back: long after the two fast masters granted and a release or
+/// expiry change, which needs no load, ran there and found nothing.
+async fn a_slow_third_master() -> (Vec<RedisServer>, Proxy, Client) {
+    let (s, proxy, c) = three_masters_the_third_behind_a_proxy().await;
     let warm = c.lock("warm-up").unfenced().acquire().await.unwrap();
     warm.extend(Duration::from_secs(30)).await.unwrap();
     warm.release().await.unwrap();
